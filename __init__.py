@@ -1,0 +1,6 @@
+"""vidvol: TFDS builders for large video and MRI collections, written through Apache Beam.
+
+`import vidvol` registers the `hmdb51`, `fire_hrr` and `mri_volumes` datasets with TFDS.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Runner launchers: the only place that knows about Beam runners."""

@@ -1,0 +1,1 @@
+"""Dataset-agnostic stages: video and volume transforms, Beam wiring, read-side helpers."""

@@ -1,0 +1,403 @@
+"""Beam wiring shared by every vidvol builder: sources in, TFRecord shards and a skip report out.
+
+A builder declares, per split, a list of small picklable *sources* (a path and a label, an
+experiment's frame list, ...) and a picklable *example function* that turns one source into
+`(key, example)` pairs or `Skip` records. `StreamingBeamBuilder` then plans shards up front
+(sources ordered by a stable hash, cut into contiguous chunks), and each Beam worker writes one
+whole shard at a time, encoding and serializing one example at a time straight into the file.
+A worker therefore holds one decoded example plus the TFRecord writer's small buffer, whatever
+the dataset's size: TFDS's stock Beam writer instead groups every serialized example of a shard
+(and, on the direct runner, of the whole split) in memory before writing.
+
+`ExamplesFromSources` is also a regular TFDS `_generate_examples` PTransform, so the same
+builders can be written by TFDS's stock writer (`VIDVOL_WRITER=tfds`) for comparison.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import apache_beam as beam
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from tensorflow_datasets.core import example_serializer
+from tensorflow_datasets.core import splits as splits_lib
+from tensorflow_datasets.core.utils import shard_utils
+
+from vidvol.beam_jobs import runners
+
+logger = logging.getLogger(__name__)
+
+SKIP_REPORT_NAME = "skip_report.json"
+METRICS_NAMESPACE = "vidvol"
+DEFAULT_MAX_SHARD_SIZE = 256 * 2**20
+DEFAULT_MIN_SHARDS = 4
+# Errors an example function may raise for a bad input; they become skips, anything else fails.
+INPUT_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, EOFError)
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    """An input that did not become (all or part of) an example, and why."""
+
+    source: str
+    reason: str
+    split: str = ""
+    example: str = ""  # set when the example was still written (e.g. a frame masked out)
+
+    def as_dict(self) -> dict[str, str]:
+        """JSON-ready form for the skip report."""
+        return dataclasses.asdict(self)
+
+
+KeyExample = tuple[str, Mapping[str, Any]]
+ExampleFn = Callable[[Any], Iterable["KeyExample | Skip"]]
+Source = tuple[str, Any]  # (stable source id, picklable record handed to the example function)
+
+
+def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterator[KeyExample | Skip]:
+    """Runs one source through the example function, turning input errors into skips."""
+    source_id, record = source
+    try:
+        for item in example_fn(record):
+            if isinstance(item, Skip):
+                yield dataclasses.replace(item, split=split)
+            else:
+                yield item
+    except INPUT_ERRORS as e:
+        yield Skip(source=source_id, reason=f"{type(e).__name__}: {e}", split=split)
+
+
+class _GenerateFn(beam.DoFn):
+    """Examples to the main output, skips to the `skips` output, with counters."""
+
+    def __init__(self, example_fn: ExampleFn, split: str):
+        self._example_fn = example_fn
+        self._split = split
+        self._examples = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{split}/examples")
+        self._skipped = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{split}/skipped")
+
+    def process(self, source: Source):
+        for item in run_example_fn(self._example_fn, source, self._split):
+            if isinstance(item, Skip):
+                self._skipped.inc()
+                yield beam.pvalue.TaggedOutput("skips", item.as_dict())
+            else:
+                self._examples.inc()
+                yield item
+
+
+class ExamplesFromSources(beam.PTransform):
+    """TFDS `_generate_examples` transform: one source per element, `(key, example)` out."""
+
+    def __init__(self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = ""):
+        super().__init__()
+        self.sources = list(sources)
+        self.example_fn = example_fn
+        self.split = split
+        self.skip_report_path: str | None = None  # set by the builder for the stock TFDS writer
+
+    def expand(self, pbegin):
+        outputs = (
+            pbegin
+            | "Sources" >> beam.Create(self.sources, reshuffle=False)
+            | "Distribute" >> beam.Reshuffle()
+            | "Examples" >> beam.ParDo(_GenerateFn(self.example_fn, self.split)).with_outputs("skips", main="examples")
+        )
+        if self.skip_report_path:
+            _ = (
+                outputs.skips
+                | "CollectSkips" >> beam.combiners.ToList()
+                | "WriteSkips" >> beam.Map(_write_json, path=self.skip_report_path)
+            )
+        return outputs.examples
+
+
+def _write_json(obj: Any, path: str) -> None:
+    """Writes a JSON document through tf.io.gfile (local, gs://, s3://, hdfs://)."""
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(obj, indent=1, sort_keys=True))
+
+
+def _read_json(path: str) -> Any:
+    """Reads a JSON document through tf.io.gfile."""
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.loads(f.read())
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: which split, where, and the sources that go in it, in order."""
+
+    split: str
+    index: int
+    path: str
+    sources: tuple[Source, ...]
+
+
+def stable_order(sources: Sequence[Source], salt: str) -> list[Source]:
+    """Sources in a pseudo-random but reproducible order (mixes classes across shards)."""
+
+    def key(source: Source) -> bytes:
+        return hashlib.sha256(f"{salt}/{source[0]}".encode()).digest()
+
+    ids = [s[0] for s in sources]
+    dupes = [k for k, n in collections.Counter(ids).items() if n > 1]
+    if dupes:
+        raise ValueError(f"Duplicate source ids in split {salt!r}: {dupes[:5]}")
+    return sorted(sources, key=key)
+
+
+def num_shards_for(
+    num_sources: int,
+    example_bytes: int,
+    *,
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+    min_shards: int = DEFAULT_MIN_SHARDS,
+    num_shards: int | None = None,
+) -> int:
+    """Shard count: enough to keep shards under max_shard_size, at least min_shards, at most one per source."""
+    if num_sources == 0:
+        return 0
+    if num_shards:
+        return max(1, min(num_shards, num_sources))
+    by_size = math.ceil(num_sources * max(1, example_bytes) / max(1, max_shard_size))
+    return max(1, min(num_sources, max(by_size, min_shards)))
+
+
+def plan_shards(split: str, sources: Sequence[Source], num_shards: int, path_fn: Callable[[int, int], str]) -> list[ShardTask]:
+    """Cuts a split's sources (in stable order) into contiguous shard tasks."""
+    ordered = stable_order(sources, salt=split)
+    tasks = []
+    for index in range(num_shards):
+        lo = index * len(ordered) // num_shards
+        hi = (index + 1) * len(ordered) // num_shards
+        tasks.append(ShardTask(split, index, path_fn(index, num_shards), tuple(ordered[lo:hi])))
+    return tasks
+
+
+class WriteShardFn(beam.DoFn):
+    """Writes one shard: example by example, encoded and serialized straight into the file."""
+
+    def __init__(self, features: tfds.features.FeatureConnector, example_fns: Mapping[str, ExampleFn]):
+        self._features = features
+        self._example_fns = dict(example_fns)
+        self._serializer = None
+
+    def setup(self):
+        self._serializer = example_serializer.ExampleSerializer(self._features.get_serialized_info())
+
+    def process(self, task: ShardTask):
+        example_fn = self._example_fns[task.split]
+        examples = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{task.split}/examples")
+        skipped = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{task.split}/skipped")
+        written = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{task.split}/bytes")
+        start = time.monotonic()
+        keys: list[str] = []
+        skips: list[dict[str, str]] = []
+        num_bytes = 0
+        with tf.io.TFRecordWriter(task.path) as writer:
+            for source in task.sources:
+                for item in run_example_fn(example_fn, source, task.split):
+                    if isinstance(item, Skip):
+                        skips.append(item.as_dict())
+                        if not item.example:
+                            skipped.inc()
+                        continue
+                    key, example = item
+                    record = self._serializer.serialize_example(self._features.encode_example(example))
+                    writer.write(record)
+                    keys.append(str(key))
+                    num_bytes += len(record)
+                    examples.inc()
+                    written.inc(len(record))
+                    del example, record
+        info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes, "skips": skips}
+        _write_json(info, task.path + ".info.json")
+        logger.info(
+            "%s shard %d: %d examples, %d skips, %.1f MiB in %.1f s",
+            task.split, task.index, len(keys), len(skips), num_bytes / 2**20, time.monotonic() - start,
+        )
+        yield task.split, len(keys)
+
+
+@dataclasses.dataclass
+class SplitResult:
+    """What a split's shards hold once written: lengths, bytes, keys and skips."""
+
+    name: str
+    shard_paths: list[str]
+    shard_lengths: list[int]
+    num_bytes: int
+    keys: list[str]
+    skips: list[dict[str, str]]
+
+
+def collect_split(split: str, tasks: Sequence[ShardTask], final_path_fn: Callable[[int, int], str]) -> SplitResult:
+    """Reads the shards' sidecar infos, drops empty shards, renames the rest to their final names."""
+    infos = [_read_json(t.path + ".info.json") for t in tasks]
+    for t in tasks:
+        tf.io.gfile.remove(t.path + ".info.json")
+    nonempty = [(t, i) for t, i in zip(tasks, infos) if i["keys"]]
+    for t, i in zip(tasks, infos):
+        if not i["keys"]:
+            tf.io.gfile.remove(t.path)
+    paths, lengths, keys, skips = [], [], [], []
+    for new_index, (task, info) in enumerate(nonempty):
+        final = final_path_fn(new_index, len(nonempty))
+        if final != task.path:
+            tf.io.gfile.rename(task.path, final, overwrite=True)
+        paths.append(final)
+        lengths.append(len(info["keys"]))
+        keys.extend(info["keys"])
+    for info in infos:
+        skips.extend(info["skips"])
+    dupes = [k for k, n in collections.Counter(keys).items() if n > 1]
+    if dupes:
+        raise ValueError(f"Split {split!r}: duplicate example keys {dupes[:5]}")
+    return SplitResult(split, paths, lengths, sum(i["num_bytes"] for i in infos), keys, skips)
+
+
+def summary_line(name: str, result: SplitResult) -> str:
+    """One line per split: examples, shards, bytes, and skips grouped by reason."""
+    whole = [s for s in result.skips if not s.get("example")]
+    partial = [s for s in result.skips if s.get("example")]
+    reasons = collections.Counter(s["reason"].split(":")[0] for s in whole)
+    why = ", ".join(f"{n} {r}" for r, n in reasons.most_common())
+    line = (
+        f"{name} {result.name}: {sum(result.shard_lengths)} examples in {len(result.shard_paths)} shards "
+        f"({result.num_bytes / 2**20:.1f} MiB), {len(whole)} inputs skipped"
+    )
+    if why:
+        line += f" ({why})"
+    if partial:
+        line += f", {len(partial)} parts masked inside written examples"
+    return line
+
+
+def write_skip_report(path: str, dataset: str, results: Sequence[SplitResult]) -> dict[str, Any]:
+    """Writes the machine-readable skip report (always, even when nothing was skipped)."""
+    report = {
+        "dataset": dataset,
+        "skipped": [s for r in results for s in r.skips],
+        "splits": {
+            r.name: {
+                "examples": sum(r.shard_lengths),
+                "shards": len(r.shard_paths),
+                "num_bytes": r.num_bytes,
+                "skipped_inputs": sum(1 for s in r.skips if not s.get("example")),
+                "masked_parts": sum(1 for s in r.skips if s.get("example")),
+            }
+            for r in results
+        },
+    }
+    _write_json(report, path)
+    return report
+
+
+def read_skip_report(data_dir: str) -> dict[str, Any]:
+    """Reads the skip report of a prepared dataset directory."""
+    return _read_json(os.path.join(os.fspath(data_dir), SKIP_REPORT_NAME))
+
+
+class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """GeneratorBasedBuilder whose Beam workers stream examples straight into shard files.
+
+    Subclasses implement `_info`, `_split_generators` (split name -> `self._generate_examples(...)`)
+    and `_generate_examples` returning an `ExamplesFromSources`; they may override
+    `_estimated_example_bytes` so shards are sized well.
+    """
+
+    MIN_SHARDS = DEFAULT_MIN_SHARDS
+
+    def _estimated_example_bytes(self) -> int:
+        """Rough serialized size of one example, used to size shards before anything is decoded."""
+        return 1 << 20
+
+    def _max_shard_size(self, download_config: tfds.download.DownloadConfig) -> int:
+        """Shard size cap: `--max_shard_size_mb` if given, else the config's, else 256 MiB."""
+        if download_config.max_shard_size != shard_utils.DEFAULT_MAX_SHARD_SIZE:
+            return download_config.max_shard_size
+        return getattr(self.builder_config, "max_shard_size", None) or DEFAULT_MAX_SHARD_SIZE
+
+    def _generators(self, dl_manager, download_config) -> dict[str, ExamplesFromSources]:
+        """Calls `_split_generators` and checks every split is an `ExamplesFromSources`."""
+        generators = self._split_generators(dl_manager)
+        for split, gen in generators.items():
+            if not isinstance(gen, ExamplesFromSources):
+                raise TypeError(f"{self.name}: split {split!r} must come from ExamplesFromSources, got {type(gen)}")
+            gen.split = split
+            if download_config.max_examples_per_split:
+                gen.sources = stable_order(gen.sources, split)[: download_config.max_examples_per_split]
+        return generators
+
+    def _download_and_prepare(self, dl_manager, download_config):  # pytype: disable=signature-mismatch
+        if download_config.max_examples_per_split == 0:
+            return
+        runner, options = runners.resolve(download_config.beam_runner, download_config.beam_options)
+        generators = self._generators(dl_manager, download_config)
+        data_dir = os.fspath(self.data_path)
+        if os.environ.get("VIDVOL_WRITER", "streaming") == "tfds":
+            for split, gen in generators.items():
+                gen.skip_report_path = os.path.join(data_dir, f"skips-{split}.json")
+            self._split_generators = lambda *_a, **_k: generators  # type: ignore[method-assign]
+            config = dataclasses.replace(download_config, beam_runner=runner, beam_options=options)
+            super()._download_and_prepare(dl_manager, config)
+            results = []
+            for split, info in self.info.splits.items():
+                skips = _read_json(os.path.join(data_dir, f"skips-{split}.json"))
+                tf.io.gfile.remove(os.path.join(data_dir, f"skips-{split}.json"))
+                results.append(SplitResult(split, [], list(info.shard_lengths), info.num_bytes, [], skips))
+            self._report(data_dir, results)
+            return
+
+        max_shard_size = self._max_shard_size(download_config)
+        tasks: dict[str, list[ShardTask]] = {}
+        for split, gen in generators.items():
+            template = self._get_filename_template(split_name=split)
+            n = num_shards_for(
+                len(gen.sources), self._estimated_example_bytes(),
+                max_shard_size=max_shard_size, min_shards=self.MIN_SHARDS, num_shards=download_config.num_shards,
+            )
+            planned = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
+            tasks[split] = plan_shards(split, gen.sources, n, planned)
+            logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
+        all_tasks = [t for ts in tasks.values() for t in ts]
+        fns = {split: gen.example_fn for split, gen in generators.items()}
+        if all_tasks:
+            with beam.Pipeline(runner=runner, options=options) as pipeline:
+                _ = (
+                    pipeline
+                    | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
+                    | "Distribute" >> beam.Reshuffle()
+                    | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns))
+                )
+        results = []
+        split_infos = []
+        for split in generators:
+            template = self._get_filename_template(split_name=split)
+            final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
+            result = collect_split(split, tasks[split], final)
+            results.append(result)
+            split_infos.append(
+                splits_lib.SplitInfo(
+                    name=split, shard_lengths=result.shard_lengths, num_bytes=result.num_bytes, filename_template=template
+                )
+            )
+        self.info.set_splits(splits_lib.SplitDict(split_infos))
+        self._report(data_dir, results)
+
+    def _report(self, data_dir: str, results: Sequence[SplitResult]) -> None:
+        """Writes the skip report next to the shards and logs one summary line per split."""
+        write_skip_report(os.path.join(data_dir, SKIP_REPORT_NAME), self.name, results)
+        name = f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
+        for result in results:
+            logger.warning("%s", summary_line(name, result))

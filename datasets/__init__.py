@@ -1,0 +1,1 @@
+"""One TFDS dataset folder per dataset; importing this package registers them all."""

@@ -1,0 +1,114 @@
+"""Streaming Beam writer: shard planning, skips, split infos and a real tfds read-back."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from vidvol.builders import beam_writer
+
+
+def toy_example_fn(record):
+    """Yields one example per record, a skip for 'bad' records and a masked part for 'half'."""
+    name, value = record
+    if name.startswith("bad"):
+        raise ValueError(f"{name}: unreadable")
+    if name.startswith("half"):
+        yield beam_writer.Skip(source=f"{name}/part1", reason="missing part", example=name)
+    yield name, {"x": np.full((4,), value, np.int64), "name": name}
+
+
+class ToyBuilder(beam_writer.StreamingBeamBuilder, skip_registration=True):
+    """A tiny dataset built through the streaming writer."""
+
+    name = "vidvol_toy"
+    VERSION = tfds.core.Version("1.0.0")
+    MIN_SHARDS = 3
+    NUM_TRAIN = 10
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {"x": tfds.features.Tensor(shape=(4,), dtype=np.int64), "name": tfds.features.Text()}
+            ),
+        )
+
+    def _split_generators(self, dl_manager):
+        train = [(f"ok{i}", (f"ok{i}", i)) for i in range(self.NUM_TRAIN)] + [("bad0", ("bad0", -1)), ("half0", ("half0", 99))]
+        test = [("bad1", ("bad1", -1)), ("t0", ("t0", 100))]
+        return {"train": self._generate_examples(train), "test": self._generate_examples(test)}
+
+    def _generate_examples(self, sources):
+        return beam_writer.ExamplesFromSources(sources, toy_example_fn)
+
+
+def _build(tmp_path, **config):
+    builder = ToyBuilder(data_dir=str(tmp_path))
+    opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts, **config))
+    return builder
+
+
+def test_plan_shards_is_stable_and_complete():
+    sources = [(f"s{i}", i) for i in range(11)]
+    a = beam_writer.plan_shards("train", sources, 3, lambda i, n: f"f{i}-of-{n}")
+    b = beam_writer.plan_shards("train", list(reversed(sources)), 3, lambda i, n: f"f{i}-of-{n}")
+    assert [t.sources for t in a] == [t.sources for t in b]
+    flat = [s for t in a for s in t.sources]
+    assert sorted(flat) == sorted(sources) and len(flat) == 11
+    assert [len(t.sources) for t in a] == [3, 4, 4]
+    with pytest.raises(ValueError, match="Duplicate source ids"):
+        beam_writer.plan_shards("train", sources + [("s1", 5)], 2, lambda i, n: "x")
+
+
+def test_num_shards_for():
+    assert beam_writer.num_shards_for(0, 10) == 0
+    assert beam_writer.num_shards_for(2, 10, min_shards=4) == 2
+    assert beam_writer.num_shards_for(100, 10 << 20, max_shard_size=100 << 20, min_shards=4) == 10
+    assert beam_writer.num_shards_for(100, 1, num_shards=7) == 7
+
+
+def test_build_read_back_and_skip_report(tmp_path):
+    builder = _build(tmp_path)
+    info = builder.info.splits
+    assert info["train"].num_examples == 11  # 10 ok + half0; bad0 skipped
+    assert info["test"].num_examples == 1
+    assert len(info["train"].shard_lengths) == 3
+    names = sorted(ex["name"].decode() for ex in tfds.as_numpy(builder.as_dataset(split="train")))
+    assert names == sorted([f"ok{i}" for i in range(10)] + ["half0"])
+    for ex in tfds.as_numpy(builder.as_dataset(split="test")):
+        assert ex["x"].tolist() == [100] * 4
+    report = beam_writer.read_skip_report(builder.data_dir)
+    skipped = {(s["source"], s["split"]) for s in report["skipped"]}
+    assert skipped == {("bad0", "train"), ("bad1", "test"), ("half0/part1", "train")}
+    assert report["splits"]["train"]["skipped_inputs"] == 1
+    assert report["splits"]["train"]["masked_parts"] == 1
+    assert not [f for f in os.listdir(builder.data_dir) if f.endswith((".partial", ".info.json"))]
+
+
+def test_same_input_same_order(tmp_path):
+    a = _build(tmp_path / "a")
+    b = _build(tmp_path / "b")
+    na = [ex["name"] for ex in tfds.as_numpy(a.as_dataset(split="train", shuffle_files=False))]
+    nb = [ex["name"] for ex in tfds.as_numpy(b.as_dataset(split="train", shuffle_files=False))]
+    assert na == nb and len(na) == 11
+
+
+def test_empty_shards_are_dropped_and_num_shards_honoured(tmp_path):
+    builder = _build(tmp_path, num_shards=20)
+    lengths = builder.info.splits["test"].shard_lengths
+    assert lengths == [1]  # 2 planned shards, the one holding only bad1 is dropped
+    assert sum(builder.info.splits["train"].shard_lengths) == 11
+    assert len(builder.info.splits["train"].shard_lengths) == 11  # 12 planned, bad0's shard dropped
+
+
+def test_stock_tfds_writer_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("VIDVOL_WRITER", "tfds")
+    builder = _build(tmp_path)
+    assert builder.info.splits["train"].num_examples == 11
+    report = beam_writer.read_skip_report(builder.data_dir)
+    assert {s["source"] for s in report["skipped"]} == {"bad0", "bad1", "half0/part1"}
