@@ -4,3 +4,5 @@
 """
 
 __version__ = "0.1.0"
+
+from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders)

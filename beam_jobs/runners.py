@@ -67,6 +67,8 @@ def resolve(runner: Any = None, options: po.PipelineOptions | None = None) -> tu
         flags.append(f"--direct_num_workers={default_num_workers()}")
     if not any(f.startswith("--direct_running_mode") for f in flags):
         flags.append("--direct_running_mode=multi_processing")
+    if not any(f.startswith("--default_sdk_harness_log_level") for f in flags):
+        flags.append("--default_sdk_harness_log_level=WARNING")
     flags = [f for f in flags if not f.startswith("--runner")]
     return FnApiRunner(), po.PipelineOptions(flags)
 

@@ -70,7 +70,7 @@ def _read_float32(dataobj: object, slicer: tuple) -> np.ndarray:
             order=dataobj.order,
         )
         raw = raw_proxy[slicer]
-        out = np.asarray(raw).astype(np.float32)  # native-endian copy, also for '>i2', '>f4'
+        out = np.asarray(raw).astype(np.float32, order="C")  # native-endian C-order copy, also for '>f4'
         del raw
         if slope != 1.0:
             out *= np.float32(slope)
@@ -78,7 +78,7 @@ def _read_float32(dataobj: object, slicer: tuple) -> np.ndarray:
             out += np.float32(inter)
         return out
     # Other proxies (MINC, PAR/REC) and in-memory arrays: let nibabel scale, then cast.
-    return np.asarray(np.asarray(dataobj[slicer]), dtype=np.float32)
+    return np.ascontiguousarray(np.asarray(dataobj[slicer]), dtype=np.float32)
 
 
 def load_volume(path: str | os.PathLike, *, volume_index: int = 0) -> Volume:
@@ -91,7 +91,9 @@ def load_volume(path: str | os.PathLike, *, volume_index: int = 0) -> Volume:
     try:
         img = nib.load(path)
     except _READ_ERRORS as err:
-        raise VolumeError(f"{path}: not a readable NIfTI/nibabel image ({type(err).__name__}: {err})") from err
+        raise VolumeError(
+            f"{path}: not a readable NIfTI/nibabel image ({type(err).__name__}: {err})"
+        ) from err
     if not isinstance(img, SpatialImage):
         raise VolumeError(f"{path}: expected a spatial image, nibabel opened it as {type(img).__name__}")
     shape = tuple(int(n) for n in img.shape)
@@ -141,7 +143,7 @@ def load_volume(path: str | os.PathLike, *, volume_index: int = 0) -> Volume:
 
 
 def reorient_to_ras(volume: Volume) -> Volume:
-    """Flip/permute the voxel axes to the closest canonical RAS+ order, keeping every voxel's world position."""
+    """Flip/permute voxel axes to the closest canonical RAS+ order; every voxel keeps its world position."""
     ornt = nib.orientations.io_orientation(volume.affine)
     if np.any(np.isnan(ornt)):
         raise ValueError(f"cannot determine orientation of affine:\n{volume.affine}")

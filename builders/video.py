@@ -1,0 +1,584 @@
+"""Dataset-agnostic video stages: probe, sample indices, decode, resize, pad-and-mask, encode.
+
+Every function works on one video (or one image) at a time and returns numpy arrays in RGB
+order, so that builders never see OpenCV's BGR layout. Decoding is always one sequential pass
+(``grab`` every frame, ``retrieve`` only the wanted ones): seeking in DivX/XVID AVI files is
+slow and lands on the wrong frame, and a single pass also yields the true decoded length, which
+container headers often misreport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import cv2
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DecodedFrames",
+    "ImageDecodeError",
+    "ImageNotFoundError",
+    "VideoDecodeError",
+    "VideoInfo",
+    "VideoNotFoundError",
+    "decode_frames",
+    "encode_frame",
+    "encode_frames",
+    "motion_indices",
+    "pad_and_mask",
+    "probe_video",
+    "read_image",
+    "resize_frame",
+    "uniform_indices",
+]
+
+RESIZE_MODES = ("resize", "crop")
+IMAGE_FORMATS = {"jpeg": ".jpg", "jpg": ".jpg", "png": ".png"}
+# Frame rates outside (0, MAX_SANE_FPS] are container garbage (e.g. a 90 kHz time base).
+MAX_SANE_FPS = 1000.0
+# Grab budget when the container does not report a frame count.
+DEFAULT_MAX_FRAMES_UNKNOWN = 100_000
+# Width of the grayscale thumbnails that motion_indices compares.
+MOTION_THUMB_WIDTH = 64
+
+
+class VideoDecodeError(ValueError):
+    """A video file is missing, empty, not a video, or yields no decodable frame."""
+
+
+class VideoNotFoundError(FileNotFoundError, VideoDecodeError):
+    """A video path does not exist (catchable as FileNotFoundError or VideoDecodeError)."""
+
+
+class ImageDecodeError(ValueError):
+    """An image file is empty, corrupt or not an image OpenCV can decode."""
+
+
+class ImageNotFoundError(FileNotFoundError, ImageDecodeError):
+    """An image path does not exist (catchable as FileNotFoundError or ImageDecodeError)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoInfo:
+    """Container-reported properties of a video; counts can be wrong, decoding tells the truth."""
+
+    num_frames: int  # CAP_PROP_FRAME_COUNT, 0 if unknown
+    fps: float  # 0.0 if unknown or implausible
+    height: int
+    width: int
+
+
+@dataclasses.dataclass
+class DecodedFrames:
+    """Frames kept from one sequential decoding pass, with where and when each came from."""
+
+    frames: np.ndarray  # (n, H, W, 3) uint8 RGB
+    indices: np.ndarray  # (n,) int64 source frame index of each frame, increasing
+    timestamps: np.ndarray  # (n,) float64 seconds from video start
+    num_decoded: int  # frames grabbed from the source: the real length of the video
+    fps: float  # container frame rate, 0.0 if unknown
+
+
+# --------------------------------------------------------------------------------------------
+# Opening and probing
+# --------------------------------------------------------------------------------------------
+
+
+def _check_video_file(path: str) -> None:
+    """Raise early, with a clear reason, for paths OpenCV would only report as 'not opened'."""
+    if not os.path.exists(path):
+        raise VideoNotFoundError(errno.ENOENT, "Video file not found", path)
+    if not os.path.isfile(path):
+        raise VideoDecodeError(f"{path}: expected a video file, found a directory or special file")
+    if os.path.getsize(path) == 0:
+        raise VideoDecodeError(f"{path}: video file is empty (0 bytes)")
+
+
+def _open_capture(path: str, timeout_s: float | None = None) -> cv2.VideoCapture:
+    """Open ``path`` with the FFmpeg backend (falling back to any backend) or raise."""
+    _check_video_file(path)
+    params: list[int] = []
+    if timeout_s is not None and timeout_s > 0:
+        # Lets FFmpeg's interrupt callback abort a read that blocks inside the demuxer.
+        timeout_ms = int(min(timeout_s * 1000.0, 2**31 - 1))
+        params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, timeout_ms]
+    cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, params)
+    if not cap.isOpened():
+        cap.release()
+        cap = cv2.VideoCapture(path, cv2.CAP_ANY)
+    if not cap.isOpened():
+        cap.release()
+        raise VideoDecodeError(f"{path}: OpenCV cannot open this file as a video (not a video, or damaged)")
+    return cap
+
+
+def _sane_fps(value: float) -> float:
+    """Return the frame rate if plausible, else 0.0."""
+    return float(value) if math.isfinite(value) and 0.0 < value <= MAX_SANE_FPS else 0.0
+
+
+def _sane_count(value: float) -> int:
+    """Return the container frame count if positive and finite, else 0."""
+    return int(value) if math.isfinite(value) and value > 0 else 0
+
+
+def _info_from_capture(cap: cv2.VideoCapture) -> VideoInfo:
+    """Read the container properties of an opened capture."""
+    height = cap.get(cv2.CAP_PROP_FRAME_HEIGHT)
+    width = cap.get(cv2.CAP_PROP_FRAME_WIDTH)
+    return VideoInfo(
+        num_frames=_sane_count(cap.get(cv2.CAP_PROP_FRAME_COUNT)),
+        fps=_sane_fps(cap.get(cv2.CAP_PROP_FPS)),
+        height=int(height) if math.isfinite(height) and height > 0 else 0,
+        width=int(width) if math.isfinite(width) and width > 0 else 0,
+    )
+
+
+def probe_video(path: str) -> VideoInfo:
+    """Return the container's frame count, frame rate and frame size without decoding frames."""
+    path = os.fspath(path)
+    cap = _open_capture(path)
+    try:
+        info = _info_from_capture(cap)
+    finally:
+        cap.release()
+    if info.height <= 0 or info.width <= 0:
+        raise VideoDecodeError(f"{path}: opened, but reports no frame size (not a decodable video stream)")
+    return info
+
+
+# --------------------------------------------------------------------------------------------
+# Which frames to keep
+# --------------------------------------------------------------------------------------------
+
+
+def uniform_indices(num_frames: int, num_samples: int) -> np.ndarray:
+    """Return ``num_samples`` frame indices spread evenly over the whole video.
+
+    The video is cut into ``num_samples`` equal segments and the centre frame of each is taken
+    (``floor((k + 0.5) * num_frames / num_samples)``, TSN-style test sampling): indices are
+    unique, strictly increasing and lie within half a segment of both ends. Videos with no more
+    frames than ``num_samples`` return every index.
+    """
+    if num_frames < 0 or num_samples < 0:
+        raise ValueError(f"num_frames and num_samples must be >= 0, got {num_frames} and {num_samples}")
+    if num_frames <= num_samples:
+        return np.arange(num_frames, dtype=np.int64)
+    k = np.arange(num_samples, dtype=np.int64)
+    # Exact integer arithmetic: (2k + 1) * N // (2S) == floor((k + 0.5) * N / S).
+    return ((2 * k + 1) * int(num_frames)) // (2 * int(num_samples))
+
+
+# --------------------------------------------------------------------------------------------
+# Sequential decoding
+# --------------------------------------------------------------------------------------------
+
+
+def _default_max_frames(container_count: int) -> int:
+    """Grab budget: the container count plus 10% and 100 frames of slack, or a fixed cap."""
+    if container_count <= 0:
+        return DEFAULT_MAX_FRAMES_UNKNOWN
+    return container_count + container_count // 10 + 100
+
+
+def _scan(
+    path: str,
+    wanted: np.ndarray | None,
+    on_frame: Callable[[int, np.ndarray, float], None],
+    *,
+    max_frames: int | None,
+    timeout_s: float,
+) -> tuple[int, VideoInfo]:
+    """Grab every frame of ``path`` once, hand wanted BGR frames to ``on_frame``; return the count.
+
+    ``wanted`` is a sorted unique int64 array (None = every frame). ``on_frame`` receives
+    ``(index, bgr_frame, pos_msec)``. Returns ``(num_decoded, info)``. Raises VideoDecodeError
+    when no frame decodes or the wall-clock ``timeout_s`` runs out.
+    """
+    start = time.monotonic()
+    cap = _open_capture(path, timeout_s)
+    try:
+        info = _info_from_capture(cap)
+        budget = _default_max_frames(info.num_frames) if max_frames is None else int(max_frames)
+        next_wanted = 0  # position in ``wanted`` of the next index to keep
+        index = 0
+        while index < budget:
+            if time.monotonic() - start > timeout_s:
+                raise VideoDecodeError(
+                    f"{path}: decoding timed out after {timeout_s:g} s at frame {index} (damaged or huge file?)"
+                )
+            if not cap.grab():
+                break
+            keep = wanted is None or (next_wanted < len(wanted) and wanted[next_wanted] == index)
+            if keep:
+                pos_msec = float(cap.get(cv2.CAP_PROP_POS_MSEC))
+                ok, frame = cap.retrieve()
+                if ok and frame is not None and frame.size:
+                    on_frame(index, frame, pos_msec)
+                else:
+                    logger.warning("%s: frame %d was grabbed but could not be retrieved; left out", path, index)
+                if wanted is not None:
+                    next_wanted += 1
+            index += 1
+        else:
+            logger.warning(
+                "%s: stopped after max_frames=%d grabs (container reports %d frames); length may be truncated",
+                path,
+                budget,
+                info.num_frames,
+            )
+    finally:
+        cap.release()
+    if index == 0:
+        raise VideoDecodeError(f"{path}: no decodable frame (file opens but the first frame cannot be read)")
+    if info.num_frames and index != info.num_frames:
+        logger.info("%s: container reports %d frames, decoded %d", path, info.num_frames, index)
+    return index, info
+
+
+def _to_rgb(frame: np.ndarray) -> np.ndarray:
+    """Convert an OpenCV BGR (or gray, or BGRA) frame to RGB uint8 (H, W, 3)."""
+    if frame.ndim == 2:
+        return cv2.cvtColor(frame, cv2.COLOR_GRAY2RGB)
+    if frame.shape[2] == 4:
+        return cv2.cvtColor(frame, cv2.COLOR_BGRA2RGB)
+    if frame.shape[2] == 1:
+        return cv2.cvtColor(frame[:, :, 0], cv2.COLOR_GRAY2RGB)
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+
+
+def _sorted_unique_indices(indices: Sequence[int], path: str) -> np.ndarray:
+    """Validate requested indices: integral, non-negative; return them sorted and unique."""
+    array = np.asarray(indices)
+    if array.size == 0:
+        return np.zeros((0,), np.int64)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{path}: frame indices must be a 1-D sequence of integers, got {array.dtype} {array.shape}")
+    if array.min() < 0:
+        raise ValueError(f"{path}: frame indices must be >= 0, got {int(array.min())}")
+    return np.unique(array.astype(np.int64))
+
+
+def _timestamps(pos_msec: list[float], indices: np.ndarray, fps: float) -> np.ndarray:
+    """Seconds from start: decoder positions if finite, >= 0 and increasing, else index / fps."""
+    pos = np.asarray(pos_msec, dtype=np.float64) / 1000.0
+    sane = bool(np.all(np.isfinite(pos)) and np.all(pos >= 0.0) and np.all(np.diff(pos) > 0.0))
+    # A lone frame at 0.0 is fine, but several frames all at 0 means positions are not reported.
+    if sane and (len(pos) < 2 or pos[-1] > 0.0):
+        return pos
+    if fps > 0.0:
+        return indices.astype(np.float64) / fps
+    return np.full(indices.shape, np.nan, dtype=np.float64)
+
+
+def decode_frames(
+    path: str,
+    indices: Sequence[int] | None = None,
+    *,
+    size: tuple[int, int] | None = None,
+    resize_mode: str = "resize",
+    max_frames: int | None = None,
+    timeout_s: float = 120.0,
+) -> DecodedFrames:
+    """Decode the wanted frames of a video in one sequential pass, as RGB, optionally resized.
+
+    ``indices`` are sorted and deduplicated (None = every frame); wanted indices past the real
+    end of the stream are simply absent from the result. The whole stream is grabbed so that
+    ``num_decoded`` is the true length, bounded by ``max_frames`` grabs (default: container count
+    + 10% + 100, or 100k if unknown) and by ``timeout_s`` wall-clock seconds. Each kept frame is
+    resized immediately to ``size`` = (height, width) with :func:`resize_frame`. Timestamps are
+    the decoder's positions when finite and increasing, else ``index / fps`` (NaN without fps).
+    """
+    path = os.fspath(path)
+    if resize_mode not in RESIZE_MODES:
+        raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
+    if size is not None:
+        size = _check_size(size)
+    wanted = None if indices is None else _sorted_unique_indices(indices, path)
+    if wanted is not None and wanted.size == 0:
+        logger.debug("%s: no frame indices requested; only counting frames", path)
+
+    kept_indices: list[int] = []
+    kept_pos: list[float] = []
+    kept_frames: list[np.ndarray] = []
+    # With known indices the output is preallocated once, so only one copy of the frames is held.
+    buffer: list[np.ndarray | None] = [None]
+
+    def on_frame(index: int, bgr: np.ndarray, pos_msec: float) -> None:
+        rgb = _to_rgb(bgr)
+        if size is not None:
+            rgb = resize_frame(rgb, size, mode=resize_mode)
+        if wanted is None:
+            kept_frames.append(rgb)
+        else:
+            if buffer[0] is None:
+                buffer[0] = np.zeros((len(wanted), *rgb.shape), dtype=np.uint8)
+            elif buffer[0].shape[1:] != rgb.shape:
+                raise VideoDecodeError(
+                    f"{path}: frame {index} has shape {rgb.shape}, earlier frames {buffer[0].shape[1:]}; "
+                    "pass size= to resize frames of a stream whose size changes"
+                )
+            buffer[0][len(kept_indices)] = rgb
+        kept_indices.append(index)
+        kept_pos.append(pos_msec)
+
+    num_decoded, info = _scan(path, wanted, on_frame, max_frames=max_frames, timeout_s=timeout_s)
+
+    n = len(kept_indices)
+    if wanted is None:
+        if kept_frames and any(f.shape != kept_frames[0].shape for f in kept_frames):
+            raise VideoDecodeError(f"{path}: frame size changes within the stream; pass size= to resize")
+        frames = np.stack(kept_frames) if kept_frames else None
+        kept_frames.clear()
+    else:
+        frames = buffer[0]
+        if frames is not None and n < len(frames):
+            frames = frames[:n].copy()  # only when wanted frames lie past the real end
+    if frames is None:
+        height, width = size if size is not None else (info.height, info.width)
+        frames = np.zeros((0, height, width, 3), dtype=np.uint8)
+    index_array = np.asarray(kept_indices, dtype=np.int64)
+    return DecodedFrames(
+        frames=frames,
+        indices=index_array,
+        timestamps=_timestamps(kept_pos, index_array, info.fps),
+        num_decoded=num_decoded,
+        fps=info.fps,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Key-frame (motion) sampling
+# --------------------------------------------------------------------------------------------
+
+
+def _thumbnail(bgr: np.ndarray, width: int = MOTION_THUMB_WIDTH) -> np.ndarray:
+    """Downscaled float32 grayscale copy of a frame, for cheap frame differences."""
+    gray = bgr if bgr.ndim == 2 else cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY if bgr.shape[2] == 3 else cv2.COLOR_BGRA2GRAY)
+    height = max(1, round(gray.shape[0] * width / gray.shape[1]))
+    return cv2.resize(gray, (width, height), interpolation=cv2.INTER_AREA).astype(np.float32)
+
+
+def motion_indices(
+    path: str,
+    num_samples: int,
+    *,
+    num_candidates: int | None = None,
+    info: VideoInfo | None = None,
+    timeout_s: float = 120.0,
+) -> np.ndarray:
+    """Return the ``num_samples`` frame indices that follow the largest visual changes, in time order.
+
+    Candidates are ``uniform_indices(num_frames, num_candidates or 4 * num_samples)``. Each
+    candidate scores the mean absolute difference of its 64-px-wide grayscale thumbnail to the
+    previous candidate; the first candidate scores +inf, so the opening frame is always kept.
+    The top scores win, ties broken by earlier index (deterministic). Videos with no more than
+    ``num_samples`` frames return every index; the frame count comes from ``info`` or a probe
+    (a counting pass if the container does not report it), and is re-counted when the container
+    count overstates the real length.
+    """
+    path = os.fspath(path)
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+    if num_candidates is not None and num_candidates < num_samples:
+        raise ValueError(f"num_candidates ({num_candidates}) must be >= num_samples ({num_samples})")
+    info = info if info is not None else probe_video(path)
+    num_frames = info.num_frames
+    if num_frames <= 0:
+        num_frames = decode_frames(path, [], timeout_s=timeout_s).num_decoded
+    return _motion_indices(path, num_samples, num_candidates, num_frames, timeout_s, retry=True)
+
+
+def _motion_indices(
+    path: str, num_samples: int, num_candidates: int | None, num_frames: int, timeout_s: float, *, retry: bool
+) -> np.ndarray:
+    """Score candidates over ``num_frames`` frames; recount once if the video is shorter."""
+    if num_frames <= num_samples:
+        return np.arange(num_frames, dtype=np.int64)
+    candidates = uniform_indices(num_frames, num_candidates or 4 * num_samples)
+    found: list[int] = []
+    scores: list[float] = []
+    previous: list[np.ndarray | None] = [None]
+
+    def on_frame(index: int, bgr: np.ndarray, pos_msec: float) -> None:
+        thumb = _thumbnail(bgr)
+        prev = previous[0]
+        scores.append(math.inf if prev is None else float(np.mean(np.abs(thumb - prev))))
+        previous[0] = thumb
+        found.append(index)
+
+    num_decoded, _ = _scan(path, candidates, on_frame, max_frames=None, timeout_s=timeout_s)
+    if len(found) < num_samples:
+        if retry and num_decoded < num_frames:
+            logger.info("%s: container count %d > decoded %d; re-sampling", path, num_frames, num_decoded)
+            return _motion_indices(path, num_samples, num_candidates, num_decoded, timeout_s, retry=False)
+        return np.asarray(found, dtype=np.int64)
+    # Stable sort on -score keeps the earlier candidate first among equal scores.
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:num_samples]
+    return np.sort(np.asarray(found, dtype=np.int64)[order])
+
+
+# --------------------------------------------------------------------------------------------
+# Resizing, padding, images, encoding
+# --------------------------------------------------------------------------------------------
+
+
+def _check_size(size: tuple[int, int]) -> tuple[int, int]:
+    """Validate a (height, width) pair of positive integers."""
+    if len(size) != 2 or any(int(s) != s or s <= 0 for s in size):
+        raise ValueError(f"size must be (height, width) positive integers, got {size!r}")
+    return int(size[0]), int(size[1])
+
+
+def _interpolation(src_hw: tuple[int, int], dst_hw: tuple[int, int]) -> int:
+    """INTER_AREA when shrinking (no aliasing), INTER_LINEAR when any side grows."""
+    return cv2.INTER_AREA if dst_hw[0] <= src_hw[0] and dst_hw[1] <= src_hw[1] else cv2.INTER_LINEAR
+
+
+def resize_frame(
+    frame: np.ndarray,
+    size: tuple[int, int],
+    *,
+    mode: str = "resize",
+    interpolation: int | None = None,
+) -> np.ndarray:
+    """Resize one (H, W[, C]) frame to ``size`` = (height, width).
+
+    ``mode="resize"`` stretches to the target (aspect ratio not kept); ``mode="crop"`` scales
+    keeping the aspect ratio until the frame covers the target, then crops the centre.
+    Interpolation defaults to INTER_AREA when shrinking and INTER_LINEAR when enlarging.
+    """
+    if mode not in RESIZE_MODES:
+        raise ValueError(f"resize mode must be one of {RESIZE_MODES}, got {mode!r}")
+    height, width = _check_size(size)
+    if frame.ndim not in (2, 3) or frame.shape[0] == 0 or frame.shape[1] == 0:
+        raise ValueError(f"expected a non-empty (H, W) or (H, W, C) frame, got shape {frame.shape}")
+    src_h, src_w = frame.shape[:2]
+    if mode == "resize":
+        if (src_h, src_w) == (height, width):
+            return frame
+        interp = interpolation if interpolation is not None else _interpolation((src_h, src_w), (height, width))
+        out = cv2.resize(frame, (width, height), interpolation=interp)
+    else:
+        scale = max(height / src_h, width / src_w)
+        # Round, but never below the target on either side, so the crop always fits.
+        new_h = max(height, round(src_h * scale))
+        new_w = max(width, round(src_w * scale))
+        if (new_h, new_w) != (src_h, src_w):
+            interp = interpolation if interpolation is not None else _interpolation((src_h, src_w), (new_h, new_w))
+            scaled = cv2.resize(frame, (new_w, new_h), interpolation=interp)
+        else:
+            scaled = frame
+        top = (new_h - height) // 2
+        left = (new_w - width) // 2
+        out = np.ascontiguousarray(scaled[top : top + height, left : left + width])
+    if frame.ndim == 3 and out.ndim == 2:  # cv2.resize drops a trailing channel of size 1
+        out = out[:, :, None]
+    return out
+
+
+def pad_and_mask(
+    frames: np.ndarray | Sequence[np.ndarray],
+    length: int,
+    *,
+    frame_shape: tuple[int, int, int] | None = None,
+    positions: Sequence[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Place frames into a fixed-length uint8 clip and return ``(video, mask)``, mask 1 = real frame.
+
+    Frames fill slots ``0..n-1`` in order, or the given ``positions`` (other slots stay zero
+    with mask 0, e.g. for missing frames in the middle). ``frame_shape`` = (H, W, C) is needed
+    when there are no frames, and is checked against them otherwise.
+    """
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}")
+    n = len(frames)
+    if n > length:
+        raise ValueError(f"got {n} frames, more than the clip length {length}")
+    if n:
+        shape = tuple(frames[0].shape)
+        if len(shape) != 3:
+            raise ValueError(f"expected frames of shape (H, W, C), got {shape}")
+        if frame_shape is not None and tuple(frame_shape) != shape:
+            raise ValueError(f"frames have shape {shape}, but frame_shape={tuple(frame_shape)}")
+    elif frame_shape is None:
+        raise ValueError("frame_shape is required when there are no frames")
+    else:
+        shape = tuple(int(s) for s in frame_shape)
+    if positions is None:
+        slots = np.arange(n, dtype=np.int64)
+    else:
+        slots = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if len(slots) != n:
+            raise ValueError(f"got {len(slots)} positions for {n} frames")
+        if n and (slots.min() < 0 or slots.max() >= length):
+            raise ValueError(f"positions must lie in [0, {length}), got {slots.min()}..{slots.max()}")
+        if len(np.unique(slots)) != n:
+            raise ValueError("positions must be unique")
+
+    video = np.zeros((length, *shape), dtype=np.uint8)
+    mask = np.zeros((length,), dtype=np.uint8)
+    for slot, frame in zip(slots, frames):
+        if frame.shape != shape:
+            raise ValueError(f"frame for slot {slot} has shape {frame.shape}, expected {shape}")
+        if frame.dtype != np.uint8:
+            raise ValueError(f"frames must be uint8, got {frame.dtype}")
+        video[slot] = frame
+    mask[slots] = 1
+    return video, mask
+
+
+def read_image(
+    path: str,
+    *,
+    size: tuple[int, int] | None = None,
+    resize_mode: str = "resize",
+) -> np.ndarray:
+    """Read an image file as RGB uint8 (H, W, 3), gray inputs expanded to 3 channels, optionally resized."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ImageNotFoundError(errno.ENOENT, "Image file not found", path)
+    if not os.path.isfile(path):
+        raise ImageDecodeError(f"{path}: expected an image file, found a directory or special file")
+    if os.path.getsize(path) == 0:
+        raise ImageDecodeError(f"{path}: image file is empty (0 bytes)")
+    # imdecode on the bytes (rather than imread) works for any path encoding and never warns on stdout.
+    data = np.fromfile(path, dtype=np.uint8)
+    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if bgr is None or bgr.size == 0:
+        raise ImageDecodeError(f"{path}: OpenCV cannot decode this file as an image (corrupt or unsupported)")
+    rgb = _to_rgb(bgr)
+    if size is not None:
+        rgb = resize_frame(rgb, size, mode=resize_mode)
+    return rgb
+
+
+def encode_frame(frame: np.ndarray, *, image_format: str = "jpeg", quality: int = 90) -> bytes:
+    """Encode one RGB uint8 (H, W, 3) frame as JPEG (at ``quality``) or PNG bytes."""
+    ext = IMAGE_FORMATS.get(image_format.lower())
+    if ext is None:
+        raise ValueError(f"image_format must be one of {sorted(IMAGE_FORMATS)}, got {image_format!r}")
+    if not 0 <= quality <= 100:
+        raise ValueError(f"quality must be in [0, 100], got {quality}")
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        raise ValueError(f"expected an RGB uint8 frame (H, W, 3), got {frame.dtype} {frame.shape}")
+    params = [cv2.IMWRITE_JPEG_QUALITY, int(quality)] if ext == ".jpg" else []
+    ok, buf = cv2.imencode(ext, cv2.cvtColor(frame, cv2.COLOR_RGB2BGR), params)
+    if not ok:
+        raise ValueError(f"OpenCV failed to encode a {frame.shape} frame as {image_format}")
+    return buf.tobytes()
+
+
+def encode_frames(frames: np.ndarray, *, image_format: str = "jpeg", quality: int = 90) -> list[bytes]:
+    """Encode each RGB frame of a (T, H, W, 3) clip, the pre-encoded form TFDS's Video feature stores."""
+    if frames.ndim != 4:
+        raise ValueError(f"expected frames of shape (T, H, W, 3), got {frames.shape}")
+    return [encode_frame(frame, image_format=image_format, quality=quality) for frame in frames]

@@ -1,0 +1,158 @@
+"""HMDB51 manual_dir layouts: find the videos and official split files, or extract the .rar archives."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from vidvol.builders import archive
+
+CLASS_NAMES_FILE = os.path.join(os.path.dirname(__file__), "class_names.txt")
+ORG_DIR = "hmdb51_org"
+SPLITS_DIR = "testTrainMulti_7030_splits"
+ORG_RAR = "hmdb51_org.rar"
+SPLITS_RAR = "test_train_splits.rar"
+SPLIT_FILE_RE = re.compile(r"^(?P<cls>.+)_test_split(?P<k>[123])\.txt$")
+SPLIT_IDS = {"0": None, "1": "train", "2": "test"}
+
+EXPECTED_LAYOUT = f"""\
+Expected in manual_dir, either the extracted layout:
+  {ORG_DIR}/<class>/<video>.avi          (class folders may also sit directly in manual_dir)
+  {SPLITS_DIR}/<class>_test_split<k>.txt  (lines `<video>.avi <id>`, id 1 = train, 2 = test, 0 = unused)
+or the original archives:
+  {ORG_RAR}  (one nested <class>.rar per class)
+  {SPLITS_RAR}"""
+
+
+def class_names() -> list[str]:
+    """The 51 official HMDB51 class names, sorted."""
+    with open(CLASS_NAMES_FILE) as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitEntry:
+    """One line of an official split file."""
+
+    video: str
+    class_name: str
+    subset: str  # "train" or "test"
+    split_file: str
+    line: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where the class folders and the split files are."""
+
+    class_dirs: dict[str, str]  # class name -> folder holding its .avi files
+    splits_dir: str
+
+
+def _class_dirs_in(folder: str, names: set[str]) -> dict[str, str]:
+    """Official-class subfolders of folder."""
+    if not os.path.isdir(folder):
+        return {}
+    return {d: os.path.join(folder, d) for d in sorted(os.listdir(folder)) if d in names and os.path.isdir(os.path.join(folder, d))}
+
+
+def _find_splits_dir(root: str) -> str | None:
+    """The folder holding `<class>_test_split<k>.txt` files, searched one level deep."""
+    for cand in (os.path.join(root, SPLITS_DIR), root):
+        if os.path.isdir(cand) and any(SPLIT_FILE_RE.match(f) for f in os.listdir(cand)):
+            return cand
+    return None
+
+
+def find_layout(manual_dir: str, extract_dir: str) -> Layout:
+    """Locates the extracted layout, extracting the original .rar archives first if that is what is there."""
+    names = set(class_names())
+    if not os.path.isdir(manual_dir):
+        raise FileNotFoundError(f"HMDB51 manual_dir {manual_dir} does not exist.\n{EXPECTED_LAYOUT}")
+    class_dirs = _class_dirs_in(os.path.join(manual_dir, ORG_DIR), names) or _class_dirs_in(manual_dir, names)
+    splits_dir = _find_splits_dir(manual_dir)
+    if class_dirs and splits_dir:
+        return Layout(class_dirs, splits_dir)
+    org_rar, splits_rar = os.path.join(manual_dir, ORG_RAR), os.path.join(manual_dir, SPLITS_RAR)
+    if os.path.isfile(org_rar) and os.path.isfile(splits_rar):
+        videos_root = os.path.join(extract_dir, "hmdb51_org")
+        splits_root = os.path.join(extract_dir, "test_train_splits")
+        archive.extract_rar(org_rar, videos_root, nested=True)
+        archive.extract_rar(splits_rar, splits_root)
+        class_dirs = _class_dirs_in(videos_root, names) or _class_dirs_in(os.path.join(videos_root, ORG_DIR), names)
+        splits_dir = _find_splits_dir(splits_root)
+        if class_dirs and splits_dir:
+            return Layout(class_dirs, splits_dir)
+        raise ValueError(
+            f"Extracted {org_rar} and {splits_rar} into {extract_dir} but found "
+            f"{len(class_dirs)} class folders and split files: {bool(splits_dir)}.\n{EXPECTED_LAYOUT}"
+        )
+    found = sorted(os.listdir(manual_dir))[:20]
+    raise FileNotFoundError(
+        f"HMDB51 manual_dir {manual_dir} matches no known layout: found {found} "
+        f"({len(class_dirs)} class folders, split files: {bool(splits_dir)}).\n{EXPECTED_LAYOUT}"
+    )
+
+
+def parse_split_file(path: str, class_name: str) -> list[SplitEntry]:
+    """Parses `<video>.avi <id>` lines; a malformed line is an error naming file and line."""
+    entries = []
+    with open(path, encoding="utf-8", errors="strict") as f:
+        for lineno, raw in enumerate(f, start=1):
+            line = raw.strip()
+            if not line:
+                continue
+            parts = line.split()
+            if len(parts) != 2 or not parts[0].lower().endswith(".avi") or parts[1] not in SPLIT_IDS:
+                raise ValueError(f"{path}:{lineno}: expected `<video>.avi <id>` with id 0, 1 or 2, got {line!r}")
+            subset = SPLIT_IDS[parts[1]]
+            if subset:
+                entries.append(SplitEntry(parts[0], class_name, subset, path, lineno))
+    return entries
+
+
+def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
+    """All train/test entries of one official split, every class checked against the official names."""
+    names = set(class_names())
+    entries = []
+    files = sorted(f for f in os.listdir(layout.splits_dir) if SPLIT_FILE_RE.match(f))
+    for fname in files:
+        m = SPLIT_FILE_RE.match(fname)
+        if int(m["k"]) != split_number:
+            continue
+        if m["cls"] not in names:
+            raise ValueError(f"{os.path.join(layout.splits_dir, fname)}: {m['cls']!r} is not an HMDB51 class")
+        entries.extend(parse_split_file(os.path.join(layout.splits_dir, fname), m["cls"]))
+    if not entries:
+        raise FileNotFoundError(f"No `*_test_split{split_number}.txt` entries in {layout.splits_dir}.\n{EXPECTED_LAYOUT}")
+    return entries
+
+
+def locate_videos(layout: Layout) -> dict[str, str]:
+    """Video file name -> class folder it sits in (a name in two folders is an error)."""
+    where: dict[str, str] = {}
+    for cls, folder in layout.class_dirs.items():
+        for fname in os.listdir(folder):
+            if fname.lower().endswith(".avi"):
+                if fname in where:
+                    raise ValueError(f"{fname} appears in two class folders: {where[fname]} and {cls}")
+                where[fname] = cls
+    return where
+
+
+def check_classes(entries: list[SplitEntry], located: dict[str, str]) -> None:
+    """A video filed under another class than its split file names is an error, not a guess."""
+    for e in entries:
+        cls = located.get(e.video)
+        if cls is not None and cls != e.class_name:
+            raise ValueError(
+                f"{e.split_file}:{e.line}: {e.video} is listed for class {e.class_name!r} "
+                f"but sits in the {cls!r} class folder"
+            )
+
+
+def video_path(layout: Layout, entry: SplitEntry) -> str:
+    """Where the entry's video is expected (it may be missing: the example function reports it)."""
+    folder = layout.class_dirs.get(entry.class_name) or os.path.join(os.path.dirname(next(iter(layout.class_dirs.values()))), entry.class_name)
+    return os.path.join(folder, entry.video)
