@@ -153,8 +153,8 @@ def colour_key_ok(frame_rgb: np.ndarray, *, tolerance: int = 60) -> bool:
 
 def write_video(path: str, num_frames: int, *, height: int = 240, width: int = 320,
                 fps: float = 30.0, fourcc: str = "XVID", seed: int = 0,
-                content: str = "textured", start_index: int = 0) -> str:
-    """Write `num_frames` sample frames (`make_frame(start_index + i)`) with cv2.VideoWriter."""
+                content: str = "textured") -> str:
+    """Write frames `make_frame(0..num_frames-1)` with cv2.VideoWriter; returns `path`."""
     path = os.fspath(path)
     if num_frames < 1:
         raise ValueError(f"{path}: num_frames must be >= 1, got {num_frames}")
@@ -168,7 +168,7 @@ def write_video(path: str, num_frames: int, *, height: int = 240, width: int = 3
             "(expected e.g. XVID or MJPG for .avi, mp4v for .mp4)")
     try:
         for i in range(num_frames):
-            rgb = make_frame(start_index + i, height=height, width=width, seed=seed, content=content)
+            rgb = make_frame(i, height=height, width=width, seed=seed, content=content)
             writer.write(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     finally:
         writer.release()
@@ -351,7 +351,7 @@ def _head_volume(shape: Sequence[int], seed: int) -> np.ndarray:
     d2 = (x - 0.55 * radii[0]) ** 2 + y ** 2 + z ** 2
     volume += 600.0 * np.exp(-d2 / (2 * 0.12 ** 2)) * head  # right-side marker
     volume += rng.normal(0.0, 8.0, size=shape) * (0.2 + head)
-    return volume.astype(np.float32)
+    return np.clip(volume, 0.0, None).astype(np.float32)  # magnitude images are non-negative
 
 
 def _affine(shape: Sequence[int], spacing: Sequence[float], orientation: str) -> np.ndarray:

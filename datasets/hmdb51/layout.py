@@ -54,7 +54,16 @@ def _class_dirs_in(folder: str, names: set[str]) -> dict[str, str]:
     """Official-class subfolders of folder."""
     if not os.path.isdir(folder):
         return {}
-    return {d: os.path.join(folder, d) for d in sorted(os.listdir(folder)) if d in names and os.path.isdir(os.path.join(folder, d))}
+    found = {}
+    for d in sorted(os.listdir(folder)):
+        path = os.path.join(folder, d)
+        if d not in names or not os.path.isdir(path):
+            continue
+        # The official per-class archives hold `<class>/<video>.avi`, so extraction may nest one level.
+        if not any(f.lower().endswith(".avi") for f in os.listdir(path)) and os.path.isdir(os.path.join(path, d)):
+            path = os.path.join(path, d)
+        found[d] = path
+    return found
 
 
 def _find_splits_dir(root: str) -> str | None:

@@ -6,16 +6,13 @@ import json
 import os
 import pathlib
 import shutil
-import sys
 
 import pytest
+import rar_writer  # tests/rar_writer.py, on sys.path through tests/conftest.py
 import rarfile
+from rar_writer import RarEntry
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/ for rar_writer
-import rar_writer  # noqa: E402
-from rar_writer import RarEntry  # noqa: E402
-
-from vidvol.builders import archive  # noqa: E402
+from vidvol.builders import archive
 
 
 def _payload(seed: int, size: int) -> bytes:

@@ -1,0 +1,199 @@
+"""mri_volumes manual_dir layout: parse labels.csv, name the classes, assign subjects to splits."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import hashlib
+import logging
+import math
+import os
+import posixpath
+from collections.abc import Iterable, Sequence
+
+logger = logging.getLogger(__name__)
+
+LABELS_CSV = "labels.csv"
+DEFAULT_LABEL_COLUMN = "label"
+# Used only when the configured column is the default "label" and the CSV lacks it.
+LABEL_COLUMN_ALIASES = ("pass",)
+SPLITS = ("train", "validation", "test")
+# Hash assignment when the CSV has no `split` column: cumulative upper bounds of train, validation, test.
+SPLIT_FRACTIONS = (0.8, 0.9, 1.0)
+
+EXPECTED_LAYOUT = f"""\
+Expected in manual_dir: {LABELS_CSV} with a header row and the columns
+  path     a .nii or .nii.gz file, relative to manual_dir or absolute
+  label    the class of the scan (the column name is the config's `label_column`;
+           a `pass` column is accepted when the config keeps the default `label`)
+  subject  optional: scans of one subject always land in the same split
+  split    optional: train, validation or test (otherwise 80/10/10 by a stable hash of subject, or path)"""
+
+
+class LayoutError(ValueError):
+    """labels.csv cannot be used as it is; the message names the file (and line) and what was expected."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One scan listed in labels.csv."""
+
+    path: str  # as listed in the CSV (stripped)
+    label: str
+    subject: str  # "" when the CSV has no subject column or the cell is empty
+    split: str  # train, validation or test
+    line: int
+    csv_path: str
+
+    @property
+    def origin(self) -> str:
+        """`file:line` where the row was read, for messages."""
+        return f"{self.csv_path}:{self.line}"
+
+
+def _find_column(fieldnames: Sequence[str], name: str) -> str | None:
+    """The header cell matching `name` (exact after strip, else case-insensitive), or None."""
+    stripped = {f.strip(): f for f in fieldnames}
+    if name in stripped:
+        return stripped[name]
+    folded = {f.strip().lower(): f for f in fieldnames}
+    return folded.get(name.lower())
+
+
+def resolve_label_column(fieldnames: Sequence[str], label_column: str, csv_path: str) -> str:
+    """The header cell that holds the labels; the `pass` alias only stands in for the default `label`."""
+    found = _find_column(fieldnames, label_column)
+    if found is not None:
+        return found
+    if label_column == DEFAULT_LABEL_COLUMN:
+        aliases = [c for c in (_find_column(fieldnames, a) for a in LABEL_COLUMN_ALIASES) if c is not None]
+        if len(aliases) == 1:
+            logger.info("%s: no %r column, using %r as the label column", csv_path, label_column, aliases[0])
+            return aliases[0]
+    raise LayoutError(
+        f"{csv_path}: no label column {label_column!r}; found columns {list(fieldnames)}. "
+        f"Set the config's label_column to the column holding the labels.\n{EXPECTED_LAYOUT}"
+    )
+
+
+def split_for(identity: str) -> str:
+    """Deterministic 80/10/10 train/validation/test bucket of a subject (or path) from its SHA-256."""
+    digest = hashlib.sha256(identity.encode("utf-8")).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2.0**64
+    for split, bound in zip(SPLITS, SPLIT_FRACTIONS):
+        if fraction < bound:
+            return split
+    return SPLITS[-1]
+
+
+def read_labels_csv(csv_path: str, *, label_column: str = DEFAULT_LABEL_COLUMN) -> list[Row]:
+    """Parses labels.csv into rows; a bad header, empty cell, unknown split or repeated path is an error."""
+    if not os.path.isfile(csv_path):
+        raise FileNotFoundError(f"{csv_path}: labels file not found.\n{EXPECTED_LAYOUT}")
+    rows: list[Row] = []
+    first_line: dict[str, int] = {}
+    with open(csv_path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        fieldnames = reader.fieldnames or []
+        path_col = _find_column(fieldnames, "path")
+        if path_col is None:
+            raise LayoutError(f"{csv_path}: no `path` column; found columns {list(fieldnames)}.\n{EXPECTED_LAYOUT}")
+        label_col = resolve_label_column(fieldnames, label_column, csv_path)
+        subject_col = _find_column(fieldnames, "subject")
+        split_col = _find_column(fieldnames, "split")
+        for record in reader:
+            line = reader.line_num
+            path = (record.get(path_col) or "").strip()
+            label = (record.get(label_col) or "").strip()
+            if not path:
+                raise LayoutError(f"{csv_path}:{line}: empty `path` cell, expected a .nii or .nii.gz file")
+            if not label:
+                raise LayoutError(f"{csv_path}:{line}: empty label in column {label_col!r} for {path}")
+            if "\n" in label or "\r" in label:
+                raise LayoutError(f"{csv_path}:{line}: label {label!r} spans lines; expected a one-line class name")
+            normalized = posixpath.normpath(path.replace("\\", "/"))
+            if normalized in first_line:
+                raise LayoutError(f"{csv_path}:{line}: {path} is already listed at line {first_line[normalized]}")
+            first_line[normalized] = line
+            subject = (record.get(subject_col) or "").strip() if subject_col else ""
+            if split_col:
+                split = (record.get(split_col) or "").strip().lower()
+                if split not in SPLITS:
+                    raise LayoutError(
+                        f"{csv_path}:{line}: unknown split {record.get(split_col)!r} for {path}, expected one of {SPLITS}"
+                    )
+            else:
+                split = split_for(subject or path)
+            rows.append(Row(path=path, label=label, subject=subject, split=split, line=line, csv_path=csv_path))
+    if not rows:
+        raise LayoutError(f"{csv_path}: no rows after the header.\n{EXPECTED_LAYOUT}")
+    if split_col:
+        _warn_straddling_subjects(rows)
+    return rows
+
+
+def _warn_straddling_subjects(rows: Iterable[Row]) -> None:
+    """Logs subjects that a user-given split column puts into more than one split (hashing never does)."""
+    splits_of: dict[str, set[str]] = collections.defaultdict(set)
+    for row in rows:
+        if row.subject:
+            splits_of[row.subject].add(row.split)
+    mixed = sorted(s for s, splits in splits_of.items() if len(splits) > 1)
+    if mixed:
+        logger.warning("split column puts %d subjects into more than one split, e.g. %s", len(mixed), mixed[:5])
+
+
+def _as_number(value: str) -> float | None:
+    """The finite number a label spells, or None."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def label_names(values: Iterable[str]) -> list[str]:
+    """Distinct labels, sorted numerically when all are finite numbers ("2" < "10"), else as strings."""
+    distinct = set(values)
+    numbers = {v: _as_number(v) for v in distinct}
+    if distinct and all(n is not None for n in numbers.values()):
+        return sorted(distinct, key=lambda v: (numbers[v], v))
+    return sorted(distinct)
+
+
+def check_labels(rows: Iterable[Row], names: Sequence[str]) -> None:
+    """Every row's label must be one of the declared class names."""
+    known = set(names)
+    for row in rows:
+        if row.label not in known:
+            raise LayoutError(f"{row.origin}: label {row.label!r} is not one of the declared label_names {list(names)}")
+
+
+def is_absolute(path: str) -> bool:
+    """Absolute in the CSV's own terms (POSIX or this OS)."""
+    return path.startswith("/") or os.path.isabs(path)
+
+
+def local_path(manual_dir: str, row: Row) -> str:
+    """The file to read: the CSV path itself when absolute, else joined onto manual_dir."""
+    if is_absolute(row.path):
+        return row.path
+    return os.path.join(manual_dir, *posixpath.normpath(row.path.replace("\\", "/")).split("/"))
+
+
+def example_key(manual_dir: str, row: Row) -> str:
+    """Stable example key with no local absolute path: the relative path, or a hash-tagged name for outside files."""
+    if not is_absolute(row.path):
+        return posixpath.normpath(row.path.replace("\\", "/"))
+    rel = os.path.relpath(row.path, manual_dir)
+    if not rel.startswith(os.pardir):
+        return posixpath.normpath(rel.replace(os.sep, "/"))
+    digest = hashlib.sha256(row.path.encode("utf-8")).hexdigest()[:12]
+    return f"external/{digest}/{os.path.basename(row.path)}"
+
+
+def rows_by_split(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """Rows grouped into train, validation, test, in that order, leaving out splits with no rows."""
+    grouped = {split: [r for r in rows if r.split == split] for split in SPLITS}
+    return {split: group for split, group in grouped.items() if group}
