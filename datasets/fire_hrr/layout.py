@@ -133,7 +133,7 @@ def _resolve(root: str, frame: str) -> str:
 def read_labels(path: str, root: str) -> list[FrameExperiment]:
     """Parses labels.csv into experiments (first-appearance order); any malformed row is an error with file:line."""
     path = os.fspath(path)
-    rows: dict[str, dict[str, list]] = {}
+    rows: dict[str, dict] = {}
     split_of: dict[str, tuple[str, int]] = {}
     has_time = has_split = False
     for line, row in _rows(path, LABEL_COLUMNS, OPTIONAL_LABEL_COLUMNS):
@@ -156,14 +156,15 @@ def read_labels(path: str, root: str) -> list[FrameExperiment]:
                 f"{path}:{line}: experiment {name!r} is in split {split!r} here but in {first_split!r} "
                 f"at line {first_line}; an experiment belongs to one split"
             )
-        entry = rows.setdefault(name, {"frames": [], "hrr": [], "time": [], "line": [line]})
+        entry = rows.setdefault(name, {"frames": [], "hrr": [], "time": [], "line": line, "last": -math.inf})
         split_of.setdefault(name, (split, line))
-        earlier = [t for t in entry["time"] if not math.isnan(t)]
-        if not math.isnan(time) and earlier and time < earlier[-1]:
-            raise LabelsError(
-                f"{path}:{line}: time {time:g} s of experiment {name!r} goes back from {earlier[-1]:g} s; "
-                "rows must be in time order within an experiment"
-            )
+        if not math.isnan(time):
+            if time < entry["last"]:
+                raise LabelsError(
+                    f"{path}:{line}: time {time:g} s of experiment {name!r} goes back from {entry['last']:g} s; "
+                    "rows must be in time order within an experiment"
+                )
+            entry["last"] = time
         entry["frames"].append(row["frame"])
         entry["hrr"].append(hrr)
         entry["time"].append(time)
@@ -173,7 +174,7 @@ def read_labels(path: str, root: str) -> list[FrameExperiment]:
         FrameExperiment(
             name=name, split=split_of[name][0], frames=tuple(e["frames"]),
             paths=tuple(_resolve(root, f) for f in e["frames"]), hrr=tuple(e["hrr"]),
-            time=tuple(e["time"]) if has_time else None, origin=f"{path}:{e['line'][0]}",
+            time=tuple(e["time"]) if has_time else None, origin=f"{path}:{e['line']}",
         )
         for name, e in rows.items()
     ]

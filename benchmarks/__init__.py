@@ -1,0 +1,1 @@
+"""Benchmarks: read/build throughput and memory against the read-time pipelines."""
