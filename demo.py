@@ -14,6 +14,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
+from vidvol import preview
 from vidvol import samples
 from vidvol.builders import beam_writer
 
@@ -104,6 +105,8 @@ def run(out: str, *, names: list[str] | None = None, fresh: bool = True) -> dict
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual))
         print(f"   built in {time.perf_counter() - start:.1f} s -> {builder.data_dir}")
         results[full] = describe(full, data_dir, ds.mask_key)
+        png = preview.save(full, os.path.join(out, f"preview_{ds.name}.png"), data_dir=data_dir)
+        results[full].append(f"  preview     {png}")
         print("\n".join(results[full]), flush=True)
     return results
 
