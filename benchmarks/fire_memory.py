@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -26,10 +25,9 @@ from typing import Any, Sequence
 
 import psutil
 
-logger = logging.getLogger(__name__)
-
 GIB = 2**30
 MIB = 2**20
+SHELLS = ("sh", "dash", "bash")
 WORKER_MARKER = "sdk_worker_main"  # Beam's SDK worker processes run `-m apache_beam.runners.worker.sdk_worker_main`
 
 
@@ -42,7 +40,7 @@ def write_inputs(root: str, *, experiments: int, frames: int, height: int, width
     if os.path.isfile(stamp):
         with open(stamp) as f:
             if json.load(f) == spec:
-                logger.info("reusing inputs under %s", root)
+                print(f"reusing inputs under {root}", flush=True)
                 return os.path.join(root, "labels.csv")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -51,7 +49,7 @@ def write_inputs(root: str, *, experiments: int, frames: int, height: int, width
     samples.write_fire_hrr_frames(root, experiments=names, height=height, width=width, quality=quality)
     with open(stamp, "w") as f:
         json.dump(spec, f)
-    logger.info("wrote %d experiments x %d frames at %dx%d in %.0f s", experiments, frames, height, width, time.monotonic() - start)
+    print(f"wrote {experiments} experiments x {frames} frames at {height}x{width} in {time.monotonic() - start:.0f} s", flush=True)
     return os.path.join(root, "labels.csv")
 
 
@@ -89,10 +87,10 @@ class TreeMonitor(threading.Thread):
         self.peaks: dict[int, dict[str, Any]] = {}
         self.total_peak = 0
         self.samples = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 procs = [self.root] + self.root.children(recursive=True)
             except psutil.NoSuchProcess:
@@ -103,7 +101,8 @@ class TreeMonitor(threading.Thread):
                     rss = p.memory_info().rss
                     if p.pid not in self.peaks:
                         cmd = " ".join(p.cmdline())
-                        kind = "driver" if p.pid == self.root.pid else ("worker" if WORKER_MARKER in cmd else "other")
+                        worker = WORKER_MARKER in cmd and p.name() not in SHELLS  # Beam starts workers via `sh -c`
+                        kind = "driver" if p.pid == self.root.pid else ("worker" if worker else "other")
                         self.peaks[p.pid] = {"kind": kind, "peak_rss": 0, "cmd": cmd[:160]}
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
@@ -111,10 +110,10 @@ class TreeMonitor(threading.Thread):
                 self.peaks[p.pid]["peak_rss"] = max(self.peaks[p.pid]["peak_rss"], rss)
             self.total_peak = max(self.total_peak, total)
             self.samples += 1
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
 
@@ -149,6 +148,7 @@ def build_once(manual_dir: str, data_dir: str, *, config: str, interval: float, 
         "driver_peak_mib": round(max(driver, default=0) / MIB, 1),
         "worker_peak_mib": round(max(workers, default=0) / MIB, 1),
         "worker_peaks_mib": sorted(round(w / MIB, 1) for w in workers),
+        "processes": sorted(monitor.peaks.values(), key=lambda p: -p["peak_rss"]),
         "num_workers": len(workers),
         "tree_total_peak_mib": round(monitor.total_peak / MIB, 1),
         "tree_ru_maxrss_mib": round(usage.ru_maxrss * 1024 / MIB, 1),  # Linux: KiB; largest process of the tree
@@ -194,7 +194,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-worker-gib", type=float, default=2.0)
     parser.add_argument("--flat-tolerance", type=float, default=0.10)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     out = os.path.abspath(args.out)
     labels = write_inputs(os.path.join(out, "inputs"), experiments=max(args.experiments), frames=args.frames,
@@ -207,7 +206,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for count in sorted(args.experiments):
         manual_dir = os.path.join(out, f"manual_{count}")
         rows = subset_labels(labels, manual_dir, count)
-        logger.info("building %d experiments (%d frames)", count, rows)
         r = build_once(manual_dir, os.path.join(out, f"data_{count}"), config=args.config, interval=args.interval,
                        extra=extra, env=env)
         results[count] = r
