@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -86,7 +86,3 @@ def volume_example(
     del cropped
     yield source.key, example
 
-
-def spec_size_bytes(spatial_size: Sequence[int]) -> int:
-    """Raw float32 bytes of one output volume (for shard sizing)."""
-    return 4 * int(np.prod([int(n) for n in spatial_size]))

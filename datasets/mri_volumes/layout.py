@@ -182,13 +182,22 @@ def local_path(manual_dir: str, row: Row) -> str:
     return os.path.join(manual_dir, *posixpath.normpath(row.path.replace("\\", "/")).split("/"))
 
 
+def listed_path(manual_dir: str, row: Row) -> str:
+    """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative."""
+    if is_absolute(row.path):
+        rel = os.path.relpath(row.path, manual_dir)
+        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            return posixpath.normpath(rel.replace(os.sep, "/"))
+    return row.path
+
+
 def example_key(manual_dir: str, row: Row) -> str:
     """Stable example key with no local absolute path: the relative path, or a hash-tagged name for outside files."""
     if not is_absolute(row.path):
         return posixpath.normpath(row.path.replace("\\", "/"))
-    rel = os.path.relpath(row.path, manual_dir)
-    if not rel.startswith(os.pardir):
-        return posixpath.normpath(rel.replace(os.sep, "/"))
+    inside = listed_path(manual_dir, row)
+    if not is_absolute(inside):
+        return inside
     digest = hashlib.sha256(row.path.encode("utf-8")).hexdigest()[:12]
     return f"external/{digest}/{os.path.basename(row.path)}"
 

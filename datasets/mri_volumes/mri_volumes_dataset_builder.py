@@ -12,9 +12,11 @@ from vidvol.builders import beam_writer
 from vidvol.builders import volume_examples
 from vidvol.datasets.mri_volumes import layout
 
-# Read speed first (README.md, "Storage"): raw bytes decode with one decode_raw copy. zlib would
-# shrink the mask from 2 MiB to 2 KiB at 128^3, but inflating it costs more than reading it raw.
-VOLUME_ENCODING = tfds.features.Encoding.BYTES
+# Read speed first (README.md, "Storage", measured by measure_storage.py): the volume as a packed
+# float list parses straight into the float32 tensor (one copy less than raw bytes + decode_raw);
+# the mask as raw bytes (a uint8 "none" list would be int64 varints; zlib inflation of the 2 MiB
+# box mask costs more CPU than reading it raw).
+VOLUME_ENCODING = tfds.features.Encoding.NONE
 MASK_ENCODING = tfds.features.Encoding.BYTES
 
 
@@ -28,6 +30,11 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
     normalization: str = "none"  # "none", "zscore" or "minmax" (statistics inside the mask)
     label_column: str = layout.DEFAULT_LABEL_COLUMN
     label_names: tuple[str, ...] | None = None  # None: the CSV's distinct labels, sorted
+
+    def __post_init__(self):
+        self.volume_spec  # noqa: B018  (fails early on a bad shape, pixdim, index or normalization)
+        if not str(self.label_column).strip():
+            raise ValueError(f"config {self.name!r}: label_column must name a CSV column, got {self.label_column!r}")
 
     @property
     def volume_spec(self) -> volume_examples.VolumeSpec:
@@ -50,7 +57,7 @@ class Builder(beam_writer.StreamingBeamBuilder):
     ]
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
 {layout.EXPECTED_LAYOUT}
-Another label column name: --config '{{"name": "128_pass", "label_column": "pass"}}'."""
+Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}}' (any MriVolumesConfig field)."""
 
     def _info(self) -> tfds.core.DatasetInfo:
         cfg = self.builder_config
@@ -90,12 +97,12 @@ Another label column name: --config '{{"name": "128_pass", "label_column": "pass
             for split, split_rows in layout.rows_by_split(rows).items()
         }
 
-    def _generate_examples(self, rows, manual_dir, names):
+    def _generate_examples(self, rows: list[layout.Row], manual_dir: str, names: list[str]):
         index = {name: i for i, name in enumerate(names)}
         sources = []
         for row in rows:
             key = layout.example_key(manual_dir, row)
-            features = {"label": index[row.label], "path": row.path, "subject": row.subject}
+            features = {"label": index[row.label], "path": layout.listed_path(manual_dir, row), "subject": row.subject}
             sources.append(
                 (key, volume_examples.VolumeSource(layout.local_path(manual_dir, row), key, features, row.origin))
             )
