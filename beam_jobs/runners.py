@@ -3,13 +3,22 @@
 Builds never need the internet: apache-beam 2.77's `DirectRunner` first tries to download a
 Prism binary, so "direct" here always means Beam's `FnApiRunner` (the engine behind the direct
 runner), multi-process with one SDK worker per core.
+
+`RECIPES` names, per runner a user can pick (`direct`, `portable`, `flink`, `spark`, `dataflow`),
+the Beam runner class, the options it cannot run without and what it needs so its workers can
+import vidvol; `pipeline_flags` turns a runner name plus user flags into a checked flag list, and
+`unknown_options` catches a misspelled option before a cluster job is submitted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import difflib
+import io
 import logging
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from apache_beam.options import pipeline_options as po
 
@@ -17,6 +26,60 @@ logger = logging.getLogger(__name__)
 
 # Runner names that mean "run it here"; all of them map to the FnApiRunner.
 LOCAL_RUNNER_NAMES = ("", "direct", "directrunner", "fnapirunner", "bundlebasedrunner")
+
+
+class UnknownOptionError(ValueError):
+    """A flag that the installed Beam's PipelineOptions do not define (usually a misspelling)."""
+
+
+class InvalidOptionError(ValueError):
+    """A known option with a value Beam's parser rejects (not a choice, not a number, ...)."""
+
+
+class MissingOptionError(ValueError):
+    """A runner was picked without an option it cannot run without."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerRecipe:
+    """What one runner choice means: Beam runner class, required options, how workers get vidvol."""
+
+    name: str  # the `--runner` choice of `python -m vidvol.beam_jobs.build`
+    beam_runner: str  # the Beam `--runner` value
+    required: tuple[str, ...] = ()  # option names (PipelineOptions keys) it cannot run without
+    worker_env: tuple[str, ...] = ()  # one of these ships vidvol + OpenCV + nibabel to the workers
+    tested_here: bool = False  # run for real by `make test` (only direct and portable/EXTERNAL)
+    note: str = ""
+
+
+RECIPES: dict[str, RunnerRecipe] = {
+    r.name: r
+    for r in (
+        RunnerRecipe(
+            "direct", "DirectRunner", tested_here=True,
+            note="FnApiRunner, multi-process, one SDK worker per core; never downloads Prism",
+        ),
+        RunnerRecipe(
+            "portable", "PortableRunner", required=("job_endpoint",), tested_here=True,
+            note="any Beam job service; `--local_services` starts a loopback job service + worker pool here",
+        ),
+        RunnerRecipe(
+            "flink", "FlinkRunner", required=("flink_master",),
+            worker_env=("sdk_container_image", "environment_type=EXTERNAL", "environment_type=PROCESS"),
+            note="Beam starts a Flink job server (Maven jar, or --flink_job_server_jar) next to the driver",
+        ),
+        RunnerRecipe(
+            "spark", "SparkRunner", required=("spark_master_url",),
+            worker_env=("sdk_container_image", "environment_type=EXTERNAL", "environment_type=PROCESS"),
+            note="Beam starts a Spark job server (Maven jar, or --spark_job_server_jar) next to the driver",
+        ),
+        RunnerRecipe(
+            "dataflow", "DataflowRunner", required=("project", "region", "temp_location"),
+            worker_env=("sdk_container_image", "setup_file", "extra_packages"),
+            note="needs apache-beam[gcp] on the driver; manual_dir must be readable as a local path by workers",
+        ),
+    )
+}
 
 
 def default_num_workers() -> int:
@@ -52,25 +115,43 @@ def is_local(options: po.PipelineOptions | None) -> bool:
 
 
 def resolve(runner: Any = None, options: po.PipelineOptions | None = None) -> tuple[Any, po.PipelineOptions]:
-    """Returns the (runner, options) a build runs with, replacing the direct runner by the FnApiRunner."""
+    """Returns the (runner, options) a build runs with, replacing the direct runner by the FnApiRunner.
+
+    Local runs default to multi-process, one SDK worker per core, WARNING-level worker logs; any of
+    these the caller set explicitly (even to Beam's default, e.g. `direct_running_mode=in_memory`
+    or `direct_num_workers=1`) is kept.
+    """
     if runner is not None and not isinstance(runner, str):
         return runner, options or po.PipelineOptions([])
+    original = options
     if runner is not None:
         options = po.PipelineOptions([f"--runner={runner}"] + _flags(options))
     if not is_local(options):
         return None, options
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
 
-    flags = _flags(options)
-    direct = options.view_as(po.DirectOptions) if options is not None else None
-    if direct is None or direct.direct_num_workers in (None, 0):
-        flags.append(f"--direct_num_workers={default_num_workers()}")
-    if not any(f.startswith("--direct_running_mode") for f in flags):
-        flags.append("--direct_running_mode=multi_processing")
-    if not any(f.startswith("--default_sdk_harness_log_level") for f in flags):
-        flags.append("--default_sdk_harness_log_level=WARNING")
-    flags = [f for f in flags if not f.startswith("--runner")]
+    flags = [f for f in _flags(options) if not f.startswith("--runner")]
+    given = original.get_all_options(retain_unknown_options=True) if original is not None else {}
+    defaults = {
+        "direct_num_workers": default_num_workers(),
+        "direct_running_mode": "multi_processing",
+        "default_sdk_harness_log_level": "WARNING",
+    }
+    for name, default in defaults.items():
+        value = given.get(name) if _is_set(original, name) else default
+        flags = [f for f in flags if not (f == f"--{name}" or f.startswith(f"--{name}="))]
+        flags.append(f"--{name}={value}")
     return FnApiRunner(), po.PipelineOptions(flags)
+
+
+def _is_set(options: po.PipelineOptions | None, name: str) -> bool:
+    """Whether option `name` was set explicitly: given as a flag, or changed from its default."""
+    if options is None:
+        return False
+    raw = getattr(options, "_flags", None) or []
+    if any(f == f"--{name}" or f.startswith(f"--{name}=") for f in raw):
+        return True
+    return name in options.get_all_options(drop_default=True, retain_unknown_options=True)
 
 
 def _flags(options: po.PipelineOptions | None) -> list[str]:
@@ -87,4 +168,141 @@ def _flags(options: po.PipelineOptions | None) -> list[str]:
             out.extend(f"--{key}={v}" for v in value)
         else:
             out.append(f"--{key}={value}")
+    return out
+
+
+def known_option_names() -> set[str]:
+    """Every option name (PipelineOptions key) the installed Beam defines."""
+    return set(po.PipelineOptions([]).get_all_options())
+
+
+def _parse(flags: Sequence[str], **kwargs: Any) -> dict[str, Any]:
+    """`PipelineOptions(flags).get_all_options(**kwargs)`, with argparse's exit turned into InvalidOptionError."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return po.PipelineOptions(list(flags)).get_all_options(**kwargs)
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines() or ["invalid pipeline options"]
+        raise InvalidOptionError(f"{lines[-1].split('error: ', 1)[-1]} (in {list(flags)})") from None
+
+
+def unknown_options(flags: Sequence[str]) -> list[str]:
+    """Option names in `flags` that no PipelineOptions class of the installed Beam defines.
+
+    Beam itself only logs "Discarding unparseable args" and runs on without them, so a misspelled
+    `--temp_locaton` would otherwise surface as a failed cluster job. A known option with a bad
+    value (`--flink_version=9.9`) raises InvalidOptionError.
+    """
+    given = _parse(flags, retain_unknown_options=True)
+    return sorted(set(given) - known_option_names())
+
+
+def check_flags(flags: Sequence[str]) -> None:
+    """Raises UnknownOptionError naming each unknown flag (with the closest known names)."""
+    bad = unknown_options(flags)
+    if bad:
+        known = sorted(known_option_names())
+        hints = []
+        for name in bad:
+            close = difflib.get_close_matches(name, known, n=2)
+            hints.append(f"--{name}" + (f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""))
+        raise UnknownOptionError(f"Unknown Beam pipeline options: {'; '.join(hints)}")
+
+
+def option_values(flags: Sequence[str]) -> dict[str, Any]:
+    """The options `flags` set, by PipelineOptions key (defaults dropped)."""
+    return _parse(flags, drop_default=True, retain_unknown_options=True)
+
+
+def missing_options(runner: str, flags: Sequence[str]) -> list[str]:
+    """Required options of `runner` that `flags` leave unset."""
+    values = option_values(flags)
+    return [name for name in recipe(runner).required if values.get(name) in (None, "", [])]
+
+
+def ships_vidvol(runner: str, flags: Sequence[str]) -> bool:
+    """Whether `flags` give the runner's workers a way to import vidvol (its `worker_env` options)."""
+    spec = recipe(runner)
+    if not spec.worker_env:
+        return True
+    values = option_values(flags)
+    for need in spec.worker_env:
+        name, _, wanted = need.partition("=")
+        value = values.get(name)
+        if value not in (None, "", []) and (not wanted or str(value) == wanted):
+            return True
+    return False
+
+
+def recipe(runner: str) -> RunnerRecipe:
+    """The recipe of a runner choice; ValueError naming the valid choices otherwise."""
+    try:
+        return RECIPES[runner]
+    except KeyError:
+        raise ValueError(f"Unknown runner {runner!r}: expected one of {sorted(RECIPES)}") from None
+
+
+def pipeline_flags(runner: str, flags: Sequence[str] = (), *, num_workers: int | None = None) -> list[str]:
+    """`--runner=...` plus `flags`, checked: no unknown option, no missing required option.
+
+    For `direct`, `num_workers` (default: all cores) sets `--direct_num_workers` and the run is
+    multi-process; for other runners the flags pass through as given.
+    """
+    spec = recipe(runner)
+    flags = [f for f in flags if not f.startswith("--runner=") and f != "--runner"]
+    if runner == "direct":
+        given = po.PipelineOptions(flags)
+        if num_workers is not None or not _is_set(given, "direct_num_workers"):
+            flags = [f for f in flags if not f.startswith("--direct_num_workers")]
+            flags.append(f"--direct_num_workers={num_workers or default_num_workers()}")
+        if not _is_set(given, "direct_running_mode"):
+            flags.append("--direct_running_mode=multi_processing")
+    out = [f"--runner={spec.beam_runner}", *flags]
+    check_flags(out)
+    missing = missing_options(runner, out)
+    if missing:
+        raise MissingOptionError(f"Runner {runner!r} needs {', '.join('--' + m for m in missing)}")
+    if not ships_vidvol(runner, out):
+        logger.warning(
+            "Runner %r: none of %s is set, so its workers get Beam's stock SDK image, which cannot import vidvol",
+            runner, ", ".join("--" + n for n in spec.worker_env),
+        )
+    return out
+
+
+def tfds_beam_pipeline_options(flags: Sequence[str]) -> str:
+    """The `tfds build --beam_pipeline_options=` value for `flags` (TFDS splits it on commas)."""
+    parts = []
+    for flag in flags:
+        if not flag.startswith("--"):
+            raise ValueError(f"Expected a --name[=value] flag, got {flag!r}")
+        if "," in flag:
+            raise ValueError(f"{flag!r} holds a comma, which `tfds build --beam_pipeline_options` cannot carry")
+        parts.append(flag[2:])
+    return ",".join(parts)
+
+
+def counter_totals(result: Any, namespace: str) -> dict[str, int]:
+    """Final values of a finished pipeline's user counters in `namespace`, by counter name.
+
+    Committed values where the runner reports them (exactly-once), attempted values otherwise.
+    """
+    from apache_beam.metrics.metric import MetricsFilter  # pylint: disable=g-import-not-at-top
+
+    totals: dict[str, int] = {}
+    for counter in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        name = counter.key.metric.name
+        totals[name] = totals.get(name, 0) + int(value or 0)
+    return totals
+
+
+def split_counts(totals: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """`{"train/examples": 3, ...}` counters regrouped as `{"train": {"examples": 3, ...}}`."""
+    out: dict[str, dict[str, int]] = {}
+    for name, value in totals.items():
+        split, _, what = name.rpartition("/")
+        if split:
+            out.setdefault(split, {})[what] = value
     return out

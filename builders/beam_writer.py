@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import apache_beam as beam
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from apache_beam.runners.runner import PipelineState
 from tensorflow_datasets.core import example_serializer
 from tensorflow_datasets.core import splits as splits_lib
 from tensorflow_datasets.core.utils import shard_utils
@@ -213,13 +214,16 @@ class WriteShardFn(beam.DoFn):
                             skipped.inc()
                         continue
                     key, example = item
-                    record = self._serializer.serialize_example(self._features.encode_example(example))
+                    # deterministic=True: feature-map entries in key order, so the same input gives the
+                    # same bytes in every process (proto map order otherwise varies with the process).
+                    tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
+                    record = tf_example.SerializeToString(deterministic=True)
                     writer.write(record)
                     keys.append(str(key))
                     num_bytes += len(record)
                     examples.inc()
                     written.inc(len(record))
-                    del example, record
+                    del example, tf_example, record
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes, "skips": skips}
         _write_json(info, task.path + ".info.json")
         logger.info(
@@ -281,6 +285,15 @@ def summary_line(name: str, result: SplitResult) -> str:
     if partial:
         line += f", {len(partial)} parts masked inside written examples"
     return line
+
+
+def metrics_line(name: str, counts: Mapping[str, Mapping[str, int]]) -> str:
+    """Driver-side progress line from the Beam counters: examples, skips and bytes per split."""
+    parts = [
+        f"{split} {c.get('examples', 0)} examples, {c.get('skipped', 0)} skipped, {c.get('bytes', 0) / 2**20:.1f} MiB"
+        for split, c in sorted(counts.items())
+    ]
+    return f"{name} Beam counters: " + ("; ".join(parts) if parts else "none reported")
 
 
 def write_skip_report(path: str, dataset: str, results: Sequence[SplitResult]) -> dict[str, Any]:
@@ -355,7 +368,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             for split, info in self.info.splits.items():
                 skips = _read_json(os.path.join(data_dir, f"skips-{split}.json"))
                 tf.io.gfile.remove(os.path.join(data_dir, f"skips-{split}.json"))
-                results.append(SplitResult(split, [], list(info.shard_lengths), info.num_bytes, [], skips))
+                paths = [os.fspath(p) for p in info.filepaths]
+                results.append(SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
             self._report(data_dir, results)
             return
 
@@ -372,14 +386,21 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
         all_tasks = [t for ts in tasks.values() for t in ts]
         fns = {split: gen.example_fn for split, gen in generators.items()}
+        self.beam_metrics: dict[str, dict[str, int]] = {}
         if all_tasks:
-            with beam.Pipeline(runner=runner, options=options) as pipeline:
-                _ = (
-                    pipeline
-                    | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
-                    | "Distribute" >> beam.Reshuffle()
-                    | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns))
-                )
+            pipeline = beam.Pipeline(runner=runner, options=options)
+            _ = (
+                pipeline
+                | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
+                | "Distribute" >> beam.Reshuffle()
+                | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns))
+            )
+            result = pipeline.run()
+            state = result.wait_until_finish()
+            if state is not None and str(state) != PipelineState.DONE:
+                raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
+            self.beam_metrics = runners.split_counts(runners.counter_totals(result, METRICS_NAMESPACE))
+            logger.info("%s", metrics_line(self.name, self.beam_metrics))
         results = []
         split_infos = []
         for split in generators:

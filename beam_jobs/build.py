@@ -1,0 +1,281 @@
+"""Build one vidvol dataset config on a chosen Beam runner, through the TFDS builder API.
+
+    python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
+        [--runner direct|portable|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
+        [--max_shard_size_mb N] [--local_services] [--dry_run] [--BEAM_OPTION=VALUE ...]
+
+Every `--name=value` flag this parser does not know is a Beam pipeline option (`--flink_master=`,
+`--project=`, `--sdk_container_image=`, `--direct_num_workers=`, ...): it is checked against the
+installed Beam's PipelineOptions (a misspelling stops the build before anything starts) and
+passed to the runner. The default runner is Beam's FnApiRunner, multi-process, one SDK worker per
+core, offline. A dataset that is already prepared is left alone unless `--overwrite`. The build
+ends with one summary line per split (examples, shards, bytes, skips by reason) and the Beam
+counters. `--dry_run` prints the checked options and the equivalent `tfds build` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shlex
+import sys
+from typing import Any, Sequence
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
+
+import vidvol  # noqa: F401  (registers the datasets)
+from vidvol.beam_jobs import local_cluster
+from vidvol.beam_jobs import runners
+from vidvol.builders import beam_writer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class BuildResult:
+    """What a build left in data_dir: per-split counts from the skip report, skips, Beam counters."""
+
+    dataset: str  # e.g. "hmdb51/split1_20x64x64/1.0.0"
+    data_path: str
+    built: bool  # False: the dataset was already prepared and nothing ran
+    splits: dict[str, dict[str, int]]  # split -> examples, shards, num_bytes, skipped_inputs, masked_parts
+    skipped: list[dict[str, str]]
+    beam_counters: dict[str, dict[str, int]]  # split -> examples, skipped, bytes (empty if nothing ran)
+
+
+def parse_dataset(spec: str) -> tuple[str, str | None, str | None]:
+    """`NAME[/CONFIG][:VERSION]` -> (name, config, version)."""
+    rest, _, version = spec.partition(":")
+    name, _, config = rest.partition("/")
+    if not name or "/" in config:
+        raise ValueError(f"Dataset {spec!r}: expected NAME, NAME/CONFIG or NAME/CONFIG:VERSION")
+    return name, config or None, version or None
+
+
+def make_builder(dataset: str, data_dir: str) -> tfds.core.DatasetBuilder:
+    """The TFDS builder of `NAME[/CONFIG][:VERSION]` rooted at data_dir."""
+    name, config, version = parse_dataset(dataset)
+    return tfds.builder(f"{name}:{version}" if version else name, config=config, data_dir=data_dir)
+
+
+def incomplete_dirs(builder: tfds.core.DatasetBuilder) -> list[str]:
+    """Leftovers of interrupted builds of this config/version (TFDS's `incomplete.*_<version>` dirs)."""
+    parent = os.fspath(builder.data_path.parent)
+    if not tf.io.gfile.isdir(parent):
+        return []
+    suffix = "_" + builder.data_path.name
+    return sorted(
+        os.path.join(parent, d.rstrip("/"))
+        for d in tf.io.gfile.listdir(parent)
+        if d.startswith("incomplete.") and d.rstrip("/").endswith(suffix)
+    )
+
+
+def download_config(
+    *,
+    manual_dir: str | None,
+    flags: Sequence[str],
+    overwrite: bool = False,
+    num_shards: int | None = None,
+    max_shard_size_mb: int | None = None,
+) -> tfds.download.DownloadConfig:
+    """The DownloadConfig of a build: manual_dir, Beam runner/options, shard sizing, overwrite mode."""
+    runner, options = runners.resolve(None, PipelineOptions(list(flags)))
+    kwargs: dict[str, Any] = {}
+    if num_shards:
+        kwargs["num_shards"] = num_shards
+    if max_shard_size_mb:
+        kwargs["max_shard_size"] = max_shard_size_mb << 20
+    if overwrite:
+        kwargs["download_mode"] = tfds.download.GenerateMode.REUSE_CACHE_IF_EXISTS
+    return tfds.download.DownloadConfig(manual_dir=manual_dir, beam_runner=runner, beam_options=options, **kwargs)
+
+
+def read_result(builder: tfds.core.DatasetBuilder, *, built: bool, counters: dict[str, dict[str, int]]) -> BuildResult:
+    """BuildResult of a prepared builder, from its skip report (or its split infos if there is none)."""
+    data_path = os.fspath(builder.data_path)
+    try:
+        report = beam_writer.read_skip_report(data_path)
+        splits = {name: dict(s) for name, s in report["splits"].items()}
+        skipped = list(report["skipped"])
+    except tf.errors.NotFoundError:
+        splits = {
+            name: {"examples": s.num_examples, "shards": s.num_shards, "num_bytes": s.num_bytes,
+                   "skipped_inputs": 0, "masked_parts": 0}
+            for name, s in builder.info.splits.items()
+        }
+        skipped = []
+    return BuildResult(builder.info.full_name, data_path, built, splits, skipped, counters)
+
+
+def build(
+    dataset: str,
+    *,
+    manual_dir: str | None,
+    data_dir: str,
+    runner: str = "direct",
+    beam_flags: Sequence[str] = (),
+    overwrite: bool = False,
+    num_shards: int | None = None,
+    max_shard_size_mb: int | None = None,
+    download_dir: str | None = None,
+    local_services: bool = False,
+    remove_incomplete: bool = False,
+) -> BuildResult:
+    """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite)."""
+    flags = list(beam_flags)
+    if local_services and runner != "portable":
+        raise ValueError(f"--local_services starts a portable job service; it needs --runner portable, not {runner!r}")
+    if not local_services:
+        flags = runners.pipeline_flags(runner, flags)
+    else:
+        runners.check_flags(flags)
+    builder = make_builder(dataset, data_dir)
+    stale = incomplete_dirs(builder)
+    if stale and remove_incomplete:
+        for path in stale:
+            logger.warning("Removing %s (left by an interrupted build)", path)
+            tf.io.gfile.rmtree(path)
+    elif stale:
+        logger.warning("Leftovers of interrupted builds (safe to delete when no build of this config runs; "
+                       "--remove_incomplete does it): %s", ", ".join(stale))
+    if builder.is_prepared() and not overwrite:
+        logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
+                       builder.info.full_name, os.fspath(builder.data_path))
+        return read_result(builder, built=False, counters={})
+    if builder.is_prepared():  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
+        logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
+        builder.data_path.rmtree()
+        builder = make_builder(dataset, data_dir)
+    services_context = local_cluster.local_portable_services() if local_services else contextlib.nullcontext()
+    with services_context as services:
+        if services is not None:
+            flags = runners.pipeline_flags("portable", services.flags(runners.default_num_workers()) + flags)
+        config = download_config(
+            manual_dir=manual_dir, flags=flags, overwrite=overwrite, num_shards=num_shards,
+            max_shard_size_mb=max_shard_size_mb,
+        )
+        logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
+        builder.download_and_prepare(download_dir=download_dir, download_config=config)
+    return read_result(builder, built=True, counters=getattr(builder, "beam_metrics", {}) or {})
+
+
+def summary_lines(result: BuildResult) -> list[str]:
+    """One line per split: examples, shards, bytes, skipped inputs by reason, masked parts, Beam counters."""
+    lines = []
+    for split, s in sorted(result.splits.items()):
+        whole = [k for k in result.skipped if k.get("split") == split and not k.get("example")]
+        reasons = collections.Counter(k["reason"].split(":")[0] for k in whole)
+        line = (f"{result.dataset} {split}: {s['examples']} examples in {s['shards']} shards "
+                f"({s['num_bytes'] / 2**20:.1f} MiB), {s['skipped_inputs']} inputs skipped")
+        if reasons:
+            line += " (" + ", ".join(f"{n} {r}" for r, n in reasons.most_common()) + ")"
+        if s.get("masked_parts"):
+            line += f", {s['masked_parts']} parts masked inside written examples"
+        counters = result.beam_counters.get(split)
+        if counters:
+            line += (f" [Beam counters: {counters.get('examples', 0)} examples, {counters.get('skipped', 0)} skipped, "
+                     f"{counters.get('bytes', 0)} bytes]")
+        lines.append(line)
+    if not result.built:
+        lines.append(f"{result.dataset}: already prepared in {result.data_path}; nothing rebuilt (use --overwrite)")
+    return lines
+
+
+def tfds_command(
+    dataset: str, *, manual_dir: str | None, data_dir: str, flags: Sequence[str], overwrite: bool = False,
+    num_shards: int | None = None, max_shard_size_mb: int | None = None,
+) -> list[str]:
+    """The `tfds build` command line equivalent to a build (for runners whose flags hold no commas)."""
+    cmd = ["tfds", "build", dataset, "--imports", "vidvol", "--data_dir", data_dir]
+    if manual_dir:
+        cmd += ["--manual_dir", manual_dir]
+    cmd.append("--beam_pipeline_options=" + runners.tfds_beam_pipeline_options(flags))
+    if overwrite:
+        cmd.append("--overwrite")
+    if num_shards:
+        cmd += ["--num_shards", str(num_shards)]
+    if max_shard_size_mb:
+        cmd += ["--max_shard_size_mb", str(max_shard_size_mb)]
+    return cmd
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The CLI's own options (anything else of the form --name[=value] is a Beam pipeline option)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m vidvol.beam_jobs.build", description=__doc__.split("\n")[0], allow_abbrev=False,
+        epilog="Any other --name=value flag is passed to Beam as a pipeline option (checked against PipelineOptions).",
+    )
+    parser.add_argument("dataset", help="NAME, NAME/CONFIG or NAME/CONFIG:VERSION, e.g. hmdb51/split1_20x64x64")
+    parser.add_argument("--manual_dir", help="folder holding the manually downloaded inputs")
+    parser.add_argument("--data_dir", required=True, help="TFDS data_dir to write to (local, gs://, ...)")
+    parser.add_argument("--download_dir", help="TFDS download_dir (archive extraction); default DATA_DIR/downloads")
+    parser.add_argument("--runner", default="direct", choices=sorted(runners.RECIPES), help="where the Beam job runs")
+    parser.add_argument("--overwrite", action="store_true", help="rebuild even if the dataset is already prepared")
+    parser.add_argument("--num_shards", type=int, help="shards per split (default: sized by --max_shard_size_mb)")
+    parser.add_argument("--max_shard_size_mb", type=int, help="shard size cap in MiB (default: the config's)")
+    parser.add_argument("--local_services", action="store_true",
+                        help="with --runner portable: start a loopback job service + worker pool for this build")
+    parser.add_argument("--remove_incomplete", action="store_true",
+                        help="delete leftovers of interrupted builds of this config first")
+    parser.add_argument("--dry_run", action="store_true", help="print the checked Beam options and the tfds command; build nothing")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The CLI's namespace and the Beam flags (every unknown --name[=value]); ValueError on stray words."""
+    args, extra = make_parser().parse_known_args(argv)
+    stray = [a for a in extra if not a.startswith("--")]
+    if stray:
+        raise ValueError(f"Unexpected arguments {stray}: Beam options must be written --name=value")
+    return args, extra
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: builds, then prints the per-split summary."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    try:
+        return _run(*parse_args(argv))
+    except ValueError as e:  # bad flags, unknown options, missing runner options, bad inputs
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
+    """Dry run or build, then the summary."""
+    if args.dry_run:
+        if args.local_services:
+            runners.check_flags(beam_flags)
+            print(f"runner: portable on a local job service + worker pool (started by --local_services), plus {beam_flags}")
+            return 0
+        flags = runners.pipeline_flags(args.runner, beam_flags)
+        print("beam options: " + " ".join(shlex.quote(f) for f in flags))
+        try:
+            cmd = tfds_command(args.dataset, manual_dir=args.manual_dir, data_dir=args.data_dir, flags=flags,
+                               overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb)
+            print("tfds equivalent: " + " ".join(shlex.quote(c) for c in cmd))
+        except ValueError as e:
+            print(f"tfds equivalent: none ({e})")
+        return 0
+    result = build(
+        args.dataset, manual_dir=args.manual_dir, data_dir=args.data_dir, runner=args.runner, beam_flags=beam_flags,
+        overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
+        download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
+    )
+    for line in summary_lines(result):
+        print(line)
+    print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
+                      "splits": result.splits, "beam_counters": result.beam_counters}, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
