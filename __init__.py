@@ -6,3 +6,4 @@
 __version__ = "0.1.0"
 
 from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders)
+from vidvol.builders.loader import distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)

@@ -1,0 +1,220 @@
+"""Quick read-speed check of `vidvol.load` on hmdb51's default config (20x64x64 JPEG).
+
+Compares, in alternating rounds (so a busy machine hurts all of them alike):
+
+- `limit`: libjpeg (`cv2.imdecode`, one thread) on the SAME stored JPEG bytes, clips/s x cores;
+- `vidvol.load`: our loader, training mode (shuffled, float32 model-ready batches);
+- `tfds.load`: stock `tfds.load(..., as_supervised=True).batch().prefetch()` (uint8, no float step;
+  TFDS's in-memory autocache of small splits off unless --tfds_autocache, so every epoch reads files);
+- `opencv`: the read-time pipeline users run today (`cv2.VideoCapture` + seek per frame, resize,
+  /255, in a parallel `tf.py_function` map) over the source videos.
+
+Each rate is reported twice: wall clips/s, and clips per CPU-second x cores ("cpu-normalized",
+what the pipeline would reach with the cores to itself; robust when other jobs share the machine).
+
+    python -m vidvol.benchmarks.loader_speed [--data_dir DIR] [--classes 10] [--videos_per_class 60]
+
+Sample inputs are generated (vidvol.samples) and built once into --data_dir (multi-process Beam).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import cv2
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+import tensorflow_datasets as tfds  # noqa: E402
+
+import vidvol  # noqa: E402,F401  (registers the datasets)
+from vidvol import samples  # noqa: E402
+from vidvol.beam_jobs import runners  # noqa: E402
+from vidvol.builders import loader  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+CONFIG = "split1_20x64x64"
+NUM_FRAMES, SIZE = 20, 64
+
+
+def prepare(data_dir: str, manual_dir: str, classes: int, videos_per_class: int) -> tfds.core.DatasetBuilder:
+    """Writes sample videos and builds hmdb51/CONFIG once (reused when already prepared)."""
+    builder = tfds.builder(f"hmdb51/{CONFIG}", data_dir=data_dir)
+    if builder.is_prepared():
+        return builder
+    if not os.path.isdir(os.path.join(manual_dir, samples.HMDB51_ORG_DIR)):
+        samples.write_hmdb51_layout(
+            manual_dir, classes=samples.HMDB51_CLASSES[:classes], videos_per_class=videos_per_class,
+            num_frames=(40, 100), height=240, width=320, splits=(1,),
+        )
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir, beam_options=runners.direct_options())
+    builder.download_and_prepare(download_config=config)
+    return builder
+
+
+def source_videos(manual_dir: str) -> list[str]:
+    """The sample AVIs (inputs of the read-time OpenCV pipeline)."""
+    return sorted(glob.glob(os.path.join(manual_dir, samples.HMDB51_ORG_DIR, "*", "*.avi")))
+
+
+def stored_frames(builder: tfds.core.DatasetBuilder, split: str = "train") -> list[np.ndarray]:
+    """Per example, the JPEG frames exactly as stored in the shards (as uint8 buffers)."""
+    files = [os.fspath(f.filename) for f in builder.info.splits[split].file_instructions]
+    clips = []
+    for record in tf.data.TFRecordDataset(files).as_numpy_iterator():
+        example = tf.train.Example.FromString(record)
+        clips.append([np.frombuffer(b, np.uint8) for b in example.features.feature["video"].bytes_list.value])
+    return clips
+
+
+def limit_rate(clips: list[list[np.ndarray]], cores: int, min_seconds: float) -> dict[str, float]:
+    """libjpeg clips/s on one thread over the stored frames, times `cores`."""
+    previous = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        n, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
+        while True:
+            for frames in clips:
+                for buf in frames:
+                    cv2.imdecode(buf, cv2.IMREAD_COLOR)
+                n += 1
+            wall = time.perf_counter() - wall0
+            if wall >= min_seconds:
+                cpu = time.process_time() - cpu0
+                return {"wall": cores * n / wall, "cpu": cores * n / cpu}
+    finally:
+        cv2.setNumThreads(previous)
+
+
+def stream_rate(make: Callable[[], tf.data.Dataset], cores: int, min_seconds: float, warmup: int = 3) -> dict[str, float]:
+    """Clips/s (wall, and per CPU-second x cores) of a fresh iterator over `make().repeat()`."""
+    it = iter(make().repeat())
+    for _ in range(warmup):
+        next(it)
+    n, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
+    while True:
+        batch = next(it)
+        n += int(tf.nest.flatten(batch)[-1].shape[0])
+        wall = time.perf_counter() - wall0
+        if wall >= min_seconds:
+            cpu = time.process_time() - cpu0
+            return {"wall": n / wall, "cpu": cores * n / max(cpu, 1e-9)}
+
+
+def read_clip_opencv(path: str) -> np.ndarray:
+    """Users' read-time clip: seek to 20 evenly spaced frames, RGB, resize to 64x64, /255."""
+    cap = cv2.VideoCapture(path)
+    try:
+        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+        clip = np.zeros((NUM_FRAMES, SIZE, SIZE, 3), np.float32)
+        for t, index in enumerate(np.linspace(0, max(count - 1, 0), NUM_FRAMES).round().astype(int)):
+            cap.set(cv2.CAP_PROP_POS_FRAMES, int(index))
+            ok, bgr = cap.read()
+            if ok:
+                clip[t] = cv2.resize(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), (SIZE, SIZE)) / 255.0
+        return clip
+    finally:
+        cap.release()
+
+
+def opencv_dataset(paths: list[str], batch_size: int) -> tf.data.Dataset:
+    """The read-time OpenCV pipeline as a tf.data input (parallel py_function map)."""
+
+    def load(path):
+        clip = tf.py_function(lambda p: read_clip_opencv(p.numpy().decode()), [path], tf.float32)
+        clip.set_shape((NUM_FRAMES, SIZE, SIZE, 3))
+        return clip, tf.constant(0, tf.int64)
+
+    ds = tf.data.Dataset.from_tensor_slices(paths)
+    return ds.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Builds (once) and times every pipeline in alternating rounds; returns medians and ratios."""
+    builder = prepare(args.data_dir, args.manual_dir, args.classes, args.videos_per_class)
+    cores = args.cores or len(os.sched_getaffinity(0))
+    clips = stored_frames(builder)
+    videos = source_videos(args.manual_dir)[: args.opencv_videos]
+    pipelines: dict[str, Callable[[], dict[str, float]]] = {
+        "limit": lambda: limit_rate(clips, cores, args.seconds),
+        "vidvol.load": lambda: stream_rate(
+            lambda: loader.load(builder, "train", args.batch_size, seed=None, **args.loader_kwargs), cores, args.seconds
+        ),
+        "tfds.load": lambda: stream_rate(
+            lambda: tfds.load(
+                f"hmdb51/{CONFIG}", split="train", data_dir=args.data_dir, as_supervised=True,
+                read_config=tfds.ReadConfig(try_autocache=args.tfds_autocache),
+            )
+            .batch(args.batch_size)
+            .prefetch(tf.data.AUTOTUNE),
+            cores, args.seconds,
+        ),
+    }
+    if args.opencv_videos:
+        pipelines["opencv"] = lambda: stream_rate(lambda: opencv_dataset(videos, args.batch_size), cores, args.seconds, 1)
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in pipelines}
+    for r in range(args.rounds):
+        for key, fn in pipelines.items():
+            results[key].append(fn())
+            logger.info("round %d %s: %s", r, key, results[key][-1])
+    med = {k: {m: statistics.median(x[m] for x in v) for m in ("wall", "cpu")} for k, v in results.items()}
+    ratios = {}
+    for m in ("wall", "cpu"):
+        ratios[f"loader/limit ({m})"] = med["vidvol.load"][m] / med["limit"][m]
+        ratios[f"tfds/limit ({m})"] = med["tfds.load"][m] / med["limit"][m]
+        if "opencv" in med:
+            ratios[f"loader/opencv ({m})"] = med["vidvol.load"][m] / med["opencv"][m]
+    return {
+        "dataset": f"hmdb51/{CONFIG}", "train_examples": builder.info.splits["train"].num_examples,
+        "shards": builder.info.splits["train"].num_shards, "cores": cores, "batch_size": args.batch_size,
+        "rounds": args.rounds, "clips_per_s": med, "ratios": ratios,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: prints a small table (and the JSON with --json)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data_dir", default="/tmp/vidvol_loader_speed/data")
+    parser.add_argument("--manual_dir", default="/tmp/vidvol_loader_speed/manual")
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--videos_per_class", type=int, default=60)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per pipeline per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cores", type=int, default=0, help="cores for the limit (default: this process's)")
+    parser.add_argument("--opencv_videos", type=int, default=64, help="source videos for the OpenCV baseline (0: skip)")
+    parser.add_argument("--loader", default="{}", help="extra vidvol.load kwargs as JSON, e.g. '{\"cycle_length\": 2}'")
+    parser.add_argument("--tfds_autocache", action="store_true",
+                        help="let tfds.load cache a small split in memory after the first epoch (off: read the files)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    args.loader_kwargs = json.loads(args.loader)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("absl", "apache_beam", "tensorflow", "vidvol.builders.loader"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    print(f"{result['dataset']}: {result['train_examples']} train clips in {result['shards']} shards, "
+          f"{result['cores']} cores, batch {result['batch_size']}, median of {result['rounds']} rounds")
+    print(f"{'pipeline':<12} {'wall clips/s':>13} {'cpu-normalized':>15}")
+    for key, value in result["clips_per_s"].items():
+        print(f"{key:<12} {value['wall']:>13.0f} {value['cpu']:>15.0f}")
+    for key, value in result["ratios"].items():
+        print(f"{key:<24} {value:6.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
