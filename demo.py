@@ -40,7 +40,7 @@ def _fire_inputs(root: str) -> Any:
 
 
 def _mri_inputs(root: str) -> Any:
-    return samples.write_mri_volumes(root, num_subjects=10, shape=(40, 48, 36), seed=3)
+    return samples.write_mri_volumes(root, num_subjects=16, shape=(40, 48, 36), seed=3)
 
 
 DATASETS = (

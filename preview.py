@@ -80,13 +80,18 @@ def _render_fire(builder, examples, max_frames) -> plt.Figure:
     grid = fig.add_gridspec(2 * len(examples), max_frames, height_ratios=[1, 1.2] * len(examples))
     for i, ex in enumerate(examples):
         frames = grey_masked_frames(ex["video"], ex["mask"])
-        positions = _strip_positions(len(frames), max_frames)
+        real = np.flatnonzero(np.asarray(ex["mask"]) > 0)
+        span = int(real[-1]) + 1 if len(real) else len(frames)
+        if span < len(frames):  # spread the strip over the recording, show one padding frame at the end
+            positions = np.append(_strip_positions(span, max_frames - 1), len(frames) - 1)
+        else:
+            positions = _strip_positions(len(frames), max_frames)
         for col, pos in enumerate(positions):
             ax = fig.add_subplot(grid[2 * i, col])
             ax.imshow(frames[pos])
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_xlabel(f"t={pos}", fontsize=7)
+            ax.set_xlabel(f"t={pos}{'' if ex['mask'][pos] else ' (masked)'}", fontsize=7)
             if col == 0:
                 ax.set_title(_label_text(builder, ex), fontsize=9, loc="left")
         ax = fig.add_subplot(grid[2 * i + 1, :])

@@ -6,6 +6,7 @@ import shutil
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 from vidvol import preview
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
@@ -42,7 +43,7 @@ def test_hmdb51_preview_png(hmdb_dir, tmp_path):
     img = mpimg.imread(out)
     assert img.shape[:2] == (int(1.6 * 3 * preview.DPI), int(preview.FIG_WIDTH_IN * preview.DPI))
     # The dummy test split holds a 7-frame video: its last strip frames are padding and render grey, not black.
-    import tensorflow_datasets as tfds
+
     short = [ex for ex in tfds.as_numpy(tfds.builder("hmdb51", data_dir=hmdb_dir).as_dataset(split="test")) if ex["num_frames"] < 20]
     assert short, "dummy data should contain a clip shorter than 20 frames"
     greyed = preview.grey_masked_frames(short[0]["video"], short[0]["mask"])
@@ -53,3 +54,30 @@ def test_hmdb51_preview_png(hmdb_dir, tmp_path):
 def test_preview_of_empty_split_is_a_clear_error(hmdb_dir):
     with pytest.raises(ValueError, match="no examples|corresponds to no data"):
         preview.show("hmdb51", data_dir=hmdb_dir, split="test[:0]")
+
+
+@pytest.mark.parametrize(
+    "name, height_in",
+    [("fire_hrr/161x135x240", 3.2), ("mri_volumes/small_32", 2.6)],
+)
+def test_fire_and_mri_previews(name, height_in, tmp_path):
+    from conftest import in_process_config
+
+    dataset = name.split("/")[0]
+    manual = os.path.join(os.path.dirname(preview.__file__), "datasets", dataset, "dummy_data")
+    builder = tfds_builder = tfds.builder(name, data_dir=str(tmp_path / "data"))
+    tfds_builder.download_and_prepare(download_config=in_process_config(manual_dir=manual))
+    out = str(tmp_path / "p.png")
+    preview.save(name, out, data_dir=str(tmp_path / "data"), split="train", num_examples=1)
+    img = mpimg.imread(out)
+    width = preview.FIG_WIDTH_IN * (0.6 if dataset == "mri_volumes" else 1.0)
+    assert img.shape[:2] == (round(height_in * preview.DPI), round(width * preview.DPI))
+    assert img[..., :3].std() > 0.05  # real content, not a blank canvas
+    (ex,) = list(tfds.as_numpy(builder.as_dataset(split="train").take(1)))
+    if dataset == "fire_hrr":
+        mask = ex["mask"]
+        assert 0 < mask.sum() < len(mask)  # dummy experiment is shorter than 161 frames and has a hole
+        greyed = preview.grey_masked_frames(ex["video"], mask)
+        masked, real = np.flatnonzero(mask == 0), np.flatnonzero(mask == 1)
+        assert np.array_equal(greyed[real], ex["video"][real])
+        assert not np.array_equal(greyed[masked], ex["video"][masked])
