@@ -52,19 +52,23 @@ def _label_text(builder: tfds.core.DatasetBuilder, example: Mapping[str, Any]) -
     return " | ".join(parts)
 
 
+def _frame_strip(fig, grid_row, builder, ex, positions) -> None:
+    """One strip of frames (masked ones greyed) in a grid row, titled with the label."""
+    frames = grey_masked_frames(ex["video"], ex["mask"])
+    for col, pos in enumerate(positions):
+        ax = fig.add_subplot(grid_row[col])
+        ax.imshow(frames[pos])
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel(f"t={pos}{'' if ex['mask'][pos] else ' (masked)'}", fontsize=7)
+        if col == 0:
+            ax.set_title(_label_text(builder, ex), fontsize=9, loc="left")
+
+
 def _video_rows(fig, grid_rows, builder, examples, max_frames):
     """One row per example: a strip of frames with masked frames greyed."""
     for row, ex in enumerate(examples):
-        frames = grey_masked_frames(ex["video"], ex["mask"])
-        positions = _strip_positions(len(frames), max_frames)
-        for col, pos in enumerate(positions):
-            ax = fig.add_subplot(grid_rows[row, col])
-            ax.imshow(frames[pos])
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_xlabel(f"t={pos}{'' if ex['mask'][pos] else ' (masked)'}", fontsize=7)
-            if col == 0:
-                ax.set_title(_label_text(builder, ex), fontsize=9, loc="left")
+        _frame_strip(fig, grid_rows[row], builder, ex, _strip_positions(len(ex["video"]), max_frames))
 
 
 def _render_video(builder, examples, max_frames) -> plt.Figure:
@@ -79,21 +83,14 @@ def _render_fire(builder, examples, max_frames) -> plt.Figure:
     fig = plt.figure(figsize=(FIG_WIDTH_IN, 3.2 * len(examples)), dpi=DPI)
     grid = fig.add_gridspec(2 * len(examples), max_frames, height_ratios=[1, 1.2] * len(examples))
     for i, ex in enumerate(examples):
-        frames = grey_masked_frames(ex["video"], ex["mask"])
+        length = len(ex["video"])
         real = np.flatnonzero(np.asarray(ex["mask"]) > 0)
-        span = int(real[-1]) + 1 if len(real) else len(frames)
-        if span < len(frames):  # spread the strip over the recording, show one padding frame at the end
-            positions = np.append(_strip_positions(span, max_frames - 1), len(frames) - 1)
+        span = int(real[-1]) + 1 if len(real) else length
+        if span < length:  # spread the strip over the recording, show one padding frame at the end
+            positions = np.append(_strip_positions(span, max_frames - 1), length - 1)
         else:
-            positions = _strip_positions(len(frames), max_frames)
-        for col, pos in enumerate(positions):
-            ax = fig.add_subplot(grid[2 * i, col])
-            ax.imshow(frames[pos])
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_xlabel(f"t={pos}{'' if ex['mask'][pos] else ' (masked)'}", fontsize=7)
-            if col == 0:
-                ax.set_title(_label_text(builder, ex), fontsize=9, loc="left")
+            positions = _strip_positions(length, max_frames)
+        _frame_strip(fig, grid[2 * i], builder, ex, positions)
         ax = fig.add_subplot(grid[2 * i + 1, :])
         t = np.arange(len(ex["hrr"]))
         ax.plot(t, ex["hrr"], color="tab:red", lw=1.5, label="HRR (kW)")
