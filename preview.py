@@ -52,11 +52,11 @@ def _label_text(builder: tfds.core.DatasetBuilder, example: Mapping[str, Any]) -
     return " | ".join(parts)
 
 
-def _frame_strip(fig, grid_row, builder, ex, positions) -> None:
+def _frame_strip(fig, grid, row, builder, ex, positions) -> None:
     """One strip of frames (masked ones greyed) in a grid row, titled with the label."""
     frames = grey_masked_frames(ex["video"], ex["mask"])
     for col, pos in enumerate(positions):
-        ax = fig.add_subplot(grid_row[col])
+        ax = fig.add_subplot(grid[row, col])
         ax.imshow(frames[pos])
         ax.set_xticks([])
         ax.set_yticks([])
@@ -68,7 +68,7 @@ def _frame_strip(fig, grid_row, builder, ex, positions) -> None:
 def _video_rows(fig, grid_rows, builder, examples, max_frames):
     """One row per example: a strip of frames with masked frames greyed."""
     for row, ex in enumerate(examples):
-        _frame_strip(fig, grid_rows[row], builder, ex, _strip_positions(len(ex["video"]), max_frames))
+        _frame_strip(fig, grid_rows, row, builder, ex, _strip_positions(len(ex["video"]), max_frames))
 
 
 def _render_video(builder, examples, max_frames) -> plt.Figure:
@@ -90,7 +90,7 @@ def _render_fire(builder, examples, max_frames) -> plt.Figure:
             positions = np.append(_strip_positions(span, max_frames - 1), length - 1)
         else:
             positions = _strip_positions(length, max_frames)
-        _frame_strip(fig, grid[2 * i], builder, ex, positions)
+        _frame_strip(fig, grid, 2 * i, builder, ex, positions)
         ax = fig.add_subplot(grid[2 * i + 1, :])
         t = np.arange(len(ex["hrr"]))
         ax.plot(t, ex["hrr"], color="tab:red", lw=1.5, label="HRR (kW)")
