@@ -1,0 +1,168 @@
+"""What we measure our loader against: the read-time pipelines users run today, and the decode limit.
+
+Read-time baselines (each a `tf.data.Dataset` of model-ready batches, parallel map with AUTOTUNE):
+
+- `hmdb51_seek_dataset`: list of video paths -> `tf.py_function` that opens the video with
+  `cv2.VideoCapture`, seeks `CAP_PROP_POS_FRAMES` to each of T evenly spaced frames, converts BGR to
+  RGB, resizes to 64x64 and scales to [0, 1].
+- `fire_get_img_dataset`: list of frame files -> per-frame `get_img` (cv2.imread, RGB, float32 / 255)
+  in `tf.numpy_function`, batched into windows of T frames.
+- `mri_get_fdata_dataset`: list of .nii.gz paths -> `nib.load(path).get_fdata(dtype=np.float32)` in
+  `tf.py_function`.
+
+Decode limit: the libjpeg-turbo rate of the frames exactly as stored in our TFRecords
+(`stored_jpeg_frames` pulls the encoded bytes out of the shards; `decode_rate` runs `cv2.imdecode`
+on them in a tight loop on one core). Times the number of cores, it is the most any reader of
+those files could deliver without skipping the decode.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from typing import Sequence
+
+import cv2
+import nibabel as nib
+import numpy as np
+import tensorflow as tf
+
+HMDB51_NUM_FRAMES = 20
+HMDB51_SIZE = 64
+
+
+# --------------------------------------------------------------------------------------------
+# Read-time baselines
+
+
+def read_clip_by_seeking(path: str, *, num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> np.ndarray:
+    """Float32 (T, size, size, 3) RGB clip in [0, 1]: one CAP_PROP_POS_FRAMES seek per frame."""
+    cap = cv2.VideoCapture(path)
+    if not cap.isOpened():
+        raise FileNotFoundError(f"{path}: cv2.VideoCapture cannot open it (expected a readable video)")
+    try:
+        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+        clip = np.zeros((num_frames, size, size, 3), np.float32)
+        for t, index in enumerate(np.linspace(0, max(count - 1, 0), num_frames).round().astype(int)):
+            cap.set(cv2.CAP_PROP_POS_FRAMES, int(index))
+            ok, bgr = cap.read()
+            if ok:
+                rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+                clip[t] = cv2.resize(rgb, (size, size)) / 255.0
+        return clip
+    finally:
+        cap.release()
+
+
+def _sources(paths: Sequence[str], targets: np.ndarray, repeat: bool) -> tf.data.Dataset:
+    """(path, target) pairs, repeated forever when `repeat` (before the map, as a training input would)."""
+    ds = tf.data.Dataset.from_tensor_slices((list(paths), targets))
+    return ds.repeat() if repeat else ds
+
+
+def hmdb51_seek_dataset(paths: Sequence[str], labels: Sequence[int], *, batch_size: int, repeat: bool = False,
+                        num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> tf.data.Dataset:
+    """Users' read-time HMDB51 pipeline: paths -> py_function(seek + resize + /255) -> batches."""
+
+    def load(path: tf.Tensor) -> np.ndarray:
+        return read_clip_by_seeking(path.numpy().decode(), num_frames=num_frames, size=size)
+
+    def map_fn(path, label):
+        clip = tf.py_function(load, [path], tf.float32)
+        clip.set_shape((num_frames, size, size, 3))
+        return clip, label
+
+    ds = _sources(paths, np.asarray(labels, np.int64), repeat)
+    return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def get_img(path: bytes) -> np.ndarray:
+    """Float32 RGB frame in [0, 1] from one image file (the users' per-frame reader)."""
+    name = path.decode() if isinstance(path, bytes) else str(path)
+    bgr = cv2.imread(name, cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise FileNotFoundError(f"{name}: cv2.imread cannot read it (expected a JPEG/PNG frame)")
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB).astype(np.float32) / 255.0
+
+
+def fire_get_img_dataset(frame_paths: Sequence[str], hrr: Sequence[float], *, window: int, height: int, width: int,
+                         batch_size: int, repeat: bool = False) -> tf.data.Dataset:
+    """Users' read-time fire pipeline: frame paths -> numpy_function(get_img) -> windows of T frames -> batches."""
+
+    def map_fn(path, value):
+        frame = tf.numpy_function(get_img, [path], tf.float32)
+        frame.set_shape((height, width, 3))
+        return frame, value
+
+    ds = _sources(frame_paths, np.asarray(hrr, np.float32), repeat)
+    ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(window, drop_remainder=True)
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def mri_get_fdata_dataset(paths: Sequence[str], labels: Sequence[int], *, shape: Sequence[int],
+                          batch_size: int, repeat: bool = False) -> tf.data.Dataset:
+    """Users' read-time MRI pipeline: paths -> py_function(nib.load(p).get_fdata(float32)) -> batches."""
+
+    def load(path: tf.Tensor) -> np.ndarray:
+        return nib.load(path.numpy().decode()).get_fdata(dtype=np.float32)
+
+    def map_fn(path, label):
+        volume = tf.py_function(load, [path], tf.float32)
+        volume.set_shape(tuple(shape))
+        return volume, label
+
+    ds = _sources(paths, np.asarray(labels, np.int64), repeat)
+    return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+# --------------------------------------------------------------------------------------------
+# Decode limit
+
+
+def shard_files(data_dir: str, name: str, config: str, split: str) -> list[str]:
+    """The TFRecord shards of one split of a prepared dataset (any version), sorted."""
+    pattern = os.path.join(data_dir, name, config, "*", f"{name}-{split}.tfrecord-*")
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"{pattern}: no TFRecord shards (expected a prepared {name}/{config})")
+    return files
+
+
+def stored_jpeg_frames(files: Sequence[str], *, feature: str = "video", max_frames: int | None = None) -> list[bytes]:
+    """The encoded frames of `feature` exactly as stored in the TFRecord files (up to max_frames)."""
+    frames: list[bytes] = []
+    for record in tf.data.TFRecordDataset(list(files)).as_numpy_iterator():
+        example = tf.train.Example.FromString(record)
+        if feature not in example.features.feature:
+            raise ValueError(f"{files[0]}: records have no {feature!r} feature "
+                             f"(found {sorted(example.features.feature)})")
+        frames.extend(example.features.feature[feature].bytes_list.value)
+        if max_frames is not None and len(frames) >= max_frames:
+            return frames[:max_frames]
+    if not frames:
+        raise ValueError(f"{files[0]}: no encoded frames found in feature {feature!r}")
+    return frames
+
+
+def decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0) -> dict[str, float]:
+    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time)."""
+    buffers = [np.frombuffer(b, np.uint8) for b in encoded]
+    for buf in buffers[: min(len(buffers), 8)]:  # warm up
+        cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    previous = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        decoded = 0
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        while True:
+            for buf in buffers:
+                if cv2.imdecode(buf, cv2.IMREAD_COLOR) is None:
+                    raise ValueError(f"cv2.imdecode failed on a stored frame of {len(buf)} bytes")
+            decoded += len(buffers)
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                cpu = max(time.thread_time() - cpu_start, 1e-9)
+                return {"frames_per_s": decoded / elapsed, "cpu_frames_per_s": decoded / cpu, "frames": decoded}
+    finally:
+        cv2.setNumThreads(previous)

@@ -1,0 +1,210 @@
+"""One timed, memory-monitored build of a vidvol dataset config.
+
+`build(...)` prepares `NAME/CONFIG` from a manual_dir either with the real `tfds build` CLI in a
+subprocess (`isolate=True`: multi-process Beam, `--beam_pipeline_options=direct_num_workers=N,
+direct_running_mode=multi_processing`) or in this process (`isolate=False`: Beam's multi-threaded
+mode, for the quick smoke run). While it runs, `fire_memory.TreeMonitor` polls the RSS of the
+driver and every Beam SDK worker subprocess, and a watcher notes when the first shard file
+(`*.partial`) appears. Two rates come back:
+
+- `examples_per_s`: examples / (last shard write - first shard open), the writing phase that
+  the Beam workers parallelize;
+- `e2e_examples_per_s`: examples / the whole command's wall time (interpreter, TF import and
+  Beam worker start included), the number a user waits for.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Sequence
+
+from vidvol.benchmarks import fire_memory
+from vidvol.benchmarks.reads import busy_cpu_seconds
+
+MIB = 2**20
+
+
+class ShardWatch(threading.Thread):
+    """Polls data_dir for shard files being written (`*.partial`): when each appeared, when it last grew."""
+
+    def __init__(self, data_dir: str, interval: float):
+        super().__init__(daemon=True)
+        self.data_dir = data_dir
+        self.interval = interval
+        self.opened: dict[str, float] = {}  # .partial path -> time.time() of its first sighting
+        self.written: dict[str, float] = {}  # .partial path -> its latest modification time seen
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        pattern = os.path.join(self.data_dir, "**", "*.partial")
+        while not self._halt.is_set():
+            self.poll(pattern)
+            self._halt.wait(self.interval)
+        self.poll(pattern)
+
+    def poll(self, pattern: str) -> None:
+        """Records new shard files and the latest write of each."""
+        now = time.time()
+        for path in glob.glob(pattern, recursive=True):
+            try:
+                mtime = os.path.getmtime(path)
+            except OSError:  # renamed to its final name meanwhile
+                continue
+            self.opened.setdefault(path, now)
+            self.written[path] = max(self.written.get(path, 0.0), mtime)
+
+    @property
+    def first_seen(self) -> float | None:
+        """When the first shard file appeared (None if none was seen)."""
+        return min(self.opened.values(), default=None)
+
+    def shards_in_flight(self, end: float) -> float | None:
+        """Mean number of shards being written at once between the first opening and `end`."""
+        if not self.opened or end <= self.first_seen:
+            return None
+        busy = sum(max(0.0, self.written.get(p, t) - t) for p, t in self.opened.items())
+        return busy / (end - self.first_seen)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def beam_flags(workers: int, running_mode: str) -> list[str]:
+    """Beam flags for a local build with `workers` SDK workers."""
+    return [f"--direct_num_workers={workers}", f"--direct_running_mode={running_mode}"]
+
+
+def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, log_path: str,
+         monitor_interval: float, extra: Sequence[str]) -> tuple[float, float, fire_memory.TreeMonitor]:
+    """Runs `tfds build` in a subprocess under a TreeMonitor; returns (wall s, CPU s of the tree, monitor)."""
+    options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
+    cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", f"{name}/{config}",
+           "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
+           f"--beam_pipeline_options={options}", *extra]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    start = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        monitor = fire_memory.TreeMonitor(proc.pid, monitor_interval)
+        monitor.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # usage covers the driver and the workers it reaped
+            proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            monitor.stop()
+    wall = time.monotonic() - start
+    if returncode != 0:
+        with open(log_path, encoding="utf-8") as f:
+            tail = f.read()[-4000:]
+        raise RuntimeError(f"tfds build {name}/{config} failed ({returncode}); log {log_path}:\n{tail}")
+    return wall, usage.ru_utime + usage.ru_stime, monitor
+
+
+def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
+                monitor_interval: float) -> tuple[float, float, fire_memory.TreeMonitor]:
+    """Runs download_and_prepare here under a TreeMonitor of this process (and its Beam workers, if any)."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+
+    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+    monitor = fire_memory.TreeMonitor(os.getpid(), monitor_interval)
+    monitor.start()
+    start, cpu_start = time.monotonic(), _cpu_seconds()
+    try:
+        builder = tfds.builder(f"{name}/{config}", data_dir=data_dir)
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=manual_dir, beam_options=PipelineOptions(beam_flags(workers, running_mode))))
+    finally:
+        monitor.stop()
+    return time.monotonic() - start, _cpu_seconds() - cpu_start, monitor
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds used so far by this process and its reaped children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def skip_report(data_dir: str, name: str, config: str) -> dict[str, Any]:
+    """The skip report of the prepared config (any version)."""
+    found = sorted(glob.glob(os.path.join(data_dir, name, config, "*", "skip_report.json")))
+    if not found:
+        raise FileNotFoundError(f"{data_dir}/{name}/{config}: no skip_report.json (did the build finish?)")
+    with open(found[-1], encoding="utf-8") as f:
+        return json.load(f)
+
+
+def last_shard_write(data_dir: str, name: str, config: str) -> float:
+    """Latest modification time of the prepared config's TFRecord shards."""
+    shards = glob.glob(os.path.join(data_dir, name, config, "*", f"{name}-*.tfrecord-*"))
+    if not shards:
+        raise FileNotFoundError(f"{data_dir}/{name}/{config}: no TFRecord shards")
+    return max(os.path.getmtime(p) for p in shards)
+
+
+def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: int, isolate: bool = True,
+          running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary.
+
+    `isolate`: the tfds CLI in a subprocess (multi-process Beam); otherwise download_and_prepare in
+    this process with Beam's `running_mode` ("multi_threading", or "multi_processing" for worker
+    subprocesses without a fresh driver).
+    """
+    shutil.rmtree(data_dir, ignore_errors=True)
+    os.makedirs(data_dir)
+    watch = ShardWatch(data_dir, interval=0.05)
+    watch.start()
+    busy_start = busy_cpu_seconds()
+    try:
+        if isolate:
+            wall, cpu, monitor = _cli(name, config, manual_dir, data_dir, workers, data_dir.rstrip("/") + ".log",
+                                      interval, extra)
+        else:
+            wall, cpu, monitor = _in_process(name, config, manual_dir, data_dir, workers, running_mode, interval)
+    finally:
+        watch.stop()
+    others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / wall
+    report = skip_report(data_dir, name, config)
+    examples = sum(s["examples"] for s in report["splits"].values())
+    write_s = in_flight = None
+    if watch.first_seen is not None:
+        last = last_shard_write(data_dir, name, config)
+        write_s = max(last - watch.first_seen, 1e-3)
+        in_flight = watch.shards_in_flight(last)
+    workers_rss = [p["peak_rss"] for p in monitor.peaks.values() if p["kind"] == "worker"]
+    driver_rss = [p["peak_rss"] for p in monitor.peaks.values() if p["kind"] == "driver"]
+    # Multi-threaded builds run their workers as threads of the driver: the driver's peak is theirs.
+    worker_peak = max(workers_rss) if workers_rss else (max(driver_rss, default=0) if not isolate else 0)
+    return {
+        "workers": workers,
+        "isolated": isolate,
+        "running_mode": "multi_processing" if isolate else running_mode,
+        "examples": examples,
+        "skipped": len([s for s in report["skipped"] if not s.get("example")]),
+        "shards": sum(s["shards"] for s in report["splits"].values()),
+        "dataset_mib": round(sum(s["num_bytes"] for s in report["splits"].values()) / MIB, 2),
+        "wall_s": round(wall, 2),
+        "write_s": round(write_s if write_s is not None else wall, 2),
+        "examples_per_s": round(examples / (write_s if write_s is not None else wall), 3),
+        "shards_in_flight": round(in_flight, 2) if in_flight is not None else None,
+        "e2e_examples_per_s": round(examples / wall, 3),
+        "cpu_s": round(cpu, 2),
+        "cores_used": round(cpu / wall, 2),  # average over the whole build, start-up included
+        "other_cores_busy": round(others, 2),  # cores other processes on the machine kept busy meanwhile
+        "driver_peak_mib": round(max(driver_rss, default=0) / MIB, 1),
+        "worker_peak_mib": round(worker_peak / MIB, 1),
+        "worker_peaks_mib": sorted(round(w / MIB, 1) for w in workers_rss),
+        "num_worker_processes": len(workers_rss),
+        "tree_total_peak_mib": round(monitor.total_peak / MIB, 1),
+        "polls": monitor.samples,
+    }

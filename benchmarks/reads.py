@@ -1,0 +1,172 @@
+"""Read throughput and peak memory of one pipeline over one prepared dataset (ours or a baseline).
+
+A `ReadJob` (plain JSON) names the pipeline: `loader` (`vidvol.load`, model-ready batches) or a
+baseline from `vidvol.benchmarks.baselines`. `measure_read` streams it `runs` times (fresh iterator, a few
+warm-up batches, then at least `min_seconds` of batches over `.repeat()`ed epochs) and returns
+the examples per second of every run plus the process's peak RSS while streaming. Each job runs
+in its own process in a full benchmark (`python -m vidvol.benchmarks.reads JOB.json OUT.json`),
+so peaks do not mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import resource
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+import psutil
+import tensorflow as tf
+
+from vidvol.benchmarks import baselines
+from vidvol.benchmarks import fire_memory
+
+logger = logging.getLogger(__name__)
+
+MIB = 2**20
+PIPELINES = ("loader", "hmdb51_seek", "fire_get_img", "mri_get_fdata")
+
+
+@dataclasses.dataclass
+class ReadJob:
+    """One pipeline to time: what it reads and how long to stream it."""
+
+    pipeline: str
+    name: str  # dataset name (loader) or a label for a baseline
+    batch_size: int
+    config: str = ""
+    split: str = "train"
+    data_dir: str = ""
+    paths: list[str] = dataclasses.field(default_factory=list)  # baseline inputs
+    labels: list[float] = dataclasses.field(default_factory=list)
+    shape: list[int] = dataclasses.field(default_factory=list)  # baseline output shape (frame or volume)
+    window: int = 1  # frames per example of the fire baseline
+    frames_per_example: int = 1  # for frames/s
+    runs: int = 3
+    min_seconds: float = 2.0
+    warmup_batches: int = 2
+
+    def __post_init__(self):
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
+
+
+def loader_dataset(job: ReadJob) -> tf.data.Dataset:
+    """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
+    import vidvol  # pylint: disable=g-import-not-at-top
+
+    load = getattr(vidvol, "load", None)
+    if load is None:
+        from vidvol.builders import loader  # pylint: disable=g-import-not-at-top
+
+        load = loader.load
+    return load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size, data_dir=job.data_dir,
+                repeat=True)
+
+
+def make_dataset(job: ReadJob) -> tf.data.Dataset:
+    """The tf.data pipeline a job names, repeating forever (epochs flow into each other, as in training)."""
+    if job.pipeline == "loader":
+        return loader_dataset(job)
+    labels = [int(v) for v in job.labels] if job.pipeline != "fire_get_img" else job.labels
+    if job.pipeline == "hmdb51_seek":
+        return baselines.hmdb51_seek_dataset(job.paths, labels, batch_size=job.batch_size, repeat=True)
+    if job.pipeline == "fire_get_img":
+        height, width = job.shape[:2]
+        return baselines.fire_get_img_dataset(job.paths, labels, window=job.window, height=height, width=width,
+                                              batch_size=job.batch_size, repeat=True)
+    return baselines.mri_get_fdata_dataset(job.paths, labels, shape=job.shape, batch_size=job.batch_size, repeat=True)
+
+
+def batch_size_of(batch: Any) -> int:
+    """Examples in one batch: the leading dimension of its last leaf (the label in (x, label) batches)."""
+    leaves = tf.nest.flatten(batch)
+    if not leaves:
+        raise ValueError("empty batch: no tensors to count examples from")
+    return int(leaves[-1].shape[0])
+
+
+def stream_rate(make: Callable[[], tf.data.Dataset], *, min_seconds: float, warmup_batches: int,
+                cores: int) -> dict[str, float]:
+    """Examples/s of a fresh iterator over the endless `make()`, after warm-up batches.
+
+    Also examples per CPU-second of this process x cores (`cpu_examples_per_s`): what the pipeline
+    would deliver with every core to itself, steadier than wall time on a shared machine.
+    """
+    iterator = iter(make())
+    for _ in range(warmup_batches):
+        next(iterator)
+    examples = batches = 0
+    busy_start = busy_cpu_seconds()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    while True:
+        examples += batch_size_of(next(iterator))
+        batches += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            cpu = max(time.process_time() - cpu_start, 1e-9)
+            others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / elapsed
+            return {"examples_per_s": examples / elapsed, "cpu_examples_per_s": cores * examples / cpu,
+                    "cores_used": cpu / elapsed, "other_cores_busy": others, "examples": examples,
+                    "batches": batches, "seconds": elapsed}
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (not idle or waiting on I/O) since boot."""
+    t = psutil.cpu_times()
+    return sum(getattr(t, f) for f in ("user", "nice", "system", "irq", "softirq", "steal") if hasattr(t, f))
+
+
+def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
+    """Streams the job's pipeline `runs` times; returns per-run rates and peak RSS while streaming."""
+    cores = len(os.sched_getaffinity(0))
+    rss_before = psutil.Process().memory_info().rss
+    monitor = fire_memory.TreeMonitor(os.getpid(), interval)
+    monitor.start()
+    runs = []
+    try:
+        for _ in range(job.runs):
+            runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
+                                    warmup_batches=job.warmup_batches, cores=cores))
+    finally:
+        monitor.stop()
+    rates = [r["examples_per_s"] for r in runs]
+    median = float(statistics.median(rates))
+    cpu_median = float(statistics.median(r["cpu_examples_per_s"] for r in runs))
+    return {
+        "pipeline": job.pipeline,
+        "examples_per_s_runs": [round(r, 3) for r in rates],
+        "examples_per_s": round(median, 3),
+        "frames_per_s": round(median * job.frames_per_example, 2),
+        "cpu_examples_per_s": round(cpu_median, 3),
+        "cores_used": round(float(statistics.median(r["cores_used"] for r in runs)), 2),
+        "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
+        "cores": cores,
+        "batch_size": job.batch_size,
+        "examples_timed": sum(r["examples"] for r in runs),
+        "rss_before_mib": round(rss_before / MIB, 1),
+        "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
+        "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),  # KiB on Linux
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m vidvol.benchmarks.reads JOB.json OUT.json`: one isolated measurement."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        raise SystemExit("usage: python -m vidvol.benchmarks.reads JOB.json OUT.json")
+    with open(args[0], encoding="utf-8") as f:
+        job = ReadJob(**json.load(f))
+    result = measure_read(job)
+    with open(args[1], "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

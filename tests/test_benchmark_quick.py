@@ -1,0 +1,162 @@
+"""`python -m vidvol.benchmarks.run --quick` smoke run, plus the benchmark's own parts on real files.
+
+Never asserts a speed: only that every section is measured, counted right and finite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import cv2
+import nibabel as nib
+import numpy as np
+import pytest
+
+from vidvol import samples
+from vidvol.benchmarks import baselines
+from vidvol.benchmarks import inputs
+from vidvol.benchmarks import report
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+READS = ("hmdb51", "fire_hrr", "mri_volumes_32", "mri_volumes_40x40x24")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """One real quick run (CLI, in a subprocess) into a temporary folder; returns (out, results)."""
+    out = tmp_path_factory.mktemp("bench_out")
+    published = {p: p.stat().st_mtime_ns for p in (PACKAGE / n for n in ("RESULTS.md", "results.png", "results.json"))
+                 if p.exists()}
+    proc = subprocess.run([sys.executable, "-m", "vidvol.benchmarks.run", "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                          cwd=str(out))
+    assert proc.returncode == 0, f"quick benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    for path, mtime in published.items():
+        assert path.stat().st_mtime_ns == mtime, f"--quick overwrote the published {path.name}"
+    return out, json.loads((out / "results.json").read_text()), proc.stdout
+
+
+def test_quick_run_writes_every_section(quick):
+    out, results, stdout = quick
+    assert results["mode"] == "quick"
+    assert report.finite_numbers(results) == []
+    assert set(results["read"]) == set(READS)
+    for name, r in results["read"].items():
+        for key in ("loader", "baseline"):
+            assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]
+            assert r[key]["peak_rss_mib"] >= r[key]["rss_before_mib"] > 0
+        assert math.isclose(r["x_baseline"], r["loader"]["examples_per_s"] / r["baseline"]["examples_per_s"])
+    for name in ("hmdb51", "fire_hrr"):
+        limit = results["read"][name]["limit"]
+        assert limit["frames_per_s_one_core"] > 0 and limit["cores"] == len(os.sched_getaffinity(0))
+        assert 0 < results["read"][name]["of_limit"]
+    for w in (1, 2):
+        assert results["build_scaling"][f"workers_{w}"]["examples_per_s"] > 0
+    assert set(results["build_memory"]["results"]) == {"1", "2"}
+    names = [t["name"] for t in results["targets"]]
+    assert len(names) == 9 and all(isinstance(t["pass"], bool) for t in results["targets"])
+    assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
+    assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
+    assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)
+
+
+def test_quick_run_counts_match_the_inputs(quick):
+    out, results, _ = quick
+    root = str(out / "inputs_quick" / "hmdb51")
+    train = inputs.hmdb51_split_videos(root, 1, "train")
+    test = inputs.hmdb51_split_videos(root, 1, "test")
+    assert results["builds_for_reads"]["hmdb51"]["examples"] == len(train) + len(test) and train and test
+    assert results["read"]["hmdb51"]["examples"] == len(train)
+    for count, r in results["build_memory"]["results"].items():
+        assert r["examples"] == int(count) and r["skipped"] == 0  # one 161-frame window per experiment
+    for tag, n in (("32", 2), ("40x40x24", 2)):
+        assert results["builds_for_reads"][f"mri_{tag}"]["examples"] == n
+    # The decode limit decoded exactly the frames stored in the hmdb51 shards.
+    stored = baselines.stored_jpeg_frames(
+        baselines.shard_files(str(out / "data" / "hmdb51"), "hmdb51", "split1_20x64x64", "train"))
+    assert len(stored) == results["read"]["hmdb51"]["limit"]["frames_sampled"] == 20 * len(train)
+    assert cv2.imdecode(np.frombuffer(stored[0], np.uint8), cv2.IMREAD_COLOR).shape == (64, 64, 3)
+
+
+def test_quick_run_report_and_chart(quick):
+    out, results, _ = quick
+    text = (out / "RESULTS.md").read_text()
+    for heading in ("## Headline", "## Machine", "## Inputs", "## Read throughput", "## Build throughput",
+                    "## Build memory", "## Read memory", "## Method"):
+        assert heading in text
+    for t in results["targets"]:
+        assert t["name"] in text
+    png = (out / "results.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    image = cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape[0] > 500 and image.shape[1] > 800 and image.std() > 10  # a drawn chart, not a blank canvas
+
+
+def test_seek_baseline_reads_the_evenly_spaced_frames(tmp_path):
+    path = samples.write_video(str(tmp_path / "clip.avi"), 90, height=120, width=160, fourcc="MJPG")
+    clip = baselines.read_clip_by_seeking(path)
+    assert clip.shape == (20, 64, 64, 3) and clip.dtype == np.float32 and 0 <= clip.min() and clip.max() <= 1
+    expected = np.linspace(0, 89, 20).round().astype(int)
+    got = [samples.decode_frame_index(np.rint(frame * 255).astype(np.uint8)) for frame in clip]
+    assert got == expected.tolist()
+    assert samples.colour_key_ok(np.rint(clip[0] * 255)), "baseline frames must be RGB like the loader's"
+
+
+def test_get_img_and_fdata_baselines(tmp_path):
+    rgb = samples.make_frame(5, height=54, width=96)
+    path = tmp_path / "f.png"
+    cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    frame = baselines.get_img(str(path).encode())
+    np.testing.assert_allclose(frame * 255, rgb, atol=1e-3)
+    with pytest.raises(FileNotFoundError, match="missing.jpg"):
+        baselines.get_img(str(tmp_path / "missing.jpg").encode())
+    volumes = baselines.mri_get_fdata_dataset([], [], shape=(4, 4, 4), batch_size=2)
+    assert volumes.element_spec[0].shape.as_list() == [None, 4, 4, 4]
+
+
+def test_decode_rate_counts_real_decodes():
+    frames = [cv2.imencode(".jpg", samples.make_frame(i, height=64, width=64))[1].tobytes() for i in range(4)]
+    rate = baselines.decode_rate(frames, min_seconds=0.05)
+    assert rate["frames"] % 4 == 0 and rate["frames"] >= 4
+    assert rate["frames_per_s"] > 0 and rate["cpu_frames_per_s"] > 0
+    with pytest.raises(ValueError, match="imdecode failed"):
+        baselines.decode_rate([b"not a jpeg"], min_seconds=0.01)
+
+
+def test_mri_inputs_compress_like_scans(tmp_path):
+    plan = inputs.mri_plan(str(tmp_path / "mri"), num=1, shape=(64, 64, 48))
+    assert inputs.write_inputs([plan]) == [True]
+    assert inputs.write_inputs([plan]) == [False]  # reused, not rewritten
+    image = nib.load(inputs.mri_paths(str(tmp_path / "mri"))[0])
+    data = np.asarray(image.dataobj)
+    assert data.dtype == np.int16 and image.shape == (64, 64, 48)
+    assert 0 <= data.min() and 500 < data.max() < 2000  # scanner-like intensities, slope 1
+    ratio = inputs.describe_mri(str(tmp_path / "mri"))["gzip_ratio"]
+    assert 1.5 < ratio < 5, f"gzip ratio {ratio}: expected a real scan's 2-4x, not noise (~1x) or flat (~100x)"
+
+
+def test_fire_inputs_and_labels(tmp_path):
+    plan = inputs.fire_plan(str(tmp_path / "fire"), experiments=2, frames=5, height=54, width=96)
+    inputs.write_inputs([plan])
+    rows = inputs.fire_frame_rows(str(tmp_path / "fire" / "labels.csv"))
+    assert [r[0] for r in rows] == ["exp_000"] * 5 + ["exp_001"] * 5
+    first = cv2.imread(rows[0][1])
+    assert first.shape == (54, 96, 3) and first.std() > 5  # textured, not a flat colour
+    assert all(h > 0 for _, _, h in rows)
+    (tmp_path / "bad.csv").write_text("experiment,frame,hrr\nexp,a.jpg,1.0\nexp,b.jpg,not-a-number\n")
+    with pytest.raises(ValueError, match=r"bad.csv:3"):
+        inputs.fire_frame_rows(str(tmp_path / "bad.csv"))
+
+
+def test_target_rows():
+    assert report.target("a", 60, 50)["pass"] and not report.target("a", 40, 50)["pass"]
+    growth = report.target("g", 0.12, 0.10, op="<=", unit="%")
+    assert not growth["pass"] and growth["score"] < 1
+    assert report.target("m", 1.5, 2.0, op="<=", unit="GiB")["pass"]
+    assert not report.target("nan", float("nan"), 1.0)["pass"]
+    assert report.finite_numbers({"a": [1.0, float("inf")], "b": {"c": float("nan")}}) == ["results.a[1]", "results.b.c"]
