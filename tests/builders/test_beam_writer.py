@@ -68,7 +68,9 @@ def test_plan_shards_is_stable_and_complete():
 def test_num_shards_for():
     assert beam_writer.num_shards_for(0, 10) == 0
     assert beam_writer.num_shards_for(2, 10, min_shards=4) == 2
-    assert beam_writer.num_shards_for(100, 10 << 20, max_shard_size=100 << 20, min_shards=4) == 10
+    assert beam_writer.num_shards_for(100, 10 << 20, max_shard_size=100 << 20, min_shards=4) == 12  # 10, to a multiple of 4
+    assert beam_writer.num_shards_for(100, 8 << 20, max_shard_size=100 << 20, min_shards=4) == 8
+    assert beam_writer.num_shards_for(6, 10 << 20, max_shard_size=1 << 20, min_shards=4) == 6
     assert beam_writer.num_shards_for(100, 1, num_shards=7) == 7
 
 
