@@ -89,7 +89,7 @@ class Settings:
 
 
 FULL = Settings(
-    mode="full", runs=3, build_runs=3, scaling_repeat=3, min_seconds=2.0, isolate=True,
+    mode="full", runs=3, build_runs=3, scaling_repeat=4, min_seconds=2.0, isolate=True,
     hmdb51=dict(num_classes=8, videos_per_class=6, num_frames=(60, 300), height=240, width=320),
     hmdb51_config="split1_20x64x64", hmdb51_batch=32,
     fire=dict(experiments=16, frames=161, height=540, width=960), fire_config="full_161x540x960",
