@@ -92,14 +92,19 @@ class DecodedFrames:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_input_file(path: str, kind: str, not_found: type[OSError], invalid: type[ValueError]) -> None:
+    """Raise early, with a clear reason, for a missing, non-regular or empty input file."""
+    if not os.path.exists(path):
+        raise not_found(errno.ENOENT, f"{kind.capitalize()} file not found", path)
+    if not os.path.isfile(path):
+        raise invalid(f"{path}: expected {'an' if kind[0] in 'aeiou' else 'a'} {kind} file, found a directory or special file")
+    if os.path.getsize(path) == 0:
+        raise invalid(f"{path}: {kind} file is empty (0 bytes)")
+
+
 def _check_video_file(path: str) -> None:
     """Raise early, with a clear reason, for paths OpenCV would only report as 'not opened'."""
-    if not os.path.exists(path):
-        raise VideoNotFoundError(errno.ENOENT, "Video file not found", path)
-    if not os.path.isfile(path):
-        raise VideoDecodeError(f"{path}: expected a video file, found a directory or special file")
-    if os.path.getsize(path) == 0:
-        raise VideoDecodeError(f"{path}: video file is empty (0 bytes)")
+    _check_input_file(path, "video", VideoNotFoundError, VideoDecodeError)
 
 
 def _open_capture(path: str, timeout_s: float | None = None) -> cv2.VideoCapture:
@@ -544,12 +549,7 @@ def read_image(
 ) -> np.ndarray:
     """Read an image file as RGB uint8 (H, W, 3), gray inputs expanded to 3 channels, optionally resized."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ImageNotFoundError(errno.ENOENT, "Image file not found", path)
-    if not os.path.isfile(path):
-        raise ImageDecodeError(f"{path}: expected an image file, found a directory or special file")
-    if os.path.getsize(path) == 0:
-        raise ImageDecodeError(f"{path}: image file is empty (0 bytes)")
+    _check_input_file(path, "image", ImageNotFoundError, ImageDecodeError)
     # imdecode on the bytes (rather than imread) works for any path encoding and never warns on stdout.
     data = np.fromfile(path, dtype=np.uint8)
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
