@@ -29,8 +29,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import cv2
-import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -40,12 +38,13 @@ import tensorflow_datasets as tfds  # noqa: E402
 import vidvol  # noqa: E402,F401  (registers the datasets)
 from vidvol import samples  # noqa: E402
 from vidvol.beam_jobs import runners  # noqa: E402
+from vidvol.benchmarks import baselines  # noqa: E402
 from vidvol.builders import loader  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 CONFIG = "split1_20x64x64"
-NUM_FRAMES, SIZE = 20, 64
+NUM_FRAMES = baselines.HMDB51_NUM_FRAMES
 
 
 def prepare(data_dir: str, manual_dir: str, classes: int, videos_per_class: int) -> tfds.core.DatasetBuilder:
@@ -68,33 +67,10 @@ def source_videos(manual_dir: str) -> list[str]:
     return sorted(glob.glob(os.path.join(manual_dir, samples.HMDB51_ORG_DIR, "*", "*.avi")))
 
 
-def stored_frames(builder: tfds.core.DatasetBuilder, split: str = "train") -> list[np.ndarray]:
-    """Per example, the JPEG frames exactly as stored in the shards (as uint8 buffers)."""
-    files = [os.fspath(f.filename) for f in builder.info.splits[split].file_instructions]
-    clips = []
-    for record in tf.data.TFRecordDataset(files).as_numpy_iterator():
-        example = tf.train.Example.FromString(record)
-        clips.append([np.frombuffer(b, np.uint8) for b in example.features.feature["video"].bytes_list.value])
-    return clips
-
-
-def limit_rate(clips: list[list[np.ndarray]], cores: int, min_seconds: float) -> dict[str, float]:
-    """libjpeg clips/s on one thread over the stored frames, times `cores`."""
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        n, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
-        while True:
-            for frames in clips:
-                for buf in frames:
-                    cv2.imdecode(buf, cv2.IMREAD_COLOR)
-                n += 1
-            wall = time.perf_counter() - wall0
-            if wall >= min_seconds:
-                cpu = time.process_time() - cpu0
-                return {"wall": cores * n / wall, "cpu": cores * n / cpu}
-    finally:
-        cv2.setNumThreads(previous)
+def limit_rate(frames: list[bytes], cores: int, min_seconds: float) -> dict[str, float]:
+    """libjpeg clips/s of the stored frames (`baselines.decode_rate`, one core), times `cores`."""
+    rate = baselines.decode_rate(frames, min_seconds=min_seconds)
+    return {"wall": cores * rate["frames_per_s"] / NUM_FRAMES, "cpu": cores * rate["cpu_frames_per_s"] / NUM_FRAMES}
 
 
 def stream_rate(make: Callable[[], tf.data.Dataset], cores: int, min_seconds: float, warmup: int = 3) -> dict[str, float]:
@@ -112,42 +88,15 @@ def stream_rate(make: Callable[[], tf.data.Dataset], cores: int, min_seconds: fl
             return {"wall": n / wall, "cpu": cores * n / max(cpu, 1e-9)}
 
 
-def read_clip_opencv(path: str) -> np.ndarray:
-    """Users' read-time clip: seek to 20 evenly spaced frames, RGB, resize to 64x64, /255."""
-    cap = cv2.VideoCapture(path)
-    try:
-        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-        clip = np.zeros((NUM_FRAMES, SIZE, SIZE, 3), np.float32)
-        for t, index in enumerate(np.linspace(0, max(count - 1, 0), NUM_FRAMES).round().astype(int)):
-            cap.set(cv2.CAP_PROP_POS_FRAMES, int(index))
-            ok, bgr = cap.read()
-            if ok:
-                clip[t] = cv2.resize(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), (SIZE, SIZE)) / 255.0
-        return clip
-    finally:
-        cap.release()
-
-
-def opencv_dataset(paths: list[str], batch_size: int) -> tf.data.Dataset:
-    """The read-time OpenCV pipeline as a tf.data input (parallel py_function map)."""
-
-    def load(path):
-        clip = tf.py_function(lambda p: read_clip_opencv(p.numpy().decode()), [path], tf.float32)
-        clip.set_shape((NUM_FRAMES, SIZE, SIZE, 3))
-        return clip, tf.constant(0, tf.int64)
-
-    ds = tf.data.Dataset.from_tensor_slices(paths)
-    return ds.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Builds (once) and times every pipeline in alternating rounds; returns medians and ratios."""
     builder = prepare(args.data_dir, args.manual_dir, args.classes, args.videos_per_class)
     cores = args.cores or len(os.sched_getaffinity(0))
-    clips = stored_frames(builder)
+    files = [os.fspath(f.filename) for f in builder.info.splits["train"].file_instructions]
+    frames = baselines.stored_jpeg_frames(files)
     videos = source_videos(args.manual_dir)[: args.opencv_videos]
     pipelines: dict[str, Callable[[], dict[str, float]]] = {
-        "limit": lambda: limit_rate(clips, cores, args.seconds),
+        "limit": lambda: limit_rate(frames, cores, args.seconds),
         "vidvol.load": lambda: stream_rate(
             lambda: loader.load(builder, "train", args.batch_size, seed=None, **args.loader_kwargs), cores, args.seconds
         ),
@@ -162,7 +111,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
     }
     if args.opencv_videos:
-        pipelines["opencv"] = lambda: stream_rate(lambda: opencv_dataset(videos, args.batch_size), cores, args.seconds, 1)
+        seek = lambda: baselines.hmdb51_seek_dataset(videos, [0] * len(videos), batch_size=args.batch_size)
+        pipelines["opencv"] = lambda: stream_rate(seek, cores, args.seconds, 1)
     results: dict[str, list[dict[str, float]]] = {k: [] for k in pipelines}
     for r in range(args.rounds):
         for key, fn in pipelines.items():
