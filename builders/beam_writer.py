@@ -372,29 +372,18 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         generators = self._generators(dl_manager, download_config)
         data_dir = os.fspath(self.data_path)
         if os.environ.get("VIDVOL_WRITER", "streaming") == "tfds":
-            for split, gen in generators.items():
-                gen.skip_report_path = os.path.join(data_dir, f"skips-{split}.json")
-            self._split_generators = lambda *_a, **_k: generators  # type: ignore[method-assign]
-            config = dataclasses.replace(download_config, beam_runner=runner, beam_options=options)
-            super()._download_and_prepare(dl_manager, config)
-            results = []
-            for split, info in self.info.splits.items():
-                skips = _read_json(os.path.join(data_dir, f"skips-{split}.json"))
-                tf.io.gfile.remove(os.path.join(data_dir, f"skips-{split}.json"))
-                paths = [os.fspath(p) for p in info.filepaths]
-                results.append(SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
-            self._report(data_dir, results)
+            self._prepare_with_tfds_writer(dl_manager, download_config, runner, options, generators, data_dir)
             return
 
         max_shard_size = self._max_shard_size(download_config)
+        templates = {split: self._get_filename_template(split_name=split) for split in generators}
         tasks: dict[str, list[ShardTask]] = {}
         for split, gen in generators.items():
-            template = self._get_filename_template(split_name=split)
             n = num_shards_for(
                 len(gen.sources), self._estimated_example_bytes(),
                 max_shard_size=max_shard_size, min_shards=self.MIN_SHARDS, num_shards=download_config.num_shards,
             )
-            planned = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
+            planned = lambda i, n, t=templates[split]: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
             tasks[split] = plan_shards(split, gen.sources, n, planned)
             logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
         all_tasks = [t for ts in tasks.values() for t in ts]
@@ -408,25 +397,41 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 | "Distribute" >> beam.Reshuffle()
                 | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns))
             )
-            result = pipeline.run()
-            state = result.wait_until_finish()
+            pipeline_result = pipeline.run()
+            state = pipeline_result.wait_until_finish()
             if state is not None and str(state) != PipelineState.DONE:
                 raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
-            self.beam_metrics = runners.split_counts(runners.counter_totals(result, METRICS_NAMESPACE))
+            self.beam_metrics = runners.split_counts(runners.counter_totals(pipeline_result, METRICS_NAMESPACE))
             logger.info("%s", metrics_line(self.name, self.beam_metrics))
         results = []
-        split_infos = []
-        for split in generators:
-            template = self._get_filename_template(split_name=split)
+        for split, template in templates.items():
             final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
-            result = collect_split(split, tasks[split], final)
-            results.append(result)
-            split_infos.append(
-                splits_lib.SplitInfo(
-                    name=split, shard_lengths=result.shard_lengths, num_bytes=result.num_bytes, filename_template=template
-                )
+            results.append(collect_split(split, tasks[split], final))
+        self.info.set_splits(
+            splits_lib.SplitDict(
+                [
+                    splits_lib.SplitInfo(
+                        name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
+                    )
+                    for r in results
+                ]
             )
-        self.info.set_splits(splits_lib.SplitDict(split_infos))
+        )
+        self._report(data_dir, results)
+
+    def _prepare_with_tfds_writer(self, dl_manager, download_config, runner, options, generators, data_dir) -> None:
+        """TFDS's stock Beam writer over the same transforms (for comparison); skips come back as JSON."""
+        for split, gen in generators.items():
+            gen.skip_report_path = os.path.join(data_dir, f"skips-{split}.json")
+        self._split_generators = lambda *_a, **_k: generators  # type: ignore[method-assign]
+        config = dataclasses.replace(download_config, beam_runner=runner, beam_options=options)
+        super()._download_and_prepare(dl_manager, config)
+        results = []
+        for split, info in self.info.splits.items():
+            skips = _read_json(os.path.join(data_dir, f"skips-{split}.json"))
+            tf.io.gfile.remove(os.path.join(data_dir, f"skips-{split}.json"))
+            paths = [os.fspath(p) for p in info.filepaths]
+            results.append(SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
         self._report(data_dir, results)
 
     def _report(self, data_dir: str, results: Sequence[SplitResult]) -> None:
