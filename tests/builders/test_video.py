@@ -479,3 +479,13 @@ def test_encode_frame_rejects_bad_input() -> None:
         video.encode_frame(np.zeros((4, 4), np.uint8))
     with pytest.raises(ValueError, match="quality"):
         video.encode_frame(np.zeros((4, 4, 3), np.uint8), quality=101)
+
+
+def test_container_with_no_decodable_frame(tmp_path: pathlib.Path) -> None:
+    """A real AVI written by OpenCV with zero frames: it opens, but nothing decodes."""
+    path = str(tmp_path / "empty.avi")
+    writer = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"XVID"), 25.0, (64, 48))
+    writer.release()
+    assert pathlib.Path(path).stat().st_size > 0
+    with pytest.raises(video.VideoDecodeError, match="no decodable frame"):
+        video.decode_frames(path)

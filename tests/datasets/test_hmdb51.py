@@ -105,12 +105,16 @@ def test_bad_videos_are_reported_not_lost(tmp_path, build_in_process):
     text = os.path.join(org, "catch", "catch_clip0_u_nm_np1_fr_med_0.avi")
     open(text, "w").write("this is not a video\n" * 20)
     os.remove(os.path.join(org, "catch", "catch_clip2_u_nm_np1_fr_med_2.avi"))  # a test video named by split 1
+    empty = os.path.join(org, "cartwheel", "cartwheel_clip0_u_nm_np1_fr_med_0.avi")
+    writer = cv2.VideoWriter(empty, cv2.VideoWriter_fourcc(*"XVID"), 30.0, (80, 60))
+    writer.release()  # a real AVI container with no decodable frame
     expected = _split_counts(manual, 1)
     builder = build_in_process(hmdb.Builder, manual, tmp_path / "out")
     report = beam_writer.read_skip_report(builder.data_dir)
     skipped = {s["source"]: s for s in report["skipped"]}
-    assert set(skipped) <= {os.path.basename(p) for p in (zero, trunc, text)} | {"catch_clip2_u_nm_np1_fr_med_2.avi"}
-    assert {os.path.basename(zero), os.path.basename(text), "catch_clip2_u_nm_np1_fr_med_2.avi"} <= set(skipped)
+    assert set(skipped) <= {os.path.basename(p) for p in (zero, trunc, text, empty)} | {"catch_clip2_u_nm_np1_fr_med_2.avi"}
+    assert {os.path.basename(zero), os.path.basename(text), os.path.basename(empty), "catch_clip2_u_nm_np1_fr_med_2.avi"} <= set(skipped)
+    assert "no decodable frame" in skipped[os.path.basename(empty)]["reason"]
     assert "not found" in skipped["catch_clip2_u_nm_np1_fr_med_2.avi"]["reason"]
     assert "split1.txt:3" in skipped["catch_clip2_u_nm_np1_fr_med_2.avi"]["reason"]
     assert skipped["catch_clip2_u_nm_np1_fr_med_2.avi"]["split"] == "test"
