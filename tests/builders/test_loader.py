@@ -173,6 +173,39 @@ def test_lean_memory_mode_gives_the_same_batches(hmdb_fixed, caplog):
         np.testing.assert_array_equal(yf.numpy(), yl.numpy())
 
 
+def _assert_same_batches(a, b):
+    """Two lists of batches (any structure) hold equal tensors in the same order."""
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        tf.nest.assert_same_structure(x, y)
+        for u, v in zip(tf.nest.flatten(x), tf.nest.flatten(y)):
+            assert u.dtype == v.dtype and u.shape == v.shape
+            np.testing.assert_array_equal(u.numpy(), v.numpy())
+
+
+def test_parse_per_batch_matches_tfds_per_example_parse(hmdb_fixed, caplog):
+    caplog.set_level("INFO", logger=loader.__name__)
+    kw = dict(seed=5, mean=0.5, std=0.25)
+    per_batch = list(loader.load(hmdb_fixed, "train", 2, **kw))
+    per_example = list(loader.load(hmdb_fixed, "train", 2, parse_per_batch=False, **kw))
+    assert re.findall(r"parse per (\w+)", caplog.text) == ["batch", "example"]
+    _assert_same_batches(per_batch, per_example)  # same values, same order under a seed
+    feats = ["video_id", "label", "mask", "num_frames", "fps", "frame_indices"]
+    by_batch = list(loader.load(hmdb_fixed, "test", 4, features=feats))
+    by_example = list(loader.load(hmdb_fixed, "test", 4, features=feats, parse_per_batch=False))
+    _assert_same_batches(by_batch, by_example)  # eval: partial last batch, scalars and text too
+    assert loader.BatchParser.for_features(hmdb_fixed.info.features, ["video", "label"], ["video"]) is not None
+
+
+def test_variable_length_features_are_parsed_per_example(hmdb_all, caplog):
+    caplog.set_level("INFO", logger=loader.__name__)
+    features = hmdb_all.info.features
+    assert loader.BatchParser.for_features(features, ["video", "label"], ["video"]) is None
+    assert loader.BatchParser.for_features(features, ["label", "num_frames"], []) is not None
+    loader.load(hmdb_all, "train", 2, clip_length=4, seed=0)
+    assert "parse per example" in caplog.text
+
+
 def test_drop_remainder_in_training_only(hmdb_fixed):
     assert [int(b[1].shape[0]) for b in loader.load(hmdb_fixed, "train", 4, seed=0)] == [4]
     assert [int(b[1].shape[0]) for b in loader.load(hmdb_fixed, "train", 4, training=False)] == [4, 2]
@@ -206,7 +239,7 @@ def test_shuffle_buffer_is_sized_in_bytes(hmdb_fixed, caplog):
     loader.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=int(3.5 * per_example))
     loader.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=2**30)
     buffers = [int(m) for m in re.findall(r"shuffle buffer (\d+) examples", caplog.text)]
-    assert buffers == [3, info.num_examples]  # held: encoded frames + decoded mask and label
+    assert buffers == [3, info.num_examples]  # held: the serialized records (parsed per batch)
     assert loader.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37
     assert loader.shuffle_buffer_size(per_example, 6, buffer_bytes=int(per_example * 100)) == 6
     assert loader.shuffle_buffer_size(10 * 2**20, 100, buffer_bytes=2**20) == 1
@@ -402,3 +435,12 @@ def test_mri_batches_are_volume_mask_label_without_rescaling(mri_small):
         np.testing.assert_array_equal(volume, reference[path.decode()]["volume"])  # float: no /255
         np.testing.assert_array_equal(mask, reference[path.decode()]["mask"])
     assert loader.load_labels(mri_small, "train").shape == (3,)
+
+
+def test_mri_parse_per_batch_decodes_the_byte_mask_like_tfds(mri_small):
+    kw = dict(seed=1, features=["volume", "mask", "label", "affine", "original_shape"])
+    per_batch = list(loader.load(mri_small, "train", 2, **kw))
+    per_example = list(loader.load(mri_small, "train", 2, parse_per_batch=False, **kw))
+    _assert_same_batches(per_batch, per_example)
+    assert per_batch[0]["mask"].dtype == tf.uint8 and per_batch[0]["mask"].shape == (2, 32, 32, 32)
+    assert int(tf.reduce_sum(tf.cast(per_batch[0]["mask"], tf.int64))) > 0
