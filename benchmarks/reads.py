@@ -6,6 +6,11 @@ warm-up batches, then at least `min_seconds` of batches over `.repeat()`ed epoch
 the examples per second of every run plus the process's peak RSS while streaming. Each job runs
 in its own process in a full benchmark (`python -m vidvol.benchmarks.reads JOB.json OUT.json`),
 so peaks do not mix.
+
+A job over JPEG frames can name its shard files (`limit_files`): then, right before each timed
+run, the same process times the decode limit of those stored frames (`baselines.decode_rate`, one
+core, x cores), and each run's ratio to the limit measured next to it is reported too. Paired
+that way, a machine that slows down or speeds up between measurements moves both sides alike.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ class ReadJob:
     runs: int = 3
     min_seconds: float = 2.0
     warmup_batches: int = 2
+    limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored JPEG frames set the limit
+    limit_max_frames: int = 2000
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -128,9 +135,12 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     rss_before = psutil.Process().memory_info().rss
     monitor = fire_memory.TreeMonitor(os.getpid(), interval)
     monitor.start()
-    runs = []
+    frames = baselines.stored_jpeg_frames(job.limit_files, max_frames=job.limit_max_frames) if job.limit_files else None
+    runs, limits = [], []
     try:
         for _ in range(job.runs):
+            if frames is not None:
+                limits.append(baselines.decode_rate(frames, min_seconds=job.min_seconds / 2))
             runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores))
     finally:
@@ -152,7 +162,26 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         "rss_before_mib": round(rss_before / MIB, 1),
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
         "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),  # KiB on Linux
+        **(paired_limit(runs, limits, frames, job.frames_per_example, cores) if frames is not None else {}),
     }
+
+
+def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, float]], frames: Sequence[bytes],
+                 frames_per_example: int, cores: int) -> dict[str, Any]:
+    """The decode limit measured before each run, and each run's ratio to its own limit (medians too)."""
+    one = [lim["frames_per_s"] for lim in limits]
+    cpu_one = [lim["cpu_frames_per_s"] for lim in limits]
+    ratios = [r["examples_per_s"] * frames_per_example / (cores * f) for r, f in zip(runs, one)]
+    cpu_ratios = [r["cpu_examples_per_s"] * frames_per_example / (cores * f) for r, f in zip(runs, cpu_one)]
+    return {"limit": {
+        "frames_per_s_one_core": round(statistics.median(one), 1), "frames_per_s_one_core_runs": [round(f, 1) for f in one],
+        "cpu_frames_per_s_one_core": round(statistics.median(cpu_one), 1), "cores": cores, "frames_sampled": len(frames),
+        "mean_stored_frame_bytes": int(sum(map(len, frames)) / len(frames)),
+        "examples_per_s": round(statistics.median(one) * cores / frames_per_example, 3),
+        "cpu_examples_per_s": round(statistics.median(cpu_one) * cores / frames_per_example, 3),
+        "of_limit_runs": [round(x, 4) for x in ratios], "of_limit": round(statistics.median(ratios), 4),
+        "of_limit_cpu": round(statistics.median(cpu_ratios), 4), "paired": True,
+    }}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -115,7 +115,8 @@ def markdown(results: Mapping[str, Any]) -> str:
     out += ["## Read throughput", "",
             "Each pipeline streams model-ready batches from warm files (page cache) over `.repeat()`ed epochs after "
             "a few warm-up batches, in its own process (full mode). *Limit*: `cv2.imdecode` (libjpeg-turbo) of the "
-            "frames exactly as stored in our TFRecords, in a tight loop on one core, times the cores. *Cores busy*: "
+            "frames exactly as stored in our TFRecords, in a tight loop on one core, times the cores, timed before each "
+            "loader run in the same process (ratios: median of the per-run ratios). *Cores busy*: "
             "CPU seconds of the reading process per second; *others*: cores the rest of the machine kept busy meanwhile.",
             ""]
     rows = []

@@ -286,7 +286,8 @@ class BatchParser:
         self.features, self.names, self.videos = features, tuple(names), tuple(videos)
         self.infos = {n: features[n].get_serialized_info() for n in self.names}
         for name, info in self.infos.items():
-            if not isinstance(info, tfds.features.TensorInfo) or any(d is None for d in info.shape):
+            parts = info.values() if isinstance(info, dict) else [info]
+            if not all(isinstance(p, tfds.features.TensorInfo) and None not in p.shape for p in parts):
                 raise ValueError(f"feature {name!r}: serialized as {info}; only fixed-shape tensors parse per batch")
         self.specs = tfds_example_parser.ExampleParser(self.infos).flat_feature_specs
 
@@ -301,15 +302,22 @@ class BatchParser:
     def parse(self, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         """Serialized examples (B,) -> dict of batched features (encoded frames stay strings)."""
         parsed = tf.io.parse_example(serialized, self.specs)
+
+        def restore(key: str, info: tfds.features.TensorInfo) -> tf.Tensor:
+            value = parsed[key]
+            return value if value.dtype == info.tf_dtype else tf.cast(value, info.tf_dtype)
+
         out = {}
         for name in self.names:
-            value, info = parsed[name], self.infos[name]
-            if value.dtype != info.tf_dtype:
-                value = tf.cast(value, info.tf_dtype)
+            info = self.infos[name]
+            if isinstance(info, dict):  # a feature stored as several tensors ("name/part" in the Example)
+                value = {part: restore(f"{name}/{part}", i) for part, i in info.items()}
+            else:
+                value = restore(name, info)
             out[name] = value if name in self.videos else self._decode(name, value)
         return out
 
-    def _decode(self, name: str, value: tf.Tensor) -> tf.Tensor:
+    def _decode(self, name: str, value: Any) -> tf.Tensor:
         feature = self.features[name]
         if (
             isinstance(feature, tfds.features.Tensor)
