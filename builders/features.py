@@ -24,19 +24,25 @@ import tensorflow_datasets as tfds
 INT16_MIN, INT16_MAX = np.iinfo(np.int16).min, np.iinfo(np.int16).max
 
 
-def _shape(shape: Sequence[int]) -> tuple[int, ...]:
-    out = tuple(int(d) for d in shape)
-    if not out or min(out) < 1:
-        raise ValueError(f"shape must be positive integers, got {shape!r}")
-    return out
-
-
-class WholeNumberVolume(tfds.features.FeatureConnector):
-    """float32 tensor of a fixed shape, stored as int16 when that is lossless, else as float32."""
+class _FixedShapeFeature(tfds.features.FeatureConnector):
+    """A feature of one fixed shape, saved in features.json as just that shape."""
 
     def __init__(self, shape: Sequence[int], *, doc: Any = None):
         super().__init__(doc=doc)
-        self._shape = _shape(shape)
+        self._shape = tuple(int(d) for d in shape)
+        if not self._shape or min(self._shape) < 1:
+            raise ValueError(f"shape must be positive integers, got {shape!r}")
+
+    @classmethod
+    def from_json_content(cls, value: dict[str, Any], doc: Any = None) -> "_FixedShapeFeature":
+        return cls(shape=value["shape"], doc=doc)
+
+    def to_json_content(self) -> dict[str, Any]:
+        return {"shape": list(self._shape)}
+
+
+class WholeNumberVolume(_FixedShapeFeature):
+    """float32 tensor of a fixed shape, stored as int16 when that is lossless, else as float32."""
 
     def get_tensor_info(self) -> tfds.features.TensorInfo:
         return tfds.features.TensorInfo(shape=self._shape, dtype=np.float32)
@@ -92,20 +98,9 @@ class WholeNumberVolume(tfds.features.FeatureConnector):
             default=one_by_one,
         )
 
-    @classmethod
-    def from_json_content(cls, value: dict[str, Any], doc: Any = None) -> "WholeNumberVolume":
-        return cls(shape=value["shape"], doc=doc)
 
-    def to_json_content(self) -> dict[str, Any]:
-        return {"shape": list(self._shape)}
-
-
-class BoxMask(tfds.features.FeatureConnector):
+class BoxMask(_FixedShapeFeature):
     """0/1 uint8 mask of a fixed shape that is one axis-aligned box, stored as start/stop per axis."""
-
-    def __init__(self, shape: Sequence[int], *, doc: Any = None):
-        super().__init__(doc=doc)
-        self._shape = _shape(shape)
 
     def get_tensor_info(self) -> tfds.features.TensorInfo:
         return tfds.features.TensorInfo(shape=self._shape, dtype=np.uint8)
@@ -153,10 +148,3 @@ class BoxMask(tfds.features.FeatureConnector):
 
     def decode_batch_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         return self.dense(tfexample_data)
-
-    @classmethod
-    def from_json_content(cls, value: dict[str, Any], doc: Any = None) -> "BoxMask":
-        return cls(shape=value["shape"], doc=doc)
-
-    def to_json_content(self) -> dict[str, Any]:
-        return {"shape": list(self._shape)}

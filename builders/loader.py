@@ -278,8 +278,7 @@ class BatchParser:
     call per batch gives the same tensors for a fifth of that. The feature specs are TFDS's own
     (`ExampleParser(...).flat_feature_specs` of the features' serialized info), the values go
     through the features' own `decode_batch_example`, except Video frames (kept encoded, decoded by
-    this loader) and fixed-shape byte-encoded tensors (one `decode_raw` for the whole batch instead
-    of TFDS's per-example `tf.map_fn`).
+    this loader).
     """
 
     def __init__(self, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str]):
@@ -314,21 +313,8 @@ class BatchParser:
                 value = {part: restore(f"{name}/{part}", i) for part, i in info.items()}
             else:
                 value = restore(name, info)
-            out[name] = value if name in self.videos else self._decode(name, value)
+            out[name] = value if name in self.videos else self.features[name].decode_batch_example(value)
         return out
-
-    def _decode(self, name: str, value: Any) -> tf.Tensor:
-        feature = self.features[name]
-        if (
-            isinstance(feature, tfds.features.Tensor)
-            and getattr(feature, "_encoding", None) == tfds.features.Encoding.BYTES  # no public accessor in TFDS 4.9
-            and all(d is not None for d in feature.shape)
-            and feature.tf_dtype not in (tf.string, tf.uint64)
-        ):
-            raw = tf.io.decode_raw(value, feature.tf_dtype)
-            return tf.reshape(raw, tf.concat([tf.shape(value), list(feature.shape)], 0))
-        return feature.decode_batch_example(value)
-
 
 def read_serialized(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool) -> tf.data.Dataset:
     """Serialized examples of a split, read exactly as `builder.as_dataset` reads them before parsing.

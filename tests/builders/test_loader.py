@@ -437,7 +437,7 @@ def test_mri_batches_are_volume_mask_label_without_rescaling(mri_small):
     assert loader.load_labels(mri_small, "train").shape == (3,)
 
 
-def test_mri_parse_per_batch_decodes_the_byte_mask_like_tfds(mri_small):
+def test_mri_parse_per_batch_decodes_volume_and_box_mask_like_tfds(mri_small):
     kw = dict(seed=1, features=["volume", "mask", "label", "affine", "original_shape"])
     per_batch = list(loader.load(mri_small, "train", 2, **kw))
     per_example = list(loader.load(mri_small, "train", 2, parse_per_batch=False, **kw))
