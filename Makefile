@@ -8,7 +8,7 @@ PIP_FLAGS ?= --disable-pip-version-check --progress-bar off
 PYTEST_ARGS ?=
 DEMO_DIR ?= demo_out
 
-.PHONY: venv demo test bench bench-quick clean
+.PHONY: venv demo test test-fast bench bench-quick clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,11 +24,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The inner loop: everything but the tests marked slow (multi-runner builds, CLIs, notebook, benchmark).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
 bench: $(STAMP)
-	$(PY) -m vidvol.benchmarks.run --out bench_out
+	$(PY) benchmarks/run.py --out bench_out
 
 bench-quick: $(STAMP)
-	$(PY) -m vidvol.benchmarks.run --quick --out bench_out
+	$(PY) benchmarks/run.py --quick --out bench_out
 
 clean:
 	rm -rf $(DEMO_DIR) bench_out

@@ -1,13 +1,19 @@
 """vidvol: TFDS builders for large video and MRI collections, written through Apache Beam.
 
-`import vidvol` registers the `hmdb51`, `fire_hrr` and `mri_volumes` datasets with TFDS.
+`import vidvol` registers the `hmdb51`, `fire_hrr` and `mri_volumes` datasets with TFDS, installs
+the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
 """
 
 __version__ = "0.1.0"
 
-from vidvol.builders import allocator as _allocator  # noqa: E402
+from vidvol.readers import allocator as _allocator  # noqa: E402
 
 _allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must precede TF's first op
 
 from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders)
-from vidvol.builders.loader import distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)
+from vidvol.beam_jobs import runners as _runners  # noqa: E402
+from vidvol.builders import beam_writer as _beam_writer  # noqa: E402
+
+_beam_writer.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
+
+from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)

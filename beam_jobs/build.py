@@ -9,8 +9,8 @@ Every `--name=value` flag this parser does not know is a Beam pipeline option (`
 installed Beam's PipelineOptions (a misspelling stops the build before anything starts) and
 passed to the runner. The default runner is Beam's FnApiRunner, multi-process, one SDK worker per
 core, offline. A dataset that is already prepared is left alone unless `--overwrite`. The build
-ends with one summary line per split (examples, shards, bytes, skips by reason) and the Beam
-counters. `--dry_run` prints the checked options and the equivalent `tfds build` command.
+ends with one summary line per split (examples, shards, bytes, skips by reason), taken from what
+the workers wrote, so it is the same on every runner (some, like Dask, report no metrics). `--dry_run` prints the checked options and the equivalent `tfds build` command.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-import vidvol  # noqa: F401  (registers the datasets)
+from vidvol import datasets as _datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
 from vidvol.builders import beam_writer
@@ -40,14 +40,13 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class BuildResult:
-    """What a build left in data_dir: per-split counts from the skip report, skips, Beam counters."""
+    """What a build left in data_dir: per-split counts and skips, as the workers wrote them (no runner metrics)."""
 
     dataset: str  # e.g. "hmdb51/split1_20x64x64/1.0.0"
     data_path: str
     built: bool  # False: the dataset was already prepared and nothing ran
     splits: dict[str, dict[str, int]]  # split -> examples, shards, num_bytes, skipped_inputs, masked_parts
     skipped: list[dict[str, str]]
-    beam_counters: dict[str, dict[str, int]]  # split -> examples, skipped, bytes (empty if nothing ran)
 
 
 def parse_dataset(spec: str) -> tuple[str, str | None, str | None]:
@@ -98,7 +97,7 @@ def download_config(
     return tfds.download.DownloadConfig(manual_dir=manual_dir, beam_runner=runner, beam_options=options, **kwargs)
 
 
-def read_result(builder: tfds.core.DatasetBuilder, *, built: bool, counters: dict[str, dict[str, int]]) -> BuildResult:
+def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResult:
     """BuildResult of a prepared builder, from its skip report (or its split infos if there is none)."""
     data_path = os.fspath(builder.data_path)
     try:
@@ -112,7 +111,7 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool, counters: dic
             for name, s in builder.info.splits.items()
         }
         skipped = []
-    return BuildResult(builder.info.full_name, data_path, built, splits, skipped, counters)
+    return BuildResult(builder.info.full_name, data_path, built, splits, skipped)
 
 
 def build(
@@ -149,7 +148,7 @@ def build(
     if builder.is_prepared() and not overwrite:
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
                        builder.info.full_name, os.fspath(builder.data_path))
-        return read_result(builder, built=False, counters={})
+        return read_result(builder, built=False)
     if builder.is_prepared():  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
         logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
         builder.data_path.rmtree()
@@ -164,11 +163,11 @@ def build(
         )
         logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
         builder.download_and_prepare(download_dir=download_dir, download_config=config)
-    return read_result(builder, built=True, counters=getattr(builder, "beam_metrics", {}) or {})
+    return read_result(builder, built=True)
 
 
 def summary_lines(result: BuildResult) -> list[str]:
-    """One line per split: examples, shards, bytes, skipped inputs by reason, masked parts, Beam counters."""
+    """One line per split: examples, shards, bytes, skipped inputs by reason, masked parts."""
     lines = []
     for split, s in sorted(result.splits.items()):
         whole = [k for k in result.skipped if k.get("split") == split and not k.get("example")]
@@ -179,10 +178,6 @@ def summary_lines(result: BuildResult) -> list[str]:
             line += " (" + ", ".join(f"{n} {r}" for r, n in reasons.most_common()) + ")"
         if s.get("masked_parts"):
             line += f", {s['masked_parts']} parts masked inside written examples"
-        counters = result.beam_counters.get(split)
-        if counters:
-            line += (f" [Beam counters: {counters.get('examples', 0)} examples, {counters.get('skipped', 0)} skipped, "
-                     f"{counters.get('bytes', 0)} bytes]")
         lines.append(line)
     if not result.built:
         lines.append(f"{result.dataset}: already prepared in {result.data_path}; nothing rebuilt (use --overwrite)")
@@ -273,7 +268,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     for line in summary_lines(result):
         print(line)
     print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
-                      "splits": result.splits, "beam_counters": result.beam_counters}, sort_keys=True))
+                      "splits": result.splits}, sort_keys=True))
     return 0
 
 

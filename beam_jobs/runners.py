@@ -17,10 +17,11 @@ import dataclasses
 import difflib
 import io
 import logging
-import os
 from typing import Any, Mapping, Sequence
 
 from apache_beam.options import pipeline_options as po
+
+from vidvol.core import system
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +85,7 @@ RECIPES: dict[str, RunnerRecipe] = {
 
 def default_num_workers() -> int:
     """Number of local SDK workers: all cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return system.num_cpus()
 
 
 def direct_options(
@@ -281,28 +279,3 @@ def tfds_beam_pipeline_options(flags: Sequence[str]) -> str:
             raise ValueError(f"{flag!r} holds a comma, which `tfds build --beam_pipeline_options` cannot carry")
         parts.append(flag[2:])
     return ",".join(parts)
-
-
-def counter_totals(result: Any, namespace: str) -> dict[str, int]:
-    """Final values of a finished pipeline's user counters in `namespace`, by counter name.
-
-    Committed values where the runner reports them (exactly-once), attempted values otherwise.
-    """
-    from apache_beam.metrics.metric import MetricsFilter  # pylint: disable=g-import-not-at-top
-
-    totals: dict[str, int] = {}
-    for counter in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        name = counter.key.metric.name
-        totals[name] = totals.get(name, 0) + int(value or 0)
-    return totals
-
-
-def split_counts(totals: Mapping[str, int]) -> dict[str, dict[str, int]]:
-    """`{"train/examples": 3, ...}` counters regrouped as `{"train": {"examples": 3, ...}}`."""
-    out: dict[str, dict[str, int]] = {}
-    for name, value in totals.items():
-        split, _, what = name.rpartition("/")
-        if split:
-            out.setdefault(split, {})[what] = value
-    return out

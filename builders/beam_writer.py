@@ -10,7 +10,9 @@ the dataset's size: TFDS's stock Beam writer instead groups every serialized exa
 (and, on the direct runner, of the whole split) in memory before writing.
 
 `ExamplesFromSources` is also a regular TFDS `_generate_examples` PTransform, so the same
-builders can be written by TFDS's stock writer (`VIDVOL_WRITER=tfds`) for comparison.
+builders can be written by TFDS's stock writer (the benchmark compares the two).
+Which Beam runner a build uses is not decided here: callers above (`vidvol.beam_jobs`) install a
+resolver with `set_runner_resolver`.
 """
 
 from __future__ import annotations
@@ -28,17 +30,14 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import apache_beam as beam
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
-from tensorflow_datasets.core import example_serializer
-from tensorflow_datasets.core import splits as splits_lib
-from tensorflow_datasets.core.utils import shard_utils
 
-from vidvol.beam_jobs import runners
+from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
 
 SKIP_REPORT_NAME = "skip_report.json"
-METRICS_NAMESPACE = "vidvol"
 DEFAULT_MAX_SHARD_SIZE = 256 * 2**20
 DEFAULT_MIN_SHARDS = 4
 # Errors an example function may raise for a bad input; they become skips, anything else fails.
@@ -62,6 +61,22 @@ class Skip:
 KeyExample = tuple[str, Mapping[str, Any]]
 ExampleFn = Callable[[Any], Iterable["KeyExample | Skip"]]
 Source = tuple[str, Any]  # (stable source id, picklable record handed to the example function)
+WorkerSetup = Callable[[], None]  # run once per Beam worker before its first example (e.g. thread limits)
+RunnerResolver = Callable[[Any, "PipelineOptions | None"], "tuple[Any, PipelineOptions]"]
+
+
+def _as_given(runner: Any, options: PipelineOptions | None) -> tuple[Any, PipelineOptions]:
+    """The default resolver: Beam's own choice for the runner and options given."""
+    return runner, options or PipelineOptions([])
+
+
+_runner_resolver: RunnerResolver = _as_given
+
+
+def set_runner_resolver(resolver: RunnerResolver) -> None:
+    """Installs the function that turns a build's (beam_runner, beam_options) into what the pipeline runs on."""
+    global _runner_resolver
+    _runner_resolver = resolver
 
 
 def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterator[KeyExample | Skip]:
@@ -78,32 +93,40 @@ def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterato
 
 
 class _GenerateFn(beam.DoFn):
-    """Examples to the main output, skips to the `skips` output, with counters."""
+    """Examples to the main output, skips to the `skips` output."""
 
-    def __init__(self, example_fn: ExampleFn, split: str):
+    def __init__(self, example_fn: ExampleFn, split: str, worker_setup: Sequence[WorkerSetup] = ()):
         self._example_fn = example_fn
         self._split = split
-        self._examples = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{split}/examples")
-        self._skipped = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{split}/skipped")
+        self._worker_setup = tuple(worker_setup)
+
+    def setup(self):
+        for fn in self._worker_setup:
+            fn()
 
     def process(self, source: Source):
         for item in run_example_fn(self._example_fn, source, self._split):
             if isinstance(item, Skip):
-                self._skipped.inc()
                 yield beam.pvalue.TaggedOutput("skips", item.as_dict())
             else:
-                self._examples.inc()
                 yield item
 
 
 class ExamplesFromSources(beam.PTransform):
-    """TFDS `_generate_examples` transform: one source per element, `(key, example)` out."""
+    """TFDS `_generate_examples` transform: one source per element, `(key, example)` out.
 
-    def __init__(self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = ""):
+    `worker_setup` functions run once in each Beam worker before its first example (a video
+    builder passes `video.single_threaded_opencv`: Beam's workers are the parallelism).
+    """
+
+    def __init__(
+        self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = "", worker_setup: Sequence[WorkerSetup] = ()
+    ):
         super().__init__()
         self.sources = list(sources)
         self.example_fn = example_fn
         self.split = split
+        self.worker_setup = tuple(worker_setup)
         self.skip_report_path: str | None = None  # set by the builder for the stock TFDS writer
 
     def expand(self, pbegin):
@@ -111,7 +134,7 @@ class ExamplesFromSources(beam.PTransform):
             pbegin
             | "Sources" >> beam.Create(self.sources, reshuffle=False)
             | "Distribute" >> beam.Reshuffle()
-            | "Examples" >> beam.ParDo(_GenerateFn(self.example_fn, self.split)).with_outputs("skips", main="examples")
+            | "Examples" >> beam.ParDo(_GenerateFn(self.example_fn, self.split, self.worker_setup)).with_outputs("skips", main="examples")
         )
         if self.skip_report_path:
             _ = (
@@ -196,24 +219,22 @@ def plan_shards(split: str, sources: Sequence[Source], num_shards: int, path_fn:
 class WriteShardFn(beam.DoFn):
     """Writes one shard: example by example, encoded and serialized straight into the file."""
 
-    def __init__(self, features: tfds.features.FeatureConnector, example_fns: Mapping[str, ExampleFn]):
+    def __init__(
+        self, features: tfds.features.FeatureConnector, example_fns: Mapping[str, ExampleFn],
+        worker_setup: Sequence[WorkerSetup] = (),
+    ):
         self._features = features
         self._example_fns = dict(example_fns)
+        self._worker_setup = tuple(dict.fromkeys(worker_setup))
         self._serializer = None
 
     def setup(self):
-        # Parallelism comes from Beam workers (one per core); OpenCV's own thread pool in every worker
-        # would oversubscribe the cores and make 2 workers barely faster than 1.
-        import cv2  # pylint: disable=g-import-not-at-top
-
-        cv2.setNumThreads(1)
-        self._serializer = example_serializer.ExampleSerializer(self._features.get_serialized_info())
+        for fn in self._worker_setup:
+            fn()
+        self._serializer = tfds.core.ExampleSerializer(self._features.get_serialized_info())
 
     def process(self, task: ShardTask):
         example_fn = self._example_fns[task.split]
-        examples = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{task.split}/examples")
-        skipped = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{task.split}/skipped")
-        written = beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"{task.split}/bytes")
         start = time.monotonic()
         keys: list[str] = []
         skips: list[dict[str, str]] = []
@@ -223,8 +244,6 @@ class WriteShardFn(beam.DoFn):
                 for item in run_example_fn(example_fn, source, task.split):
                     if isinstance(item, Skip):
                         skips.append(item.as_dict())
-                        if not item.example:
-                            skipped.inc()
                         continue
                     key, example = item
                     # deterministic=True: feature-map entries in key order, so the same input gives the
@@ -234,8 +253,6 @@ class WriteShardFn(beam.DoFn):
                     writer.write(record)
                     keys.append(str(key))
                     num_bytes += len(record)
-                    examples.inc()
-                    written.inc(len(record))
                     del example, tf_example, record
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes, "skips": skips}
         _write_json(info, task.path + ".info.json")
@@ -300,15 +317,6 @@ def summary_line(name: str, result: SplitResult) -> str:
     return line
 
 
-def metrics_line(name: str, counts: Mapping[str, Mapping[str, int]]) -> str:
-    """Driver-side progress line from the Beam counters: examples, skips and bytes per split."""
-    parts = [
-        f"{split} {c.get('examples', 0)} examples, {c.get('skipped', 0)} skipped, {c.get('bytes', 0) / 2**20:.1f} MiB"
-        for split, c in sorted(counts.items())
-    ]
-    return f"{name} Beam counters: " + ("; ".join(parts) if parts else "none reported")
-
-
 def write_skip_report(path: str, dataset: str, results: Sequence[SplitResult]) -> dict[str, Any]:
     """Writes the machine-readable skip report (always, even when nothing was skipped)."""
     report = {
@@ -337,9 +345,20 @@ def read_skip_report(data_dir: str) -> dict[str, Any]:
 class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """GeneratorBasedBuilder whose Beam workers stream examples straight into shard files.
 
-    Subclasses implement `_info`, `_split_generators` (split name -> `self._generate_examples(...)`)
-    and `_generate_examples` returning an `ExamplesFromSources`; they may override
-    `_estimated_example_bytes` so shards are sized well.
+    The contract with a subclass (what differs from a plain TFDS builder):
+
+    - `_split_generators(dl_manager)` returns `{split name: self._generate_examples(...)}` as
+      usual, but `_generate_examples` must return an `ExamplesFromSources(sources, example_fn)`,
+      not a generator: the sources are small picklable records, one per input file, and
+      `example_fn(record)` yields `(key, example)` pairs or `Skip`s. That is what lets shards be
+      planned before anything is decoded; anything else raises TypeError naming the split.
+    - `example_fn` raises ValueError/OSError/EOFError for a bad input: it becomes a skip in
+      `skip_report.json`; any other exception fails the build.
+    - Optionally `_estimated_example_bytes()` (shard sizing) and a `max_shard_size` config field.
+
+    The build honours TFDS's `num_shards`, `max_shard_size` and `max_examples_per_split`
+    download options and runs on the runner the installed resolver picks (see
+    `set_runner_resolver`).
     """
 
     MIN_SHARDS = DEFAULT_MIN_SHARDS
@@ -350,7 +369,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     def _max_shard_size(self, download_config: tfds.download.DownloadConfig) -> int:
         """Shard size cap: `--max_shard_size_mb` if given, else the config's, else 256 MiB."""
-        if download_config.max_shard_size != shard_utils.DEFAULT_MAX_SHARD_SIZE:
+        if download_config.max_shard_size != tfds_api.DEFAULT_MAX_SHARD_SIZE:
             return download_config.max_shard_size
         return getattr(self.builder_config, "max_shard_size", None) or DEFAULT_MAX_SHARD_SIZE
 
@@ -359,7 +378,10 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         generators = self._split_generators(dl_manager)
         for split, gen in generators.items():
             if not isinstance(gen, ExamplesFromSources):
-                raise TypeError(f"{self.name}: split {split!r} must come from ExamplesFromSources, got {type(gen)}")
+                raise TypeError(
+                    f"{self.name}: split {split!r}: _generate_examples must return "
+                    f"vidvol.builders.beam_writer.ExamplesFromSources(sources, example_fn), got {type(gen).__name__}"
+                )
             gen.split = split
             if download_config.max_examples_per_split:
                 gen.sources = stable_order(gen.sources, split)[: download_config.max_examples_per_split]
@@ -368,15 +390,32 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _download_and_prepare(self, dl_manager, download_config):  # pytype: disable=signature-mismatch
         if download_config.max_examples_per_split == 0:
             return
-        runner, options = runners.resolve(download_config.beam_runner, download_config.beam_options)
+        runner, options = _runner_resolver(download_config.beam_runner, download_config.beam_options)
         generators = self._generators(dl_manager, download_config)
-        data_dir = os.fspath(self.data_path)
-        if os.environ.get("VIDVOL_WRITER", "streaming") == "tfds":
-            self._prepare_with_tfds_writer(dl_manager, download_config, runner, options, generators, data_dir)
-            return
+        templates = {split: tfds_api.filename_template(self, split) for split in generators}
+        tasks = self._plan(generators, templates, download_config)
+        all_tasks = [t for ts in tasks.values() for t in ts]
+        if all_tasks:
+            self._run_pipeline(all_tasks, generators, runner, options)
+        results = []
+        for split, template in templates.items():
+            final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
+            results.append(collect_split(split, tasks[split], final))
+        self.info.set_splits(
+            tfds.core.SplitDict(
+                [
+                    tfds.core.SplitInfo(
+                        name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
+                    )
+                    for r in results
+                ]
+            )
+        )
+        self._report(os.fspath(self.data_path), results)
 
+    def _plan(self, generators, templates, download_config) -> dict[str, list[ShardTask]]:
+        """Shard tasks per split, written to `<final name>.partial` until the whole build succeeded."""
         max_shard_size = self._max_shard_size(download_config)
-        templates = {split: self._get_filename_template(split_name=split) for split in generators}
         tasks: dict[str, list[ShardTask]] = {}
         for split, gen in generators.items():
             n = num_shards_for(
@@ -386,53 +425,22 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             planned = lambda i, n, t=templates[split]: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
             tasks[split] = plan_shards(split, gen.sources, n, planned)
             logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
-        all_tasks = [t for ts in tasks.values() for t in ts]
-        fns = {split: gen.example_fn for split, gen in generators.items()}
-        self.beam_metrics: dict[str, dict[str, int]] = {}
-        if all_tasks:
-            pipeline = beam.Pipeline(runner=runner, options=options)
-            _ = (
-                pipeline
-                | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
-                | "Distribute" >> beam.Reshuffle()
-                | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns))
-            )
-            pipeline_result = pipeline.run()
-            state = pipeline_result.wait_until_finish()
-            if state is not None and str(state) != PipelineState.DONE:
-                raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
-            self.beam_metrics = runners.split_counts(runners.counter_totals(pipeline_result, METRICS_NAMESPACE))
-            logger.info("%s", metrics_line(self.name, self.beam_metrics))
-        results = []
-        for split, template in templates.items():
-            final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
-            results.append(collect_split(split, tasks[split], final))
-        self.info.set_splits(
-            splits_lib.SplitDict(
-                [
-                    splits_lib.SplitInfo(
-                        name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
-                    )
-                    for r in results
-                ]
-            )
-        )
-        self._report(data_dir, results)
+        return tasks
 
-    def _prepare_with_tfds_writer(self, dl_manager, download_config, runner, options, generators, data_dir) -> None:
-        """TFDS's stock Beam writer over the same transforms (for comparison); skips come back as JSON."""
-        for split, gen in generators.items():
-            gen.skip_report_path = os.path.join(data_dir, f"skips-{split}.json")
-        self._split_generators = lambda *_a, **_k: generators  # type: ignore[method-assign]
-        config = dataclasses.replace(download_config, beam_runner=runner, beam_options=options)
-        super()._download_and_prepare(dl_manager, config)
-        results = []
-        for split, info in self.info.splits.items():
-            skips = _read_json(os.path.join(data_dir, f"skips-{split}.json"))
-            tf.io.gfile.remove(os.path.join(data_dir, f"skips-{split}.json"))
-            paths = [os.fspath(p) for p in info.filepaths]
-            results.append(SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
-        self._report(data_dir, results)
+    def _run_pipeline(self, all_tasks, generators, runner, options) -> None:
+        """One Beam pipeline: shard tasks spread over the workers, each written whole by one worker."""
+        fns = {split: gen.example_fn for split, gen in generators.items()}
+        setup = [fn for gen in generators.values() for fn in gen.worker_setup]
+        pipeline = beam.Pipeline(runner=runner, options=options)
+        _ = (
+            pipeline
+            | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
+            | "Distribute" >> beam.Reshuffle()
+            | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns, setup))
+        )
+        state = pipeline.run().wait_until_finish()
+        if state is not None and str(state) != PipelineState.DONE:
+            raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
 
     def _report(self, data_dir: str, results: Sequence[SplitResult]) -> None:
         """Writes the skip report next to the shards and logs one summary line per split."""

@@ -34,6 +34,19 @@ class ClipSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Geometry:
+    """A named clip geometry a dataset offers as configs: frame count, square size, resize, sampling, storage."""
+
+    name: str  # config-name suffix, e.g. "20x64x64"
+    num_frames: int | None  # None keeps every frame (variable length)
+    size: int  # height = width
+    resize_mode: str = "resize"
+    sampling: str = "uniform"
+    image_format: str = "jpeg"
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class ClipSource:
     """One video to turn into one example, with the feature values known before decoding."""
 

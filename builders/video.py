@@ -92,6 +92,15 @@ class DecodedFrames:
 # --------------------------------------------------------------------------------------------
 
 
+def single_threaded_opencv() -> None:
+    """Limits OpenCV to one thread in this process (a Beam worker: the workers are the parallelism).
+
+    OpenCV's own thread pool in every worker would oversubscribe the cores; the benchmark's
+    2-vs-1-worker build scaling depends on it.
+    """
+    cv2.setNumThreads(1)
+
+
 def _check_input_file(path: str, kind: str, not_found: type[OSError], invalid: type[ValueError]) -> None:
     """Raise early, with a clear reason, for a missing, non-regular or empty input file."""
     if not os.path.exists(path):

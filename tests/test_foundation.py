@@ -5,6 +5,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -26,16 +27,18 @@ def test_import_registers_our_builders():
             assert name in registered
 
 
+@pytest.mark.slow
 def test_tfds_cli_starts():
     proc = subprocess.run([str(BIN / "tfds"), "build", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--manual_dir" in proc.stdout and "--beam_pipeline_options" in proc.stdout
 
 
+@pytest.mark.slow
 def test_no_top_level_datasets_or_builders_package(tmp_path):
     code = (
         "import importlib.util, sys; "
-        "print([n for n in ('datasets', 'builders', 'beam_jobs') if importlib.util.find_spec(n)]); "
+        "print([n for n in ('datasets', 'builders', 'beam_jobs', 'readers', 'core', 'benchmarks') if importlib.util.find_spec(n)]); "
         "import vidvol.builders, vidvol.datasets; print(vidvol.builders.__name__)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
@@ -59,6 +62,7 @@ def test_default_runner_is_offline_fnapi_multiprocess():
     assert runner is None and options.get_all_options()["runner"] == "PortableRunner"
 
 
+@pytest.mark.slow
 def test_tfds_build_by_dataset_folder(tmp_path, tfds_build):
     """`tfds build datasets/hmdb51` (no --imports) loads the builder from the folder."""
     out = tmp_path / "data"

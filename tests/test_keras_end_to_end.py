@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import vidvol
 from vidvol import samples
+
+pytestmark = pytest.mark.slow  # trains Keras models end to end: `make test` runs them, `make test-fast` does not
 
 STEPS = 2
 

@@ -11,6 +11,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.slow  # subprocess builds/CLIs: `make test` runs them, `make test-fast` does not
+
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "examples" / "quickstart.ipynb"
 DATASETS = {"hmdb51": "split1_20x64x64", "fire_hrr": "161x135x240", "mri_volumes": "small_32"}
 

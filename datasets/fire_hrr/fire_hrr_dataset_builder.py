@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
 from vidvol.builders import frame_series
+from vidvol.builders import video
 from vidvol.datasets.fire_hrr import layout
 
 
@@ -86,7 +87,8 @@ The fire-test recordings and their calorimetry (heat release rate) are user-supp
     def _generate_examples(self, experiments):
         sources = [(e.name, _source(e)) for e in experiments]
         return beam_writer.ExamplesFromSources(
-            sources, functools.partial(frame_series.series_example, spec=self.builder_config.window_spec)
+            sources, functools.partial(frame_series.series_example, spec=self.builder_config.window_spec),
+            worker_setup=[video.single_threaded_opencv],
         )
 
 

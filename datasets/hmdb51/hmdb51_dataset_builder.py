@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
 from vidvol.builders import clips
+from vidvol.builders import video
 from vidvol.datasets.hmdb51 import layout
 
 _HOMEPAGE = "https://serre-lab.clps.brown.edu/resource/hmdb-a-large-human-motion-database/"
@@ -38,30 +39,33 @@ class Hmdb51Config(tfds.core.BuilderConfig):
         )
 
 
-# (suffix, num_frames, size, resize_mode, sampling, image_format, description)
 _GEOMETRIES = (
-    ("20x64x64", 20, 64, "resize", "uniform", "jpeg", "20 evenly spaced frames, direct resize to 64x64 (default)"),
-    ("20x64x64_crop", 20, 64, "crop", "uniform", "jpeg", "20 evenly spaced frames, short side to 64 + center crop"),
-    ("20x64x64_motion", 20, 64, "resize", "motion", "jpeg", "20 key frames with the largest frame difference, 64x64"),
-    ("20x64x64_png", 20, 64, "resize", "uniform", "png", "as the default, stored lossless PNG"),
-    ("16x112x112", 16, 112, "crop", "uniform", "jpeg", "16 evenly spaced frames, short side to 112 + center crop"),
-    ("16x224x224", 16, 224, "crop", "uniform", "jpeg", "16 evenly spaced frames, short side to 224 + center crop"),
-    ("all_112x112", None, 112, "crop", "uniform", "jpeg", "every frame, short side to 112 + center crop, variable length"),
+    clips.Geometry("20x64x64", num_frames=20, size=64, description="20 evenly spaced frames, direct resize to 64x64 (default)"),
+    clips.Geometry("20x64x64_crop", num_frames=20, size=64, resize_mode="crop",
+                   description="20 evenly spaced frames, short side to 64 + center crop"),
+    clips.Geometry("20x64x64_motion", num_frames=20, size=64, sampling="motion",
+                   description="20 key frames with the largest frame difference, 64x64"),
+    clips.Geometry("20x64x64_png", num_frames=20, size=64, image_format="png", description="as the default, stored lossless PNG"),
+    clips.Geometry("16x112x112", num_frames=16, size=112, resize_mode="crop",
+                   description="16 evenly spaced frames, short side to 112 + center crop"),
+    clips.Geometry("16x224x224", num_frames=16, size=224, resize_mode="crop",
+                   description="16 evenly spaced frames, short side to 224 + center crop"),
+    clips.Geometry("all_112x112", num_frames=None, size=112, resize_mode="crop",
+                   description="every frame, short side to 112 + center crop, variable length"),
 )
 
 
 def _configs() -> list[Hmdb51Config]:
     """Official splits 1-3 times the frame geometries; split 1, 20x64x64 first (the default)."""
-    configs = []
-    for k in (1, 2, 3):
-        for suffix, t, size, mode, sampling, fmt, desc in _GEOMETRIES:
-            configs.append(
-                Hmdb51Config(
-                    name=f"split{k}_{suffix}", description=f"Official split {k}: {desc}.", split_number=k,
-                    num_frames=t, height=size, width=size, resize_mode=mode, sampling=sampling, image_format=fmt,
-                )
-            )
-    return configs
+    return [
+        Hmdb51Config(
+            name=f"split{k}_{g.name}", description=f"Official split {k}: {g.description}.", split_number=k,
+            num_frames=g.num_frames, height=g.size, width=g.size, resize_mode=g.resize_mode, sampling=g.sampling,
+            image_format=g.image_format,
+        )
+        for k in (1, 2, 3)
+        for g in _GEOMETRIES
+    ]
 
 
 class Builder(beam_writer.StreamingBeamBuilder):
@@ -126,5 +130,6 @@ Extracting the .rar archives needs a RAR reader: `apt-get install unar` or
             for entry in entries
         ]
         return beam_writer.ExamplesFromSources(
-            sources, functools.partial(clips.clip_example, spec=self.builder_config.clip_spec)
+            sources, functools.partial(clips.clip_example, spec=self.builder_config.clip_spec),
+            worker_setup=[video.single_threaded_opencv],
         )

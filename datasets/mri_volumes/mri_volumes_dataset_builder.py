@@ -9,14 +9,9 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
-from vidvol.builders import features as vidvol_features
+from vidvol.core import features as vidvol_features
 from vidvol.builders import volume_examples
 from vidvol.datasets.mri_volumes import layout
-
-# Read speed first (README.md, "Storage", measured by measure_storage.py): reading is bound by the
-# bytes TensorFlow reads, so the volume is stored as int16 whenever that is exact (raw scanner
-# intensities; float32 otherwise) and the crop/pad mask, one box, as its corners.
-
 
 @dataclasses.dataclass
 class MriVolumesConfig(tfds.core.BuilderConfig):

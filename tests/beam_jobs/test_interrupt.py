@@ -20,6 +20,8 @@ import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
 from vidvol.beam_jobs import build
 
+pytestmark = pytest.mark.slow  # subprocess builds/CLIs: `make test` runs them, `make test-fast` does not
+
 DATASET = "hmdb51/split1_20x64x64"
 
 
@@ -115,7 +117,6 @@ def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
     summary = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert summary["built"] and {s: v["examples"] for s, v in summary["splits"].items()} == {
         s: len(v) for s, v in expected.items()}
-    assert summary["beam_counters"]["train"]["examples"] == len(expected["train"])
     assert tfds.builder(DATASET, data_dir=data_dir).is_prepared()
     for split, videos in expected.items():
         ds = tfds.load(DATASET, split=split, data_dir=data_dir, download=False)

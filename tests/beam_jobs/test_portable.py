@@ -19,6 +19,8 @@ from vidvol.beam_jobs import build
 from vidvol.beam_jobs import local_cluster
 from vidvol.datasets.hmdb51 import make_dummy_data
 
+pytestmark = pytest.mark.slow  # subprocess builds/CLIs: `make test` runs them, `make test-fast` does not
+
 DATASET = "hmdb51/split1_20x64x64"
 
 
@@ -83,7 +85,6 @@ def test_portable_build_equals_direct_build(services, tmp_path):
     portable = build.build(DATASET, manual_dir=str(manual), data_dir=str(tmp_path / "portable"), runner="portable",
                            beam_flags=services.flags(num_workers=2))
     assert portable.built and portable.splits == direct.splits
-    assert portable.beam_counters == direct.beam_counters
     assert portable.skipped == direct.skipped == []
     info_d = json.load(open(os.path.join(direct.data_path, "dataset_info.json")))
     info_p = json.load(open(os.path.join(portable.data_path, "dataset_info.json")))

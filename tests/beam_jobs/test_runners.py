@@ -149,24 +149,6 @@ def test_parse_dataset():
         build.parse_dataset("a/b/c")
 
 
-def _count(x, name):
-    beam.metrics.Metrics.counter("vidvol", name).inc(x)
-    return x
-
-
-def test_counter_totals_from_a_real_pipeline():
-    pipeline = beam.Pipeline(runner=runners.resolve("direct", runners.direct_options(1, "in_memory"))[0],
-                             options=runners.direct_options(1, "in_memory"))
-    _ = pipeline | beam.Create([1, 2, 3, 4]) | beam.Map(_count, name="train/examples")
-    _ = pipeline | "Other" >> beam.Create([5]) | "CountOther" >> beam.Map(_count, name="test/bytes")
-    result = pipeline.run()
-    result.wait_until_finish()
-    totals = runners.counter_totals(result, "vidvol")
-    assert totals == {"train/examples": 10, "test/bytes": 5}
-    assert runners.split_counts(totals) == {"train": {"examples": 10}, "test": {"bytes": 5}}
-    assert runners.counter_totals(result, "other") == {}
-
-
 def test_worker_requirements_pin_the_driver_versions():
     pins = dict(p.split("==") for p in worker_env.pinned_requirements())
     assert pins["apache-beam"] == beam.__version__

@@ -106,11 +106,3 @@ def test_empty_shards_are_dropped_and_num_shards_honoured(tmp_path):
     assert lengths == [1]  # 2 planned shards, the one holding only bad1 is dropped
     assert sum(builder.info.splits["train"].shard_lengths) == 11
     assert len(builder.info.splits["train"].shard_lengths) == 11  # 12 planned, bad0's shard dropped
-
-
-def test_stock_tfds_writer_path(tmp_path, monkeypatch):
-    monkeypatch.setenv("VIDVOL_WRITER", "tfds")
-    builder = _build(tmp_path)
-    assert builder.info.splits["train"].num_examples == 11
-    report = beam_writer.read_skip_report(builder.data_dir)
-    assert {s["source"] for s in report["skipped"]} == {"bad0", "bad1", "half0/part1"}

@@ -336,6 +336,7 @@ def test_video_form_interpolates_and_masks_out_of_range(tmp_path, build_in_proce
     assert "no time series" in whole["alone"]
 
 
+@pytest.mark.slow
 def test_cli_build_pads_masks_and_matches_the_csv(tmp_path, tfds_build):
     manual = tmp_path / "manual"
     samples.write_fire_hrr_frames(str(manual), experiments=[("short", 4), ("long", 20), ("holes", 9)], height=54, width=96)

@@ -178,6 +178,7 @@ def test_rar_archives_are_extracted_safely_and_reused(tmp_path, build_in_process
     assert (tmp_path / "dl" / "hmdb51_extracted").is_dir()
 
 
+@pytest.mark.slow
 def test_cli_build_and_tfds_load(tmp_path, tfds_build):
     manual = _copy_dummy(tmp_path)
     out = tmp_path / "data"

@@ -392,6 +392,7 @@ def _users_layout(manual: Path) -> dict:
     return {"written": written, "bad": {f"bad/{p.name}": phrase for p, phrase in bad.values()}, "absolute": absolute_rel}
 
 
+@pytest.mark.slow
 def test_tfds_build_cli_then_tfds_load(tmp_path):
     manual, data_dir = tmp_path / "manual", tmp_path / "data"
     expected = _users_layout(manual)

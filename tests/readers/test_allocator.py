@@ -19,13 +19,15 @@ if sys.argv[1] == "op_first":
     tf.constant(1.0) + 1.0
 import vidvol
 import tensorflow as tf
-from vidvol.builders import allocator
+from vidvol.readers import allocator
 tf.zeros((64, 64)) + 1.0
 print("POOL", allocator.pool_active())
 allocator.warn_if_not_pooled()
 allocator.warn_if_not_pooled()  # logged once
 """
 
+
+pytestmark = pytest.mark.slow  # fresh interpreters: `make test` runs them, `make test-fast` does not
 
 def _run(mode: str, **env: str) -> str:
     full_env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}

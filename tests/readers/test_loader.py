@@ -16,8 +16,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import vidvol
 from vidvol import samples
-from vidvol.builders import clip_sampling
-from vidvol.builders import loader
+from vidvol.readers import clip_sampling
+from vidvol.readers import api as readers_api
+from vidvol.readers.batch_parser import BatchParser
+from vidvol import readers
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
@@ -72,20 +74,20 @@ def _ids(ds) -> list[str]:
 
 
 def test_public_names_are_exported():
-    assert vidvol.load is loader.load
-    assert vidvol.load_labels is loader.load_labels
+    assert vidvol.load is readers.load
+    assert vidvol.load_labels is readers.load_labels
 
 
 def test_static_shapes_of_tfds_load_and_loader(hmdb_fixed, hmdb_dirs):
     stock = tfds.load("hmdb51/split1_20x64x64", split="train", data_dir=str(hmdb_dirs[1]))
     for spec in tf.nest.flatten(stock.element_spec):
         assert None not in spec.shape, spec
-    train = loader.load(hmdb_fixed, "train", 4)
+    train = readers.load(hmdb_fixed, "train", 4)
     (video, mask), label = train.element_spec
     assert video.shape == (4, 20, 64, 64, 3) and video.dtype == tf.float32
     assert mask.shape == (4, 20) and mask.dtype == tf.float32
     assert label.shape == (4,) and label.dtype == tf.int64
-    test = loader.load(hmdb_fixed, "test", 4)
+    test = readers.load(hmdb_fixed, "test", 4)
     for spec in tf.nest.flatten(test.element_spec):
         assert spec.shape[0] is None and None not in spec.shape[1:], spec
 
@@ -116,15 +118,15 @@ def test_every_fixed_config_has_static_shapes(builder_cls, config, manual_dirs, 
     stock = tfds.load(f"{builder_cls.name}/{config}", split="train", data_dir=str(tmp_path))
     for spec in tf.nest.flatten(stock.element_spec):
         assert None not in spec.shape, spec
-    for spec in tf.nest.flatten(loader.load(builder, "train", 2, training=True).element_spec):
+    for spec in tf.nest.flatten(readers.load(builder, "train", 2, training=True).element_spec):
         assert spec.shape[0] == 2 and None not in spec.shape, spec
-    for spec in tf.nest.flatten(loader.load(builder, "train", 2, training=False).element_spec):
+    for spec in tf.nest.flatten(readers.load(builder, "train", 2, training=False).element_spec):
         assert spec.shape[0] is None and None not in spec.shape[1:], spec
 
 
 def test_eval_values_match_tfds_load(hmdb_fixed):
     reference = _by_id(hmdb_fixed, "test")
-    ds = loader.load(hmdb_fixed, "test", 4, features=["video", "mask", "label", "video_id"])
+    ds = readers.load(hmdb_fixed, "test", 4, features=["video", "mask", "label", "video_id"])
     seen = []
     for batch in tfds.as_numpy(ds):
         for video, mask, label, vid in zip(batch["video"], batch["mask"], batch["label"], batch["video_id"]):
@@ -138,7 +140,7 @@ def test_eval_values_match_tfds_load(hmdb_fixed):
 
 def test_supervised_output_is_video_mask_label(hmdb_fixed):
     reference = _by_id(hmdb_fixed, "test")
-    ds = loader.load(hmdb_fixed, "test", 16)
+    ds = readers.load(hmdb_fixed, "test", 16)
     (video, mask), label = next(iter(ds))
     assert video.shape[0] == len(reference) == label.shape[0]
     ref_labels = sorted(int(r["label"]) for r in reference.values())
@@ -150,9 +152,9 @@ def test_supervised_output_is_video_mask_label(hmdb_fixed):
 def test_normalization_and_resize(hmdb_fixed):
     mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
     kw = dict(features=["video", "video_id"], training=False)
-    plain = next(iter(loader.load(hmdb_fixed, "test", 3, **kw)))
-    normed = next(iter(loader.load(hmdb_fixed, "test", 3, mean=mean, std=std, **kw)))
-    resized = next(iter(loader.load(hmdb_fixed, "test", 3, mean=mean, std=std, resize=(24, 40), **kw)))
+    plain = next(iter(readers.load(hmdb_fixed, "test", 3, **kw)))
+    normed = next(iter(readers.load(hmdb_fixed, "test", 3, mean=mean, std=std, **kw)))
+    resized = next(iter(readers.load(hmdb_fixed, "test", 3, mean=mean, std=std, resize=(24, 40), **kw)))
     assert plain["video_id"].numpy().tolist() == normed["video_id"].numpy().tolist()
     expected = (plain["video"].numpy() - np.array(mean, np.float32)) / np.array(std, np.float32)
     np.testing.assert_allclose(normed["video"].numpy(), expected, atol=1e-5)
@@ -162,9 +164,9 @@ def test_normalization_and_resize(hmdb_fixed):
 
 
 def test_lean_memory_mode_gives_the_same_batches(hmdb_fixed, caplog):
-    caplog.set_level("INFO", logger=loader.__name__)
-    fast = list(loader.load(hmdb_fixed, "test", 4, mean=0.5, std=0.25))
-    lean = list(loader.load(hmdb_fixed, "test", 4, mean=0.5, std=0.25, memory_budget_bytes=2**20))
+    caplog.set_level("INFO", logger=readers_api.__name__)
+    fast = list(readers.load(hmdb_fixed, "test", 4, mean=0.5, std=0.25))
+    lean = list(readers.load(hmdb_fixed, "test", 4, mean=0.5, std=0.25, memory_budget_bytes=2**20))
     assert "lean memory mode" in caplog.text
     assert len(fast) == len(lean) == 2
     for ((xf, mf), yf), ((xl, ml), yl) in zip(fast, lean):
@@ -184,74 +186,74 @@ def _assert_same_batches(a, b):
 
 
 def test_parse_per_batch_matches_tfds_per_example_parse(hmdb_fixed, caplog):
-    caplog.set_level("INFO", logger=loader.__name__)
+    caplog.set_level("INFO", logger=readers_api.__name__)
     kw = dict(seed=5, mean=0.5, std=0.25)
-    per_batch = list(loader.load(hmdb_fixed, "train", 2, **kw))
-    per_example = list(loader.load(hmdb_fixed, "train", 2, parse_per_batch=False, **kw))
+    per_batch = list(readers.load(hmdb_fixed, "train", 2, **kw))
+    per_example = list(readers.load(hmdb_fixed, "train", 2, parse_per_batch=False, **kw))
     assert re.findall(r"parse per (\w+)", caplog.text) == ["batch", "example"]
     _assert_same_batches(per_batch, per_example)  # same values, same order under a seed
     feats = ["video_id", "label", "mask", "num_frames", "fps", "frame_indices"]
-    by_batch = list(loader.load(hmdb_fixed, "test", 4, features=feats))
-    by_example = list(loader.load(hmdb_fixed, "test", 4, features=feats, parse_per_batch=False))
+    by_batch = list(readers.load(hmdb_fixed, "test", 4, features=feats))
+    by_example = list(readers.load(hmdb_fixed, "test", 4, features=feats, parse_per_batch=False))
     _assert_same_batches(by_batch, by_example)  # eval: partial last batch, scalars and text too
-    assert loader.BatchParser.for_features(hmdb_fixed.info.features, ["video", "label"], ["video"]) is not None
+    assert BatchParser.for_features(hmdb_fixed.info.features, ["video", "label"], ["video"]) is not None
 
 
 def test_variable_length_features_are_parsed_per_example(hmdb_all, caplog):
-    caplog.set_level("INFO", logger=loader.__name__)
+    caplog.set_level("INFO", logger=readers_api.__name__)
     features = hmdb_all.info.features
-    assert loader.BatchParser.for_features(features, ["video", "label"], ["video"]) is None
-    assert loader.BatchParser.for_features(features, ["label", "num_frames"], []) is not None
-    loader.load(hmdb_all, "train", 2, clip_length=4, seed=0)
+    assert BatchParser.for_features(features, ["video", "label"], ["video"]) is None
+    assert BatchParser.for_features(features, ["label", "num_frames"], []) is not None
+    readers.load(hmdb_all, "train", 2, clip_length=4, seed=0)
     assert "parse per example" in caplog.text
 
 
 def test_drop_remainder_in_training_only(hmdb_fixed):
-    assert [int(b[1].shape[0]) for b in loader.load(hmdb_fixed, "train", 4, seed=0)] == [4]
-    assert [int(b[1].shape[0]) for b in loader.load(hmdb_fixed, "train", 4, training=False)] == [4, 2]
+    assert [int(b[1].shape[0]) for b in readers.load(hmdb_fixed, "train", 4, seed=0)] == [4]
+    assert [int(b[1].shape[0]) for b in readers.load(hmdb_fixed, "train", 4, training=False)] == [4, 2]
 
 
 def test_training_epoch_covers_split_and_is_deterministic_under_seed(hmdb_fixed):
     all_ids = sorted(_by_id(hmdb_fixed, "train"))
-    ds = loader.load(hmdb_fixed, "train", 1, seed=7, features=["video_id", "label"])
+    ds = readers.load(hmdb_fixed, "train", 1, seed=7, features=["video_id", "label"])
     first, second = _ids(ds), _ids(ds)
     assert sorted(first) == sorted(second) == all_ids
-    again = loader.load(hmdb_fixed, "train", 1, seed=7, features=["video_id", "label"])
+    again = readers.load(hmdb_fixed, "train", 1, seed=7, features=["video_id", "label"])
     assert _ids(again) == first and _ids(again) == second
-    orders = {tuple(_ids(loader.load(hmdb_fixed, "train", 1, seed=s, features=["video_id"]))) for s in range(6)}
+    orders = {tuple(_ids(readers.load(hmdb_fixed, "train", 1, seed=s, features=["video_id"]))) for s in range(6)}
     assert len(orders | {tuple(first), tuple(second)}) > 1
 
 
 def test_load_labels_reads_only_the_target_in_eval_order(hmdb_fixed, hmdb_dirs):
-    labels = loader.load_labels("hmdb51/split1_20x64x64", "test", data_dir=hmdb_dirs[1])
-    eval_labels = np.concatenate([y.numpy() for _, y in loader.load(hmdb_fixed, "test", 4)])
+    labels = readers.load_labels("hmdb51/split1_20x64x64", "test", data_dir=hmdb_dirs[1])
+    eval_labels = np.concatenate([y.numpy() for _, y in readers.load(hmdb_fixed, "test", 4)])
     np.testing.assert_array_equal(labels, eval_labels)
     assert labels.dtype == np.int64 and labels.shape == (6,)
-    ds = loader.load(hmdb_fixed, "test", 2, features=["label", "video_id"])
+    ds = readers.load(hmdb_fixed, "test", 2, features=["label", "video_id"])
     assert set(ds.element_spec) == {"label", "video_id"}
 
 
 def test_shuffle_buffer_is_sized_in_bytes(hmdb_fixed, caplog):
-    per_example = loader.example_bytes(hmdb_fixed, "train")
+    per_example = readers.example_bytes(hmdb_fixed, "train")
     info = hmdb_fixed.info.splits["train"]
     assert per_example == pytest.approx(info.num_bytes / info.num_examples)
-    caplog.set_level("INFO", logger=loader.__name__)
-    loader.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=int(3.5 * per_example))
-    loader.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=2**30)
+    caplog.set_level("INFO", logger=readers_api.__name__)
+    readers.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=int(3.5 * per_example))
+    readers.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=2**30)
     buffers = [int(m) for m in re.findall(r"shuffle buffer (\d+) examples", caplog.text)]
     assert buffers == [3, info.num_examples]  # held: the serialized records (parsed per batch)
-    assert loader.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37
-    assert loader.shuffle_buffer_size(per_example, 6, buffer_bytes=int(per_example * 100)) == 6
-    assert loader.shuffle_buffer_size(10 * 2**20, 100, buffer_bytes=2**20) == 1
+    assert readers.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37
+    assert readers.shuffle_buffer_size(per_example, 6, buffer_bytes=int(per_example * 100)) == 6
+    assert readers.shuffle_buffer_size(10 * 2**20, 100, buffer_bytes=2**20) == 1
     with pytest.raises(ValueError, match="shuffle_buffer_bytes"):
-        loader.shuffle_buffer_size(100, 10, buffer_bytes=0)
+        readers.shuffle_buffer_size(100, 10, buffer_bytes=0)
 
 
 def test_cycle_length_rule():
-    assert loader.default_cycle_length(4, num_cpus=2) == 4
-    assert loader.default_cycle_length(100, num_cpus=2) == 4
-    assert loader.default_cycle_length(100, num_cpus=64) == loader.MAX_CYCLE_LENGTH
-    assert loader.default_cycle_length(1, num_cpus=8) == 1
+    assert readers.default_cycle_length(4, num_cpus=2) == 4
+    assert readers.default_cycle_length(100, num_cpus=2) == 4
+    assert readers.default_cycle_length(100, num_cpus=64) == readers.MAX_CYCLE_LENGTH
+    assert readers.default_cycle_length(1, num_cpus=8) == 1
 
 
 def test_two_input_pipelines_read_disjoint_files_covering_the_split(hmdb_fixed):
@@ -259,7 +261,7 @@ def test_two_input_pipelines_read_disjoint_files_covering_the_split(hmdb_fixed):
     reads = []
     for pipeline in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
-        ds = loader.load(hmdb_fixed, "train", 1, seed=1, input_context=context, features=["video_id"])
+        ds = readers.load(hmdb_fixed, "train", 1, seed=1, input_context=context, features=["video_id"])
         reads.append(_ids(ds))
     assert reads[0] and reads[1]
     assert not set(reads[0]) & set(reads[1])
@@ -268,7 +270,7 @@ def test_two_input_pipelines_read_disjoint_files_covering_the_split(hmdb_fixed):
 
 def test_distribute_feeds_a_strategy(hmdb_fixed):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    dist = loader.distribute(strategy, hmdb_fixed, "train", 4, seed=0)
+    dist = readers.distribute(strategy, hmdb_fixed, "train", 4, seed=0)
     (video, mask), label = next(iter(dist))
     assert video.shape == (4, 20, 64, 64, 3) and mask.shape == (4, 20) and label.shape == (4,)
 
@@ -276,19 +278,19 @@ def test_distribute_feeds_a_strategy(hmdb_fixed):
 def test_more_pipelines_than_shards_is_a_clear_error(hmdb_fixed):
     shards = hmdb_fixed.info.splits["train"].num_shards
     context = tf.distribute.InputContext(num_input_pipelines=shards + 1, input_pipeline_id=0)
-    with pytest.raises(loader.ShardingError, match=rf"{shards} shard file\(s\).*--num_shards {shards + 1}"):
-        loader.load(hmdb_fixed, "train", 1, input_context=context)
+    with pytest.raises(readers.ShardingError, match=rf"{shards} shard file\(s\).*--num_shards {shards + 1}"):
+        readers.load(hmdb_fixed, "train", 1, input_context=context)
 
 
 def test_unprepared_dataset_and_bad_arguments(tmp_path, hmdb_fixed):
-    with pytest.raises(loader.DatasetNotPreparedError, match="not prepared"):
-        loader.load("hmdb51/split1_20x64x64", "train", 2, data_dir=tmp_path)
+    with pytest.raises(readers.DatasetNotPreparedError, match="not prepared"):
+        readers.load("hmdb51/split1_20x64x64", "train", 2, data_dir=tmp_path)
     with pytest.raises(ValueError, match="batch_size"):
-        loader.load(hmdb_fixed, "train", 0)
+        readers.load(hmdb_fixed, "train", 0)
     with pytest.raises(ValueError, match="unknown features"):
-        loader.load(hmdb_fixed, "train", 2, inputs=("video", "nope"))
+        readers.load(hmdb_fixed, "train", 2, inputs=("video", "nope"))
     with pytest.raises(ValueError, match="no video feature|none of"):
-        loader.load(hmdb_fixed, "train", 2, features=["label"], clip_length=4)
+        readers.load(hmdb_fixed, "train", 2, features=["label"], clip_length=4)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,7 +298,7 @@ def test_unprepared_dataset_and_bad_arguments(tmp_path, hmdb_fixed):
 
 
 def test_random_clip_starts_are_uniform_over_fitting_starts():
-    spec = clip_sampling.ClipSpec(clip_length=4, stride=3)
+    spec = clip_sampling.ClipWindow(clip_length=4, stride=3)
     assert spec.span == 10
     starts = set()
     for s in range(200):
@@ -312,7 +314,7 @@ def test_random_clip_starts_are_uniform_over_fitting_starts():
 
 
 def test_even_clips_are_evenly_spaced_and_masked_past_the_end():
-    spec = clip_sampling.ClipSpec(clip_length=3, stride=2, eval_clips=3)
+    spec = clip_sampling.ClipWindow(clip_length=3, stride=2, eval_clips=3)
     indices, valid = clip_sampling.even_clips(tf.constant(25), spec)
     top = 25 - spec.span
     np.testing.assert_array_equal(indices.numpy()[:, 0], np.round(np.linspace(0, top, 3)).astype(int))
@@ -320,15 +322,15 @@ def test_even_clips_are_evenly_spaced_and_masked_past_the_end():
     indices, valid = clip_sampling.even_clips(tf.constant(4), spec)
     np.testing.assert_array_equal(indices.numpy(), [[0, 2, 3]] * 3)
     np.testing.assert_array_equal(valid.numpy(), [[True, True, False]] * 3)
-    middle, _ = clip_sampling.even_clips(tf.constant(11), clip_sampling.ClipSpec(clip_length=3))
+    middle, _ = clip_sampling.even_clips(tf.constant(11), clip_sampling.ClipWindow(clip_length=3))
     np.testing.assert_array_equal(middle.numpy(), [[4, 5, 6]])
     with pytest.raises(ValueError, match="clip_length"):
-        clip_sampling.ClipSpec(clip_length=0)
+        clip_sampling.ClipWindow(clip_length=0)
 
 
 def test_all_frames_config_needs_clip_length(hmdb_all):
     with pytest.raises(ValueError, match="variable number of frames.*clip_length"):
-        loader.load(hmdb_all, "train", 2)
+        readers.load(hmdb_all, "train", 2)
 
 
 def _check_clip(video, mask, frame_indices, ref, stride):
@@ -350,7 +352,7 @@ def test_training_clips_decode_the_sampled_frames_and_vary_per_epoch(hmdb_all):
     stride = lengths[0] // 3 + 1  # the shortest video is shorter than a clip's span (3 * stride + 1)
     assert lengths[-1] >= 3 * stride + 3  # and the longest has several starts to draw from
     kw = dict(clip_length=4, clip_stride=stride, seed=5, features=["video", "mask", "frame_indices", "video_id"])
-    ds = loader.load(hmdb_all, "train", 2, **kw)
+    ds = readers.load(hmdb_all, "train", 2, **kw)
     assert ds.element_spec["video"].shape == (2, 4, 112, 112, 3)
     epochs = []
     for _ in range(2):
@@ -361,7 +363,7 @@ def test_training_clips_decode_the_sampled_frames_and_vary_per_epoch(hmdb_all):
         epochs.append(starts)
     assert len(epochs[0]) == 6
     again = {}
-    for batch in tfds.as_numpy(loader.load(hmdb_all, "train", 2, **kw)):
+    for batch in tfds.as_numpy(readers.load(hmdb_all, "train", 2, **kw)):
         again.update({v.decode(): int(i[0]) for v, i in zip(batch["video_id"], batch["frame_indices"])})
     assert again == epochs[0]  # same seed, same clips
     assert epochs[0] != epochs[1]  # a new draw each epoch
@@ -369,7 +371,7 @@ def test_training_clips_decode_the_sampled_frames_and_vary_per_epoch(hmdb_all):
 
 def test_eval_takes_n_evenly_spaced_clips(hmdb_all):
     reference = _by_id(hmdb_all, "test")
-    ds = loader.load(
+    ds = readers.load(
         hmdb_all, "test", 4, clip_length=5, clip_stride=2, eval_clips=3,
         features=["video", "mask", "frame_indices", "video_id", "label"],
     )
@@ -383,7 +385,7 @@ def test_eval_takes_n_evenly_spaced_clips(hmdb_all):
             assert starts == np.round(np.linspace(0, max(n - 9, 0), 3)).astype(int).tolist()
             seen += 1
     assert seen == len(reference)
-    (video, mask), label = next(iter(loader.load(hmdb_all, "test", 4, clip_length=5, eval_clips=3)))
+    (video, mask), label = next(iter(readers.load(hmdb_all, "test", 4, clip_length=5, eval_clips=3)))
     assert video.shape == (4, 3, 5, 112, 112, 3) and mask.shape == (4, 3, 5) and label.shape == (4,)
 
 
@@ -401,7 +403,7 @@ def fire_small(tmp_path_factory):
 
 def test_fire_hrr_batches_are_video_mask_hrr(fire_small):
     builder, expected = fire_small
-    ds = loader.load(builder, "train", 2, seed=0)
+    ds = readers.load(builder, "train", 2, seed=0)
     (video, mask), hrr = ds.element_spec
     assert video.shape == (2, 161, 135, 240, 3) and mask.shape == (2, 161) and hrr.shape == (2, 161)
     (video, mask), hrr = next(iter(ds))
@@ -423,24 +425,63 @@ def mri_small(tmp_path_factory):
 
 
 def test_mri_batches_are_volume_mask_label_without_rescaling(mri_small):
-    train = loader.load(mri_small, "train", 2, seed=0)
+    train = readers.load(mri_small, "train", 2, seed=0)
     (volume, mask), label = train.element_spec
     assert volume.shape == (2, 32, 32, 32) and volume.dtype == tf.float32
     assert mask.shape == (2, 32, 32, 32) and label.shape == (2,)
     reference = {ex["path"].decode(): ex for ex in tfds.as_numpy(mri_small.as_dataset(split="train"))}
-    ds = loader.load(mri_small, "train", 3, training=False, features=["volume", "mask", "path"])
+    ds = readers.load(mri_small, "train", 3, training=False, features=["volume", "mask", "path"])
     batch = next(iter(tfds.as_numpy(ds)))
     assert len(batch["path"]) == 3
     for volume, mask, path in zip(batch["volume"], batch["mask"], batch["path"]):
         np.testing.assert_array_equal(volume, reference[path.decode()]["volume"])  # float: no /255
         np.testing.assert_array_equal(mask, reference[path.decode()]["mask"])
-    assert loader.load_labels(mri_small, "train").shape == (3,)
+    assert readers.load_labels(mri_small, "train").shape == (3,)
 
 
 def test_mri_parse_per_batch_decodes_volume_and_box_mask_like_tfds(mri_small):
     kw = dict(seed=1, features=["volume", "mask", "label", "affine", "original_shape"])
-    per_batch = list(loader.load(mri_small, "train", 2, **kw))
-    per_example = list(loader.load(mri_small, "train", 2, parse_per_batch=False, **kw))
+    per_batch = list(readers.load(mri_small, "train", 2, **kw))
+    per_example = list(readers.load(mri_small, "train", 2, parse_per_batch=False, **kw))
     _assert_same_batches(per_batch, per_example)
     assert per_batch[0]["mask"].dtype == tf.uint8 and per_batch[0]["mask"].shape == (2, 32, 32, 32)
     assert int(tf.reduce_sum(tf.cast(per_batch[0]["mask"], tf.int64))) > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# TFDS private API: the public fallback gives the same batches
+
+_PUBLIC_ONLY_SCRIPT = """
+import sys, numpy as np, tensorflow_datasets as tfds
+import vidvol
+from vidvol.core import tfds_api
+assert not any(tfds_api.available(n) for n in ("read_files", "example_parser", "filename_template"))
+builder = tfds.builder("hmdb51/split1_20x64x64", data_dir=sys.argv[1])
+batches = list(tfds.as_numpy(vidvol.load(builder, "train", 2, seed=0)))
+np.savez(sys.argv[2], video=np.stack([b[0][0] for b in batches]), mask=np.stack([b[0][1] for b in batches]),
+         label=np.stack([b[1] for b in batches]))
+print("TEMPLATE", tfds_api.filename_template(builder, "train").sharded_filepath(shard_index=1, num_shards=4))
+"""
+
+
+@pytest.mark.slow
+def test_public_fallback_gives_the_same_batches(hmdb_fixed, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from vidvol.core import tfds_api
+
+    assert tfds_api.available("read_files")  # this process takes the private (batch-parse) path
+    out = tmp_path / "public.npz"
+    env = dict(os.environ, **{tfds_api.PUBLIC_ONLY_ENV: "1"})
+    proc = subprocess.run([sys.executable, "-c", _PUBLIC_ONLY_SCRIPT, str(hmdb_fixed.data_path.parents[2]), str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    public = np.load(out)
+    private = list(tfds.as_numpy(readers.load(hmdb_fixed, "train", 2, seed=0)))
+    np.testing.assert_array_equal(public["video"], np.stack([b[0][0] for b in private]))
+    np.testing.assert_array_equal(public["mask"], np.stack([b[0][1] for b in private]))
+    np.testing.assert_array_equal(public["label"], np.stack([b[1] for b in private]))
+    template = tfds_api.filename_template(hmdb_fixed, "train").sharded_filepath(shard_index=1, num_shards=4)
+    assert f"TEMPLATE {template}" in proc.stdout

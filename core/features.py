@@ -1,16 +1,12 @@
 """TFDS feature connectors that store volumes compactly and decode to the documented tensors.
 
-Read cost of a volume example is dominated by the bytes TensorFlow reads and copies (its file
-reader moves ~1.2 GB/s per core here), so what is stored decides the read speed:
+- `WholeNumberVolume`: float32 to its users, stored as little-endian int16 when every value is a
+  whole number in int16 range (lossless, half the bytes), else as float32 bytes; chosen per example.
+- `BoxMask`: a 0/1 uint8 mask that is one axis-aligned box (crop/pad masks are), stored as its
+  start/stop per axis; anything else is refused at build time with the reason.
 
-- `WholeNumberVolume`: a float32 tensor to its users, stored as little-endian int16 when every
-  value is a whole number in int16 range (raw MRI intensities without resampling or
-  normalization: lossless, half the bytes), otherwise as float32 bytes. Chosen per example.
-- `BoxMask`: a 0/1 uint8 mask that is one axis-aligned box (crop/pad masks are, by construction),
-  stored as its start/stop per axis (48 bytes instead of 2 MiB at 128^3); anything else is
-  refused at build time with the reason.
-
-Both decode per example (`tfds.load`) and per batch (`vidvol.load`'s batch parser).
+Both decode per example (`tfds.load`) and per batch (`vidvol.load`'s batch parser). Why storage
+decides MRI read speed, with figures: the mri_volumes card, "Storage".
 """
 
 from __future__ import annotations

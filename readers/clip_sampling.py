@@ -16,7 +16,7 @@ import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipSpec:
+class ClipWindow:
     """Clip length, frame stride and the number of evenly spaced clips taken at evaluation."""
 
     clip_length: int
@@ -35,7 +35,7 @@ class ClipSpec:
         return (self.clip_length - 1) * self.stride + 1
 
 
-def _clip_from_starts(starts: tf.Tensor, num_frames: tf.Tensor, spec: ClipSpec) -> tuple[tf.Tensor, tf.Tensor]:
+def _clip_from_starts(starts: tf.Tensor, num_frames: tf.Tensor, spec: ClipWindow) -> tuple[tf.Tensor, tf.Tensor]:
     """Indices (..., clip_length) from start indices, clamped into range, with their validity."""
     offsets = tf.range(spec.clip_length, dtype=tf.int32) * spec.stride
     indices = tf.expand_dims(starts, -1) + offsets
@@ -44,12 +44,12 @@ def _clip_from_starts(starts: tf.Tensor, num_frames: tf.Tensor, spec: ClipSpec) 
     return tf.minimum(indices, last), valid
 
 
-def max_start(num_frames: tf.Tensor, spec: ClipSpec) -> tf.Tensor:
+def max_start(num_frames: tf.Tensor, spec: ClipWindow) -> tf.Tensor:
     """Largest start index whose whole clip lies inside the video (0 when no clip fits)."""
     return tf.maximum(tf.cast(num_frames, tf.int32) - spec.span, 0)
 
 
-def random_clip(num_frames: tf.Tensor, spec: ClipSpec, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def random_clip(num_frames: tf.Tensor, spec: ClipWindow, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """One clip at a uniformly drawn start: (indices int32 (T,), valid bool (T,)); `seed` is a stateless [2] seed."""
     num_frames = tf.cast(num_frames, tf.int32)
     start = tf.random.stateless_uniform(
@@ -58,7 +58,7 @@ def random_clip(num_frames: tf.Tensor, spec: ClipSpec, seed: tf.Tensor) -> tuple
     return _clip_from_starts(start, num_frames, spec)
 
 
-def even_starts(num_frames: tf.Tensor, spec: ClipSpec) -> tf.Tensor:
+def even_starts(num_frames: tf.Tensor, spec: ClipWindow) -> tf.Tensor:
     """`eval_clips` evenly spaced start indices (int32), rounded; the middle start for a single clip."""
     top = tf.cast(max_start(num_frames, spec), tf.float64)
     if spec.eval_clips == 1:
@@ -68,7 +68,7 @@ def even_starts(num_frames: tf.Tensor, spec: ClipSpec) -> tf.Tensor:
     return tf.cast(tf.round(fractions * top), tf.int32)
 
 
-def even_clips(num_frames: tf.Tensor, spec: ClipSpec) -> tuple[tf.Tensor, tf.Tensor]:
+def even_clips(num_frames: tf.Tensor, spec: ClipWindow) -> tuple[tf.Tensor, tf.Tensor]:
     """`eval_clips` evenly spaced clips: (indices int32 (N, T), valid bool (N, T))."""
     num_frames = tf.cast(num_frames, tf.int32)
     return _clip_from_starts(even_starts(num_frames, spec), num_frames, spec)

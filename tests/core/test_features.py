@@ -8,8 +8,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_parser, example_serializer
 
-from vidvol.builders import features as vf
-from vidvol.builders import loader
+from vidvol.core import features as vf
+from vidvol.readers.batch_parser import BatchParser
 from vidvol.builders import volume
 
 SHAPE = (6, 7, 5)
@@ -22,7 +22,7 @@ def _round_trip(feature_dict: tfds.features.FeaturesDict, examples: list[dict]) 
     parser = example_parser.ExampleParser(feature_dict.get_serialized_info())
     singles = [tfds.as_numpy(feature_dict.decode_example(parser.parse_example(tf.constant(r)))) for r in records]
     names = list(feature_dict.keys())
-    batched = loader.BatchParser(feature_dict, names, []).parse(tf.constant(records))
+    batched = BatchParser(feature_dict, names, []).parse(tf.constant(records))
     return singles, tfds.as_numpy(batched), records
 
 

@@ -1,0 +1,119 @@
+"""Every use of TFDS's private API in vidvol, checked once at import, each with a public fallback.
+
+TFDS keeps a few things we need behind underscores or in modules it does not export:
+
+- `reader._read_files`: the serialized records of a split, read exactly as `as_dataset` reads
+  them before parsing (the read side parses them per batch). Fallback: `as_dataset`'s own
+  per-example parse (`available("read_files")` is False and the loader takes that path).
+- `example_parser.ExampleParser(...).flat_feature_specs`: TFDS's `tf.io` parse specs of a feature
+  set. Fallback: the same per-example path.
+- `DatasetBuilder._get_filename_template`: the shard file naming of a split. Fallback: the public
+  `tfds.core.ShardedFileTemplate` built from the same fields.
+- `GeneratorBasedBuilder._download_and_prepare(dl_manager, download_config)`: the hook our
+  streaming writer overrides (a documented override point, checked for its signature).
+
+`VIDVOL_TFDS_PUBLIC_ONLY=1` (read at import) forces every fallback, so tests can prove the public
+path gives the same data.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+logger = logging.getLogger(__name__)
+
+PUBLIC_ONLY_ENV = "VIDVOL_TFDS_PUBLIC_ONLY"
+
+
+def _check() -> dict[str, bool]:
+    """Which private entry points exist with the shape we call them with."""
+    found: dict[str, bool] = {}
+    try:
+        from tensorflow_datasets.core import reader  # pylint: disable=g-import-not-at-top
+
+        params = inspect.signature(reader._read_files).parameters  # pylint: disable=protected-access
+        found["read_files"] = {"file_instructions", "read_config", "shuffle_files", "disable_shuffling", "file_format"} <= set(params)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        found["read_files"] = False
+    try:
+        from tensorflow_datasets.core import example_parser  # pylint: disable=g-import-not-at-top
+
+        found["example_parser"] = hasattr(example_parser, "ExampleParser")
+    except ImportError:
+        found["example_parser"] = False
+    template = getattr(tfds.core.DatasetBuilder, "_get_filename_template", None)
+    found["filename_template"] = template is not None and list(inspect.signature(template).parameters) == ["self", "split_name"]
+    prepare = getattr(tfds.core.GeneratorBasedBuilder, "_download_and_prepare", None)
+    found["download_and_prepare"] = prepare is not None and list(inspect.signature(prepare).parameters)[:3] == [
+        "self", "dl_manager", "download_config",
+    ]
+    return found
+
+
+_PUBLIC_ONLY = os.environ.get(PUBLIC_ONLY_ENV, "").lower() in ("1", "true", "yes")
+_FOUND = {name: ok and not _PUBLIC_ONLY for name, ok in _check().items()}
+if not all(_FOUND.values()):
+    logger.info(
+        "TFDS %s: using public fallbacks for %s", tfds.__version__, sorted(n for n, ok in _FOUND.items() if not ok)
+    )
+if not _check()["download_and_prepare"]:
+    raise ImportError(
+        f"tensorflow-datasets {tfds.__version__}: GeneratorBasedBuilder._download_and_prepare(dl_manager, "
+        "download_config) is gone, and vidvol's streaming writer overrides it; install a tensorflow-datasets "
+        "version within setup.cfg's range"
+    )
+
+
+def available(name: str) -> bool:
+    """Whether the private entry point `name` is used (False: its public fallback is)."""
+    return _FOUND[name]
+
+
+def read_files(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool) -> tf.data.Dataset:
+    """Serialized records of a split, read as `builder.as_dataset` reads them before its parse map.
+
+    Same file shuffling (`shuffle_seed`), `input_context` sharding by file, interleave,
+    cardinality and options, so the stream matches `as_dataset`'s element for element. Only
+    callable when `available("read_files")`.
+    """
+    if not available("read_files"):
+        raise RuntimeError("TFDS's reader._read_files is not available; read through builder.as_dataset")
+    from tensorflow_datasets.core import reader  # pylint: disable=g-import-not-at-top
+
+    info = builder.info
+    file_format = read_config.file_format or info.file_format or tfds.core.FileFormat.TFRECORD
+    return reader._read_files(  # pylint: disable=protected-access
+        file_instructions=info.splits[split].file_instructions,
+        read_config=read_config,
+        shuffle_files=shuffle_files,
+        disable_shuffling=info.disable_shuffling,
+        file_format=tfds.core.FileFormat.from_value(file_format),
+    )
+
+
+def parse_specs(serialized_infos: dict[str, Any]) -> dict[str, Any] | None:
+    """TFDS's flat `tf.io` parse specs of `{feature: get_serialized_info()}`, or None without the parser."""
+    if not available("example_parser"):
+        return None
+    from tensorflow_datasets.core import example_parser  # pylint: disable=g-import-not-at-top
+
+    return example_parser.ExampleParser(serialized_infos).flat_feature_specs
+
+
+def filename_template(builder: tfds.core.DatasetBuilder, split: str) -> tfds.core.ShardedFileTemplate:
+    """The shard file naming of `split` in the builder's data directory."""
+    if available("filename_template"):
+        return builder._get_filename_template(split_name=split)  # pylint: disable=protected-access
+    return tfds.core.ShardedFileTemplate(
+        split=split, dataset_name=builder.name, data_dir=builder.data_path,
+        filetype_suffix=builder.info.file_format.file_suffix,
+    )
+
+
+DEFAULT_MAX_SHARD_SIZE = tfds.download.DownloadConfig().max_shard_size  # TFDS's default, to tell "not set"

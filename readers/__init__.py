@@ -1,0 +1,28 @@
+"""The read side: model-ready `tf.data` pipelines over prepared datasets (`vidvol.load`).
+
+`api` is the public surface; `stages` the named pipeline stages; `plan` what is read and decoded
+where; `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
+per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator.
+"""
+
+from vidvol.readers.api import DatasetNotPreparedError
+from vidvol.readers.api import Tuning
+from vidvol.readers.api import distribute
+from vidvol.readers.api import example_bytes
+from vidvol.readers.api import get_builder
+from vidvol.readers.api import load
+from vidvol.readers.api import load_labels
+from vidvol.readers.api import supervised_keys
+from vidvol.readers.clip_sampling import ClipWindow
+from vidvol.readers.sizing import DEFAULT_SHUFFLE_BUFFER_BYTES
+from vidvol.readers.sizing import MAX_CYCLE_LENGTH
+from vidvol.readers.sizing import ShardingError
+from vidvol.readers.sizing import default_cycle_length
+from vidvol.readers.sizing import default_memory_budget
+from vidvol.readers.sizing import shuffle_buffer_size
+
+__all__ = [
+    "ClipWindow", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DatasetNotPreparedError", "MAX_CYCLE_LENGTH", "ShardingError",
+    "Tuning", "default_cycle_length", "default_memory_budget", "distribute", "example_bytes", "get_builder",
+    "load", "load_labels", "shuffle_buffer_size", "supervised_keys",
+]

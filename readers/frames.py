@@ -1,0 +1,66 @@
+"""Encoded video frames at read time: kept as strings through the shuffle, decoded a batch at a time."""
+
+from __future__ import annotations
+
+import functools
+
+import cv2
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+# Frames decoded by one unrolled call (a whole batch when it fits); longer sequences use tf.map_fn.
+MAX_UNROLLED_FRAMES = 2048
+FRAME_FORMATS = ("jpeg", "png")
+
+
+def is_encoded_video(feature: tfds.features.FeatureConnector) -> bool:
+    """True for a Video feature stored as per-frame JPEG/PNG strings (decoded by the read side)."""
+    return isinstance(feature, tfds.features.Video) and getattr(feature.feature, "encoding_format", None) in FRAME_FORMATS
+
+
+class KeepEncoded(tfds.decode.Decoder):
+    """Keeps a Video feature's encoded frames as one string vector (TFDS would `tf.map_fn` over it)."""
+
+    @property
+    def dtype(self):
+        return tf.string
+
+    def decode_example(self, serialized_example):
+        return serialized_example
+
+    def decode_batch_example(self, serialized_example):
+        return serialized_example
+
+
+def decode_frame_strings(encoded: tf.Tensor, count: int, feature: tfds.features.Video) -> tf.Tensor:
+    """Decodes `count` encoded frames (string vector) to (count, H, W, C) with static shape."""
+    _, height, width, channels = feature.shape
+    fmt = feature.feature.encoding_format
+    dtype = tf.as_dtype(feature.np_dtype)
+
+    def one(data: tf.Tensor) -> tf.Tensor:
+        if fmt == "jpeg":
+            return tf.io.decode_jpeg(data, channels=channels)
+        return tf.io.decode_png(data, channels=channels, dtype=dtype)
+
+    if count <= MAX_UNROLLED_FRAMES:
+        frames = tf.stack([one(encoded[i]) for i in range(count)])
+    else:
+        spec = tf.TensorSpec((height, width, channels), dtype)
+        frames = tf.map_fn(one, encoded, fn_output_signature=spec, parallel_iterations=16)
+    return tf.ensure_shape(frames, (count, height, width, channels))
+
+
+@functools.lru_cache(maxsize=None)
+def _blank(fmt: str, shape: tuple[int, int, int], dtype: str) -> bytes:
+    """Encoded all-zero frame of one format, size and dtype."""
+    ok, data = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", np.zeros(shape, dtype))
+    if not ok:
+        raise ValueError(f"cannot encode a blank {fmt} frame of shape {shape} and dtype {dtype}")
+    return data.tobytes()
+
+
+def blank_frame(feature: tfds.features.Video) -> bytes:
+    """An encoded all-zero frame in a Video feature's format and size (decodes to exactly 0)."""
+    return _blank(feature.feature.encoding_format, tuple(feature.shape[1:]), np.dtype(feature.np_dtype).name)

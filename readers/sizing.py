@@ -1,0 +1,84 @@
+"""Sizing rules of a read pipeline: shuffle buffer in bytes, files in flight, memory budget, sharding."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from vidvol.core import system
+
+AUTOTUNE = tf.data.AUTOTUNE
+# Example shuffle buffer, in bytes of parsed (still encoded) examples.
+DEFAULT_SHUFFLE_BUFFER_BYTES = 256 * 2**20
+# Files read at once: enough parallel readers for the decode threads and for mixing shards, few
+# enough that each open file's read buffer and in-flight examples stay small (TFDS's default is 16).
+MAX_CYCLE_LENGTH = 16
+# Default memory budget of one pipeline's buffers: this fraction of physical memory, at most the cap.
+DEFAULT_MEMORY_FRACTION = 0.25
+DEFAULT_MEMORY_CAP_BYTES = 16 * 2**30
+# Lean memory mode when this many float32 batches would not fit the memory budget.
+LEAN_FLOAT_BATCHES = 4
+
+
+class ShardingError(ValueError):
+    """More input pipelines than shard files: some pipelines would read nothing."""
+
+
+def shuffle_buffer_size(bytes_per_example: float, num_examples: int, buffer_bytes: int = DEFAULT_SHUFFLE_BUFFER_BYTES) -> int:
+    """Examples the shuffle buffer holds: `buffer_bytes // bytes_per_example`, within [1, num_examples]."""
+    if buffer_bytes <= 0:
+        raise ValueError(f"shuffle_buffer_bytes must be > 0, got {buffer_bytes}")
+    count = int(buffer_bytes // max(1.0, float(bytes_per_example)))
+    return max(1, min(count, max(1, int(num_examples))))
+
+
+def default_cycle_length(num_files: int, num_cpus: int | None = None) -> int:
+    """Files interleaved at once: two per core, at least 2, at most MAX_CYCLE_LENGTH and the file count."""
+    cpus = num_cpus or system.num_cpus()
+    return max(1, min(int(num_files), MAX_CYCLE_LENGTH, max(2, 2 * cpus)))
+
+
+def default_memory_budget() -> int:
+    """Bytes one pipeline's buffers may use by default: a quarter of physical memory, at most 16 GiB."""
+    try:
+        import psutil  # pylint: disable=g-import-not-at-top
+
+        total = psutil.virtual_memory().total
+    except (ImportError, OSError):
+        total = 8 * 2**30
+    return int(min(DEFAULT_MEMORY_CAP_BYTES, total * DEFAULT_MEMORY_FRACTION))
+
+
+def is_lean(float_batch_bytes: int, budget: int) -> bool:
+    """Whether a few float32 batches would not fit the budget (then decode lean: one float batch at a time)."""
+    return LEAN_FLOAT_BATCHES * float_batch_bytes > budget
+
+
+def lean_decode_parallelism(element_bytes: int, budget: int) -> int:
+    """Examples decoded at once in lean mode: as many as cores, while twice their bytes fit a quarter of the budget."""
+    if element_bytes <= 0:
+        return AUTOTUNE
+    return max(1, min(system.num_cpus(), int((budget // 4) // (2 * element_bytes))))
+
+
+def worker_file_count(num_files: int, input_context: tf.distribute.InputContext | None) -> int:
+    """Shard files one input pipeline reads when files are dealt round-robin (TFDS's `shard`)."""
+    if input_context is None:
+        return num_files
+    n, i = int(input_context.num_input_pipelines), int(input_context.input_pipeline_id)
+    return len(range(i, num_files, n))
+
+
+def check_shards(full_name: str, split: str, num_files: int, input_context: tf.distribute.InputContext | None) -> None:
+    """Raises ShardingError when there are fewer shard files than input pipelines, with the fix."""
+    if input_context is None:
+        return
+    pipelines = int(input_context.num_input_pipelines)
+    if pipelines > 1 and num_files < pipelines:
+        dataset, _, config = full_name.partition("/")
+        config = config.rsplit("/", 1)[0]
+        raise ShardingError(
+            f"{full_name} split {split!r} is stored in {num_files} shard file(s) but {pipelines} input pipelines "
+            f"read it by file, so {pipelines - num_files} would read nothing. Rebuild with at least {pipelines} "
+            f"shards: `tfds build {dataset}/{config} --imports vidvol --num_shards {pipelines} --manual_dir DIR "
+            "--data_dir DATA_DIR --overwrite` (the vidvol writer honours --num_shards), or use fewer pipelines."
+        )
