@@ -26,8 +26,8 @@ import threading
 import time
 from typing import Any, Sequence
 
-from vidvol.benchmarks import fire_memory
-from vidvol.benchmarks.reads import busy_cpu_seconds
+import fire_memory
+from reads import busy_cpu_seconds
 
 MIB = 2**20
 

@@ -5,8 +5,10 @@ for each count N builds `fire_hrr/<config>` over the first N with the real `tfds
 subprocess (multi-process Beam), polling the RSS of the whole process tree every `--interval`
 seconds with psutil, and reading the tree's `ru_maxrss` from `wait4` as a cross-check. The
 streaming writer's promise is that a worker's peak is one example plus small buffers, whatever N.
+`--writer tfds` builds with TFDS's stock Beam writer instead (`stock_writer.py`: the same CLI, with
+vidvol's builders patched to TFDS's own `_download_and_prepare`), for comparison.
 
-Run: python -m vidvol.benchmarks.fire_memory --experiments 4 16 --out DIR
+Run: python benchmarks/fire_memory.py --experiments 4 16 --out DIR
 Writes DIR/fire_memory.json and prints one table row per N plus a verdict line.
 """
 
@@ -25,10 +27,21 @@ from typing import Any, Sequence
 
 import psutil
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 GIB = 2**30
 MIB = 2**20
 SHELLS = ("sh", "dash", "bash")
 WORKER_MARKER = "sdk_worker_main"  # Beam's SDK worker processes run `-m apache_beam.runners.worker.sdk_worker_main`
+WRITERS = ("streaming", "tfds")  # vidvol's streaming shard writer, TFDS's stock Beam writer
+
+
+def tfds_cli(writer: str = "streaming") -> list[str]:
+    """The command that stands for `tfds` for a writer: TFDS's own CLI, or `stock_writer.py` (same arguments)."""
+    if writer == "streaming":
+        return [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main"]
+    if writer == "tfds":
+        return [sys.executable, os.path.join(HERE, "stock_writer.py")]
+    raise ValueError(f"writer must be one of {WRITERS}, got {writer!r}")
 
 
 def write_inputs(root: str, *, experiments: int, frames: int, height: int, width: int, quality: int) -> str:
@@ -117,11 +130,12 @@ class TreeMonitor(threading.Thread):
         self.join()
 
 
-def build_once(manual_dir: str, data_dir: str, *, config: str, interval: float, extra: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
-    """Runs `tfds build fire_hrr/<config>` once under the monitor; returns the measured peaks."""
+def build_once(manual_dir: str, data_dir: str, *, config: str, interval: float, extra: Sequence[str], env: dict[str, str],
+               writer: str = "streaming") -> dict[str, Any]:
+    """Runs `tfds build fire_hrr/<config>` (with `writer`) once under the monitor; returns the measured peaks."""
     shutil.rmtree(data_dir, ignore_errors=True)
     cmd = [
-        sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", f"fire_hrr/{config}",
+        *tfds_cli(writer), "build", f"fire_hrr/{config}",
         "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir, *extra,
     ]
     log_path = data_dir.rstrip("/") + ".log"
@@ -188,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the source frames")
     parser.add_argument("--config", default="full_161x540x960", help="fire_hrr config to build")
     parser.add_argument("--workers", type=int, default=0, help="Beam SDK workers (0: one per core)")
-    parser.add_argument("--writer", choices=("streaming", "tfds"), default="streaming",
+    parser.add_argument("--writer", choices=WRITERS, default="streaming",
                         help="vidvol's streaming shard writer, or TFDS's stock Beam writer for comparison")
     parser.add_argument("--interval", type=float, default=0.2, help="RSS polling period in seconds")
     parser.add_argument("--max-worker-gib", type=float, default=2.0)
@@ -198,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = os.path.abspath(args.out)
     labels = write_inputs(os.path.join(out, "inputs"), experiments=max(args.experiments), frames=args.frames,
                           height=args.height, width=args.width, quality=args.quality)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", VIDVOL_WRITER=args.writer)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     extra = [f"--beam_pipeline_options=direct_num_workers={args.workers}"] if args.workers else []
     results: dict[int, dict[str, Any]] = {}
     print(f"{'experiments':>11} {'examples':>8} {'shards':>6} {'MiB out':>8} {'wall s':>7} {'driver MiB':>10} "
@@ -207,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manual_dir = os.path.join(out, f"manual_{count}")
         rows = subset_labels(labels, manual_dir, count)
         r = build_once(manual_dir, os.path.join(out, f"data_{count}"), config=args.config, interval=args.interval,
-                       extra=extra, env=env)
+                       extra=extra, env=env, writer=args.writer)
         results[count] = r
         print(f"{count:>11} {r['examples']:>8} {r['shards']:>6} {r['dataset_mib']:>8.1f} {r['wall_s']:>7.1f} "
               f"{r['driver_peak_mib']:>10.0f} {r['worker_peak_mib']:>10.0f} {r['num_workers']:>7} "

@@ -9,7 +9,7 @@ batches, and the peak in units of one float32 batch. TensorFlow's oneDNN build k
 memory in its own allocator, so RSS stays near its high-water mark; run with
 TF_ENABLE_ONEDNN_OPTS=0 to see the memory released between batches.
 
-    python -m vidvol.benchmarks.loader_memory [--data_dir DIR] [--batches 6] [--training]
+    python benchmarks/loader_memory.py [--data_dir DIR] [--batches 6] [--training]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import tensorflow_datasets as tfds  # noqa: E402
 
 import vidvol  # noqa: E402,F401  (registers the datasets)
 from vidvol import samples  # noqa: E402
-from vidvol.builders import loader  # noqa: E402
+from vidvol import readers  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class RssSampler(threading.Thread):
 
 def measure(builder: tfds.core.DatasetBuilder, batches: int, batch_size: int, training: bool) -> dict:
     """Streams `batches` batches (repeating the split as needed) and returns RSS figures in GiB."""
-    ds = loader.load(builder, "train", batch_size, training=training, drop_remainder=True, repeat=True, seed=0)
+    ds = readers.load(builder, "train", batch_size, training=training, drop_remainder=True, repeat=True, seed=0)
     (video, _), _ = ds.element_spec
     batch_bytes = video.shape.num_elements() * 4
     before = psutil.Process().memory_info().rss

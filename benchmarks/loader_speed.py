@@ -12,7 +12,7 @@ Compares, in alternating rounds (so a busy machine hurts all of them alike):
 Each rate is reported twice: wall clips/s, and clips per CPU-second x cores ("cpu-normalized",
 what the pipeline would reach with the cores to itself; robust when other jobs share the machine).
 
-    python -m vidvol.benchmarks.loader_speed [--data_dir DIR] [--classes 10] [--videos_per_class 60]
+    python benchmarks/loader_speed.py [--data_dir DIR] [--classes 10] [--videos_per_class 60]
 
 Sample inputs are generated (vidvol.samples) and built once into --data_dir (multi-process Beam).
 """
@@ -34,12 +34,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 import tensorflow_datasets as tfds  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 import vidvol  # noqa: E402,F401  (registers the datasets)
+from vidvol import readers  # noqa: E402
 from vidvol import samples  # noqa: E402
-from vidvol.beam_jobs import runners  # noqa: E402
-from vidvol.benchmarks import baselines  # noqa: E402
-from vidvol.builders import loader  # noqa: E402
+
+import baselines  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ def prepare(data_dir: str, manual_dir: str, classes: int, videos_per_class: int)
             manual_dir, classes=samples.HMDB51_CLASSES[:classes], videos_per_class=videos_per_class,
             num_frames=(40, 100), height=240, width=320, splits=(1,),
         )
-    config = tfds.download.DownloadConfig(manual_dir=manual_dir, beam_options=runners.direct_options())
+    workers = len(os.sched_getaffinity(0))  # local multi-process Beam, one SDK worker per core
+    options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"])
+    config = tfds.download.DownloadConfig(manual_dir=manual_dir, beam_options=options)
     builder.download_and_prepare(download_config=config)
     return builder
 
@@ -98,7 +101,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pipelines: dict[str, Callable[[], dict[str, float]]] = {
         "limit": lambda: limit_rate(frames, cores, args.seconds),
         "vidvol.load": lambda: stream_rate(
-            lambda: loader.load(builder, "train", args.batch_size, seed=None, **args.loader_kwargs), cores, args.seconds
+            lambda: readers.load(builder, "train", args.batch_size, seed=None, **args.loader_kwargs), cores, args.seconds
         ),
         "tfds.load": lambda: stream_rate(
             lambda: tfds.load(
@@ -151,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.loader_kwargs = json.loads(args.loader)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("absl", "apache_beam", "tensorflow", "vidvol.builders.loader"):
+    for noisy in ("absl", "apache_beam", "tensorflow", "vidvol.readers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     result = run(args)
     if args.json:

@@ -1,10 +1,10 @@
 """Read throughput and peak memory of one pipeline over one prepared dataset (ours or a baseline).
 
 A `ReadJob` (plain JSON) names the pipeline: `loader` (`vidvol.load`, model-ready batches) or a
-baseline from `vidvol.benchmarks.baselines`. `measure_read` streams it `runs` times (fresh iterator, a few
+baseline from `baselines.py`. `measure_read` streams it `runs` times (fresh iterator, a few
 warm-up batches, then at least `min_seconds` of batches over `.repeat()`ed epochs) and returns
 the examples per second of every run plus the process's peak RSS while streaming. Each job runs
-in its own process in a full benchmark (`python -m vidvol.benchmarks.reads JOB.json OUT.json`),
+in its own process in a full benchmark (`python benchmarks/reads.py JOB.json OUT.json`),
 so peaks do not mix.
 
 A job over JPEG frames can name its shard files (`limit_files`): then, right before each timed
@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 import psutil
 import tensorflow as tf
 
-from vidvol.benchmarks import baselines
-from vidvol.benchmarks import fire_memory
+import baselines
+import fire_memory
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +65,10 @@ class ReadJob:
 
 def loader_dataset(job: ReadJob) -> tf.data.Dataset:
     """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
-    import vidvol  # pylint: disable=g-import-not-at-top
+    from vidvol import readers  # pylint: disable=g-import-not-at-top  (registers the datasets too)
 
-    load = getattr(vidvol, "load", None)
-    if load is None:
-        from vidvol.builders import loader  # pylint: disable=g-import-not-at-top
-
-        load = loader.load
-    return load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size, data_dir=job.data_dir,
-                repeat=True)
+    return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
+                        data_dir=job.data_dir, repeat=True)
 
 
 def make_dataset(job: ReadJob) -> tf.data.Dataset:
@@ -185,10 +180,10 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m vidvol.benchmarks.reads JOB.json OUT.json`: one isolated measurement."""
+    """`python benchmarks/reads.py JOB.json OUT.json`: one isolated measurement."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        raise SystemExit("usage: python -m vidvol.benchmarks.reads JOB.json OUT.json")
+        raise SystemExit("usage: python benchmarks/reads.py JOB.json OUT.json")
     with open(args[0], encoding="utf-8") as f:
         job = ReadJob(**json.load(f))
     result = measure_read(job)

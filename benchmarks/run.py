@@ -1,12 +1,14 @@
 """vidvol benchmark: read throughput against the read-time pipelines and the decode limit, build scaling, memory.
 
-    python -m vidvol.benchmarks.run --out bench_out           # full (`make bench`), ~10 min on 2 cores
-    python -m vidvol.benchmarks.run --quick --out bench_out   # tiny inputs, 1 run (`make bench-quick`, CI smoke)
+    python benchmarks/run.py --out bench_out           # full (`make bench`), ~10 min on 2 cores
+    python benchmarks/run.py --quick --out bench_out   # tiny inputs, 1 run (`make bench-quick`, CI smoke)
 
-Writes OUT/results.json, OUT/RESULTS.md and OUT/results.png; a full run also publishes them to
-`vidvol/benchmarks/` (unless --no-publish). Inputs are generated offline under OUT/inputs
-(OUT/inputs_quick, or --inputs) and reused by later runs. Measured, each against its baseline in the same run on the
-same files:
+The benchmarks are a repository tool, not part of the installed package: they run as scripts from
+a source checkout (their folder is `sys.path[0]`, so sibling modules import as `import reads`).
+Writes OUT/results.json, OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the
+checkout's `benchmarks/` folder (unless --no-publish; never outside a git work tree). Inputs are
+generated offline under OUT/inputs (OUT/inputs_quick, or --inputs) and reused by later runs.
+Measured, each against its baseline in the same run on the same files:
 
 - reads: hmdb51 (default config) via `vidvol.load` vs the users' per-frame-seek OpenCV pipeline and
   vs the decode limit; fire_hrr at full resolution vs per-frame `get_img` and the decode limit;
@@ -33,18 +35,18 @@ import time
 from typing import Any, Sequence
 
 import psutil
-
 from vidvol import samples
-from vidvol.benchmarks import baselines
-from vidvol.benchmarks import builds
-from vidvol.benchmarks import fire_memory
-from vidvol.benchmarks import inputs
-from vidvol.benchmarks import report
-from vidvol.benchmarks.reads import ReadJob
+
+import baselines
+import builds
+import fire_memory
+import inputs
+import report
+from reads import ReadJob
 
 logger = logging.getLogger(__name__)
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/ of the source checkout
 GIB = 2**30
 
 
@@ -133,7 +135,7 @@ METHOD = [
     "warm-up batches, then at least the timed seconds. `cpu-normalized` = examples per CPU-second of the reading "
     "process x cores: what it would reach with the machine to itself.",
     "Builds run the real `tfds build` CLI (multi-process Beam FnApiRunner) in a subprocess; RSS of the driver and "
-    "every SDK worker subprocess is polled with psutil every 0.1 s (`vidvol.benchmarks.fire_memory.TreeMonitor`).",
+    "every SDK worker subprocess is polled with psutil every 0.1 s (`TreeMonitor` in `benchmarks/fire_memory.py`).",
 ]
 
 
@@ -297,7 +299,7 @@ class Bench:
         """Runs one read job (in its own process when isolating); returns its result."""
         print(f"[bench] read {tag} via {job.pipeline}", flush=True)
         if not self.s.isolate:
-            from vidvol.benchmarks import reads  # pylint: disable=g-import-not-at-top
+            import reads  # pylint: disable=g-import-not-at-top
 
             result = reads.measure_read(job)
         else:
@@ -308,7 +310,7 @@ class Bench:
                 json.dump(dataclasses.asdict(job), f)
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
             with open(os.path.join(jobs, f"{tag}.log"), "w", encoding="utf-8") as log:
-                proc = subprocess.run([sys.executable, "-m", "vidvol.benchmarks.reads", job_path, result_path],
+                proc = subprocess.run([sys.executable, os.path.join(HERE, "reads.py"), job_path, result_path],
                                       stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
             if proc.returncode != 0:
                 with open(os.path.join(jobs, f"{tag}.log"), encoding="utf-8") as f:
@@ -513,14 +515,38 @@ def notes(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def publish(paths: dict[str, str], destination: str = PACKAGE_DIR) -> list[str]:
-    """Copies RESULTS.md, results.png and results.json next to this module (the committed copy)."""
+def checkout_dir() -> str | None:
+    """This folder when it is the `benchmarks/` of a source checkout (a `.git` beside it), else None.
+
+    Only there do published results belong (they are committed); a copy of this folder anywhere else
+    (an installed package, an unpacked archive) is never written into.
+    """
+    return HERE if os.path.exists(os.path.join(os.path.dirname(HERE), ".git")) else None
+
+
+def publish(paths: dict[str, str], destination: str | None = None) -> list[str]:
+    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy).
+
+    Without a `destination`, only a source checkout's benchmarks/ folder is written (see
+    `checkout_dir`); elsewhere nothing is copied and an empty list comes back.
+    """
+    destination = destination or checkout_dir()
+    if destination is None:
+        return []
     copied = []
     for path in paths.values():
         target_path = os.path.join(destination, os.path.basename(path))
         shutil.copyfile(path, target_path)
         copied.append(target_path)
     return copied
+
+
+def _report_published(copied: Sequence[str]) -> None:
+    """One line: where the results were published, or why they were not."""
+    if copied:
+        print(f"[bench] published {', '.join(copied)}", flush=True)
+    else:
+        print(f"[bench] not published: {HERE} is not in a source checkout (no .git beside it)", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -536,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --quick: still build with the tfds CLI and read in subprocesses (as a full run)")
     parser.add_argument("--report-only", action="store_true",
                         help="re-render RESULTS.md and results.png from OUT/results.json without measuring")
-    parser.add_argument("--no-publish", action="store_true", help="do not copy the results into vidvol/benchmarks/")
+    parser.add_argument("--no-publish", action="store_true", help="do not copy the results into the checkout's benchmarks/")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = QUICK if args.quick else FULL
@@ -566,8 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
     paths = report.write_all(results, os.path.abspath(args.out))
     if settings.mode == "full" and not args.no_publish:
-        paths_published = publish(paths)
-        print(f"[bench] published {', '.join(paths_published)}", flush=True)
+        _report_published(publish(paths))
     print(f"[bench] wrote {', '.join(paths.values())} in {results['duration_s'] / 60:.1f} min", flush=True)
     for t in results["targets"]:
         print(f"[bench] {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} (target {t['op']} {t['target']:g})",

@@ -5,12 +5,13 @@ of a shard (and, between stages on the local runner, of a split) in memory befor
 vidvol's `StreamingBeamBuilder` writes one example at a time into its shard file. This script
 writes full-resolution fire_hrr inputs once (`vidvol.samples.write_fire_hrr_frames`, 540x960 JPEG
 frames), then builds `fire_hrr/<config>` with the real `tfds build` CLI in a subprocess: the
-streaming writer and `VIDVOL_WRITER=tfds` at each `--max_shard_size_mb`, and the stock writer
-again with `--num_shards` forcing shards of that size (TFDS 4.9.10 ignores max_shard_size when it
-counts shards), polling the RSS of the driver and of each SDK worker process (psutil, see
-`benchmarks/fire_memory.py`, whose input writer and process-tree monitor it reuses).
+streaming writer and the stock writer (`benchmarks/stock_writer.py`, a drop-in for the `tfds` CLI)
+at each `--max_shard_size_mb`, and the stock writer again with `--num_shards` forcing shards of
+that size (TFDS 4.9.10 ignores max_shard_size when it counts shards), polling the RSS of the
+driver and of each SDK worker process (psutil, see `benchmarks/fire_memory.py`, whose input writer
+and process-tree monitor it reuses).
 
-Run: python -m vidvol.benchmarks.shard_memory --out DIR [--experiments 16] [--sizes 32 256]
+Run: python benchmarks/shard_memory.py --out DIR [--experiments 16] [--sizes 32 256]
 Writes DIR/shard_memory.json and prints one table row per build.
 """
 
@@ -24,7 +25,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from vidvol.benchmarks import fire_memory
+import fire_memory
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 def build_row(manual_dir: str, out: str, *, writer: str, size_mb: int, num_shards: int | None, config: str,
               workers: int, interval: float) -> dict[str, Any]:
     """One measured build: `writer` with `--max_shard_size_mb size_mb` (and `--num_shards` if given)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", VIDVOL_WRITER=writer)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     extra = ["--max_shard_size_mb", str(size_mb)]
     if num_shards:
         extra += ["--num_shards", str(num_shards)]
@@ -41,7 +42,7 @@ def build_row(manual_dir: str, out: str, *, writer: str, size_mb: int, num_shard
     tag = f"{writer}_{size_mb}mb" + (f"_{num_shards}shards" if num_shards else "")
     logger.info("building %s", tag)
     result = fire_memory.build_once(manual_dir, os.path.join(out, f"data_{tag}"), config=config, interval=interval,
-                                    extra=extra, env=env)
+                                    extra=extra, env=env, writer=writer)
     return {"writer": writer, "max_shard_size_mb": size_mb, "num_shards_flag": num_shards, **result}
 
 

@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import time
+import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
@@ -77,6 +78,11 @@ def set_runner_resolver(resolver: RunnerResolver) -> None:
     """Installs the function that turns a build's (beam_runner, beam_options) into what the pipeline runs on."""
     global _runner_resolver
     _runner_resolver = resolver
+
+
+def resolve_runner(runner: Any, options: PipelineOptions | None) -> tuple[Any, PipelineOptions]:
+    """The (runner, options) a build's `beam_runner`/`beam_options` run with, by the installed resolver."""
+    return _runner_resolver(runner, options)
 
 
 def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterator[KeyExample | Skip]:
@@ -146,9 +152,11 @@ class ExamplesFromSources(beam.PTransform):
 
 
 def _write_json(obj: Any, path: str) -> None:
-    """Writes a JSON document through tf.io.gfile (local, gs://, s3://, hdfs://)."""
-    with tf.io.gfile.GFile(path, "w") as f:
+    """Writes a JSON document whole (temporary file, then rename) through tf.io.gfile (local, gs://, hdfs://)."""
+    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
         f.write(json.dumps(obj, indent=1, sort_keys=True))
+    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 def _read_json(path: str) -> Any:
@@ -239,7 +247,10 @@ class WriteShardFn(beam.DoFn):
         keys: list[str] = []
         skips: list[dict[str, str]] = []
         num_bytes = 0
-        with tf.io.TFRecordWriter(task.path) as writer:
+        # A task may run twice (a runner retrying it after a worker died): each attempt writes its own
+        # file and renames it into place whole, then its sidecar, so a rerun never sees half a shard.
+        attempt = f"{task.path}.{uuid.uuid4().hex[:12]}.tmp"
+        with tf.io.TFRecordWriter(attempt) as writer:
             for source in task.sources:
                 for item in run_example_fn(example_fn, source, task.split):
                     if isinstance(item, Skip):
@@ -254,6 +265,7 @@ class WriteShardFn(beam.DoFn):
                     keys.append(str(key))
                     num_bytes += len(record)
                     del example, tf_example, record
+        tf.io.gfile.rename(attempt, task.path, overwrite=True)
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes, "skips": skips}
         _write_json(info, task.path + ".info.json")
         logger.info(
@@ -390,13 +402,15 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _download_and_prepare(self, dl_manager, download_config):  # pytype: disable=signature-mismatch
         if download_config.max_examples_per_split == 0:
             return
-        runner, options = _runner_resolver(download_config.beam_runner, download_config.beam_options)
+        runner, options = resolve_runner(download_config.beam_runner, download_config.beam_options)
         generators = self._generators(dl_manager, download_config)
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         tasks = self._plan(generators, templates, download_config)
         all_tasks = [t for ts in tasks.values() for t in ts]
         if all_tasks:
             self._run_pipeline(all_tasks, generators, runner, options)
+        for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
+            tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)
         results = []
         for split, template in templates.items():
             final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))

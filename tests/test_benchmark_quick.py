@@ -1,43 +1,72 @@
-"""`python -m vidvol.benchmarks.run --quick` smoke run, plus the benchmark's own parts on real files.
+"""`python benchmarks/run.py --quick` smoke run, the benchmark's own parts on real files, and its packaging.
 
-Never asserts a speed: only that every section is measured, counted right and finite.
+Never asserts a speed: only that every section is measured, counted right and finite. The
+benchmarks are a repository tool run as scripts (`make bench`): never installed with vidvol, never
+writing into a folder other than --out except a source checkout's own benchmarks/ on a full run.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import types
+import zipfile
 
 import cv2
 import nibabel as nib
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from vidvol import samples
-from vidvol.benchmarks import baselines
-from vidvol.benchmarks import inputs
-from vidvol.benchmarks import report
+from vidvol.builders import beam_writer
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+pytestmark = pytest.mark.slow
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
 READS = ("hmdb51", "fire_hrr", "mri_volumes_32", "mri_volumes_40x40x24")
+MRI_DUMMY = REPO / "datasets" / "mri_volumes" / "dummy_data"
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _bench_module(name: str) -> types.ModuleType:
+    """benchmarks/<name>.py as a module (one that imports no sibling: the scripts' folder is not on sys.path here)."""
+    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+baselines = _bench_module("baselines")
+inputs = _bench_module("inputs")
+report = _bench_module("report")
+stock_writer = _bench_module("stock_writer")
+
+
+def _snapshot(folder: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file under folder, bytecode caches aside."""
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """One real quick run (CLI, in a subprocess) into a temporary folder; returns (out, results)."""
+    """One real quick run (`make bench-quick`'s command, in a subprocess) into a temporary folder."""
     out = tmp_path_factory.mktemp("bench_out")
-    published = {p: p.stat().st_mtime_ns for p in (PACKAGE / n for n in ("RESULTS.md", "results.png", "results.json"))
-                 if p.exists()}
-    proc = subprocess.run([sys.executable, "-m", "vidvol.benchmarks.run", "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-                          cwd=str(out))
+    before = _snapshot(BENCHMARKS)
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "run.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=ENV, cwd=str(out))
     assert proc.returncode == 0, f"quick benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    for path, mtime in published.items():
-        assert path.stat().st_mtime_ns == mtime, f"--quick overwrote the published {path.name}"
+    assert _snapshot(BENCHMARKS) == before, "--quick wrote into the repository's benchmarks/ folder"
     return out, json.loads((out / "results.json").read_text()), proc.stdout
 
 
@@ -160,3 +189,89 @@ def test_target_rows():
     assert report.target("m", 1.5, 2.0, op="<=", unit="GiB")["pass"]
     assert not report.target("nan", float("nan"), 1.0)["pass"]
     assert report.finite_numbers({"a": [1.0, float("inf")], "b": {"c": float("nan")}}) == ["results.a[1]", "results.b.c"]
+
+
+def test_wheel_has_no_benchmarks(tmp_path):
+    """The built wheel (what `pip install vidvol` installs) holds the library, not the benchmark tool."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "bench_out", "demo_out"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "--disable-pip-version-check", "-w", str(tmp_path / "wheel"), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheel").glob("vidvol-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "vidvol/__init__.py" in names and "vidvol/builders/beam_writer.py" in names
+    assert [n for n in names if n.startswith("vidvol/benchmarks/") or "measure_storage" in n] == []
+
+
+@pytest.mark.parametrize("checkout", [False, True], ids=["copy", "checkout"])
+def test_publish_only_into_a_source_checkout(tmp_path, checkout):
+    """A full run's results go into benchmarks/ only where a .git sits beside it (never an installed copy)."""
+    root = tmp_path / "tree"
+    copy = root / "benchmarks"
+    shutil.copytree(BENCHMARKS, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if checkout:
+        (root / ".git").mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copyfile(BENCHMARKS / "results.json", out / "results.json")  # a full run's document
+    for name in ("RESULTS.md", "results.png"):
+        (copy / name).write_bytes(b"stale")
+    proc = subprocess.run([sys.executable, str(copy / "run.py"), "--report-only", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=ENV, cwd=str(tmp_path))
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    for name in ("RESULTS.md", "results.png"):
+        rendered = (out / name).read_bytes()
+        assert rendered != b"stale" and len(rendered) > 1000
+        assert ((copy / name).read_bytes() == rendered) is checkout
+
+
+def _mri_builder(data_dir, manual_dir=MRI_DUMMY):
+    builder = tfds.builder("mri_volumes/small_32", data_dir=str(data_dir))
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        manual_dir=str(manual_dir),
+        beam_options=PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])))
+    return builder
+
+
+def _keys(builder, split):
+    return sorted(ex["path"] for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)))
+
+
+def test_stock_writer_writes_the_same_examples_and_skips(tmp_path, monkeypatch):
+    manual = tmp_path / "manual"
+    shutil.copytree(MRI_DUMMY, manual)
+    (manual / "volumes" / "broken.nii.gz").write_bytes(b"not a gzip stream")  # one input to skip
+    with open(manual / "labels.csv", "a", encoding="utf-8") as f:
+        f.write("volumes/broken.nii.gz,0,sub-99\n")
+    streaming = _mri_builder(tmp_path / "streaming", manual)
+    monkeypatch.setattr(beam_writer.StreamingBeamBuilder, "_download_and_prepare", stock_writer._download_and_prepare)
+    stock = _mri_builder(tmp_path / "stock", manual)
+    expected = beam_writer.read_skip_report(streaming.data_dir)
+    got = beam_writer.read_skip_report(stock.data_dir)
+    assert [s["source"] for s in expected["skipped"]] == ["volumes/broken.nii.gz"]
+    key = lambda s: (s["split"], s["source"], s["reason"])
+    assert sorted(got["skipped"], key=key) == sorted(expected["skipped"], key=key)
+    assert set(got["splits"]) == set(expected["splits"]) == set(stock.info.splits)
+    for split, counts in expected["splits"].items():
+        assert got["splits"][split]["examples"] == counts["examples"] == stock.info.splits[split].num_examples
+        assert got["splits"][split]["shards"] == stock.info.splits[split].num_shards
+        assert _keys(stock, split) == _keys(streaming, split)
+    assert not [f for f in os.listdir(stock.data_dir) if f.startswith("skips-")]
+    assert "_split_generators" not in vars(stock)
+
+
+def test_stock_writer_is_a_drop_in_tfds_cli(tmp_path):
+    data_dir = tmp_path / "data"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "stock_writer.py"), "build", "mri_volumes/small_32",
+                           "--imports", "vidvol", "--manual_dir", str(MRI_DUMMY), "--data_dir", str(data_dir),
+                           "--beam_pipeline_options=direct_num_workers=1,direct_running_mode=in_memory"],
+                          capture_output=True, text=True, timeout=300, env=ENV, cwd=str(tmp_path))
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert "[stock_writer.py]" in proc.stdout + proc.stderr, "the summary must come from the stock writer's path"
+    builder = tfds.builder("mri_volumes/small_32", data_dir=str(data_dir))
+    report_ = beam_writer.read_skip_report(builder.data_dir)
+    assert sum(s["examples"] for s in report_["splits"].values()) == sum(
+        s.num_examples for s in builder.info.splits.values()) > 0

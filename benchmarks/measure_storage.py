@@ -6,7 +6,9 @@ own FeaturesDict/ExampleSerializer under each candidate encoding, and times the 
 `tfds.load` runs (TFRecordDataset -> FeaturesDict.deserialize_example, parallel map) on warm files.
 The baseline is the pipeline users have today: `tf.py_function(nib.load(path).get_fdata())`.
 
-    python -m vidvol.datasets.mri_volumes.measure_storage --num 16 --size 128 --out /tmp/mri_storage
+    python benchmarks/measure_storage.py --num 16 --size 128 --out /tmp/mri_storage
+
+A repository tool (not installed with vidvol); its numbers are in datasets/mri_volumes/README.md ("Storage").
 """
 
 from __future__ import annotations

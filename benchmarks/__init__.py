@@ -1,1 +1,0 @@
-"""Benchmarks: read/build throughput and memory against the read-time pipelines."""

@@ -1,0 +1,101 @@
+"""TFDS's stock Beam writer for vidvol's builders: the comparison the memory benchmarks make.
+
+vidvol's `StreamingBeamBuilder` writes every shard example by example from one Beam worker.
+TFDS's own writer (`tensorflow_datasets/core/writer.py`) groups a shard's serialized examples in
+memory first. The builders' `_generate_examples` transforms (`ExamplesFromSources`) are regular
+TFDS Beam transforms, so TFDS's `GeneratorBasedBuilder._download_and_prepare` can write the same
+datasets from the same inputs: `prepare_with_tfds_writer` does that and still writes vidvol's
+`skip_report.json` (the skips each split's transform collects into a JSON file).
+
+As a script it is a drop-in for `python -m tensorflow_datasets.scripts.cli.main` (`tfds`): it
+imports vidvol, routes `StreamingBeamBuilder._download_and_prepare` to the stock writer (runner
+resolved as vidvol resolves it) and runs TFDS's CLI with the same arguments:
+
+    python benchmarks/stock_writer.py build fire_hrr/full_161x540x960 --imports vidvol \\
+        --manual_dir DIR --data_dir OUT
+
+A benchmark tool: the library itself has no switch for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import vidvol  # noqa: F401  (registers the datasets)
+from vidvol.builders import beam_writer
+
+logger = logging.getLogger(__name__)
+
+
+def _skip_file(data_dir: str, split: str) -> str:
+    """Where a split's transform writes the skips it collected (removed once the report is written)."""
+    return os.path.join(data_dir, f"skips-{split}.json")
+
+
+def prepare_with_tfds_writer(builder: beam_writer.StreamingBeamBuilder, dl_manager: Any,
+                             download_config: tfds.download.DownloadConfig) -> None:
+    """Prepares `builder` with TFDS's stock Beam writer over its own transforms; writes its skip report.
+
+    `download_config` carries the Beam runner and options to run on, already resolved (see
+    `resolve_runner`). Same sources, example functions and `max_examples_per_split` as the
+    streaming writer; shards are TFDS's (its shard count, its file names).
+    """
+    data_dir = os.fspath(builder.data_path)
+    generators = builder._generators(dl_manager, download_config)  # pylint: disable=protected-access
+    for split, gen in generators.items():
+        gen.skip_report_path = _skip_file(data_dir, split)
+    builder._split_generators = lambda *_args, **_kwargs: generators  # pylint: disable=protected-access
+    try:
+        tfds.core.GeneratorBasedBuilder._download_and_prepare(builder, dl_manager, download_config)  # pylint: disable=protected-access
+    finally:
+        del builder._split_generators  # back to the class's method  # pylint: disable=protected-access
+    results = []
+    for split, info in builder.info.splits.items():
+        with tf.io.gfile.GFile(_skip_file(data_dir, split), "r") as f:
+            skips = json.loads(f.read())
+        tf.io.gfile.remove(_skip_file(data_dir, split))
+        paths = [os.fspath(p) for p in info.filepaths]
+        results.append(beam_writer.SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
+    beam_writer.write_skip_report(os.path.join(data_dir, beam_writer.SKIP_REPORT_NAME), builder.name, results)
+    name = f"{builder.name}/{builder.builder_config.name}" if builder.builder_config else builder.name
+    for result in results:
+        logger.warning("%s", beam_writer.summary_line(name, result))
+
+
+def resolve_runner(runner: Any, options: Any) -> tuple[Any, Any]:
+    """The (runner, options) vidvol's builders run a build's `beam_runner`/`beam_options` with."""
+    return beam_writer.resolve_runner(runner, options)
+
+
+def _download_and_prepare(self: beam_writer.StreamingBeamBuilder, dl_manager: Any,
+                          download_config: tfds.download.DownloadConfig) -> None:
+    """Stands in for `StreamingBeamBuilder._download_and_prepare`: same runner, TFDS's stock writer."""
+    if download_config.max_examples_per_split == 0:
+        return
+    runner, options = resolve_runner(download_config.beam_runner, download_config.beam_options)
+    prepare_with_tfds_writer(self, dl_manager,
+                             dataclasses.replace(download_config, beam_runner=runner, beam_options=options))
+
+
+def use_tfds_writer() -> None:
+    """Makes every vidvol builder in this process write with TFDS's stock writer."""
+    beam_writer.StreamingBeamBuilder._download_and_prepare = _download_and_prepare  # pylint: disable=protected-access
+
+
+def main() -> None:
+    """`tfds` with the stock writer: TFDS's CLI (`launch_cli`, as `-m ...cli.main` runs it) on sys.argv."""
+    from tensorflow_datasets.scripts.cli import main as tfds_cli  # pylint: disable=g-import-not-at-top
+
+    use_tfds_writer()
+    tfds_cli.launch_cli()
+
+
+if __name__ == "__main__":
+    main()
