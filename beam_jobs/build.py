@@ -1,7 +1,7 @@
 """Build one vidvol dataset config on a chosen Beam runner, through the TFDS builder API.
 
     python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
-        [--runner direct|portable|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
+        [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
         [--max_shard_size_mb N] [--local_services] [--dry_run] [--BEAM_OPTION=VALUE ...]
 
 Every `--name=value` flag this parser does not know is a Beam pipeline option (`--flink_master=`,
@@ -34,6 +34,7 @@ from vidvol import datasets as _datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
 from vidvol.builders import beam_writer
+from vidvol.builders import files
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,17 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResul
     return BuildResult(builder.info.full_name, data_path, built, splits, skipped)
 
 
+def _local_dask_cluster():
+    """A scheduler and one worker process per core on 127.0.0.1, for one build."""
+    from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
+
+    return dask_cluster.LocalDaskCluster(n_workers=runners.default_num_workers())
+
+
+# `--local_services`: what a runner gets started here for the build (and stopped after it).
+LOCAL_SERVICES = {"portable": local_cluster.local_portable_services, "dask": _local_dask_cluster}
+
+
 def build(
     dataset: str,
     *,
@@ -130,12 +142,16 @@ def build(
 ) -> BuildResult:
     """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite)."""
     flags = list(beam_flags)
-    if local_services and runner != "portable":
-        raise ValueError(f"--local_services starts a portable job service; it needs --runner portable, not {runner!r}")
+    if local_services and runner not in LOCAL_SERVICES:
+        raise ValueError(
+            f"--local_services starts a local cluster for --runner portable (job service + worker pool) or "
+            f"--runner dask (scheduler + workers), not {runner!r}"
+        )
     if not local_services:
         flags = runners.pipeline_flags(runner, flags)
     else:
         runners.check_flags(flags)
+    files.check_data_dir(data_dir)
     builder = make_builder(dataset, data_dir)
     stale = incomplete_dirs(builder)
     if stale and remove_incomplete:
@@ -153,10 +169,10 @@ def build(
         logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
         builder.data_path.rmtree()
         builder = make_builder(dataset, data_dir)
-    services_context = local_cluster.local_portable_services() if local_services else contextlib.nullcontext()
+    services_context = LOCAL_SERVICES[runner]() if local_services else contextlib.nullcontext()
     with services_context as services:
         if services is not None:
-            flags = runners.pipeline_flags("portable", services.flags(runners.default_num_workers()) + flags)
+            flags = runners.pipeline_flags(runner, services.flags(runners.default_num_workers()) + flags)
         config = download_config(
             manual_dir=manual_dir, flags=flags, overwrite=overwrite, num_shards=num_shards,
             max_shard_size_mb=max_shard_size_mb,
@@ -217,7 +233,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num_shards", type=int, help="shards per split (default: sized by --max_shard_size_mb)")
     parser.add_argument("--max_shard_size_mb", type=int, help="shard size cap in MiB (default: the config's)")
     parser.add_argument("--local_services", action="store_true",
-                        help="with --runner portable: start a loopback job service + worker pool for this build")
+                        help="with --runner portable: start a loopback job service + worker pool for this build; "
+                             "with --runner dask: a dask scheduler + one worker process per core")
     parser.add_argument("--remove_incomplete", action="store_true",
                         help="delete leftovers of interrupted builds of this config first")
     parser.add_argument("--dry_run", action="store_true", help="print the checked Beam options and the tfds command; build nothing")
@@ -247,9 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     """Dry run or build, then the summary."""
     if args.dry_run:
+        if args.local_services and args.runner not in LOCAL_SERVICES:
+            raise ValueError(f"--local_services needs --runner portable or --runner dask, not {args.runner!r}")
         if args.local_services:
             runners.check_flags(beam_flags)
-            print(f"runner: portable on a local job service + worker pool (started by --local_services), plus {beam_flags}")
+            what = {"portable": "a local job service + worker pool", "dask": "a local dask scheduler + workers"}[args.runner]
+            print(f"runner: {args.runner} on {what} (started by --local_services), plus {beam_flags}")
             return 0
         flags = runners.pipeline_flags(args.runner, beam_flags)
         print("beam options: " + " ".join(shlex.quote(f) for f in flags))

@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 # Runner names that mean "run it here"; all of them map to the FnApiRunner.
 LOCAL_RUNNER_NAMES = ("", "direct", "directrunner", "fnapirunner", "bundlebasedrunner")
+# Beam 2.77 knows the Dask runner only by its module path; these short names work too.
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+RUNNER_ALIASES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
 
 
 class UnknownOptionError(ValueError):
@@ -47,10 +50,16 @@ class RunnerRecipe:
 
     name: str  # the `--runner` choice of `python -m vidvol.beam_jobs.build`
     beam_runner: str  # the Beam `--runner` value
-    required: tuple[str, ...] = ()  # option names (PipelineOptions keys) it cannot run without
+    required: tuple[str, ...] = ()  # option keys it cannot run without; "a|b": either will do
     worker_env: tuple[str, ...] = ()  # one of these ships vidvol + OpenCV + nibabel to the workers
-    tested_here: bool = False  # run for real by `make test` (only direct and portable/EXTERNAL)
+    tested_here: bool = False  # run for real by `make test`
     note: str = ""
+    flag_names: tuple[tuple[str, str], ...] = ()  # (option key, command-line flag) where they differ
+
+    def flag(self, key: str) -> str:
+        """The command-line spelling of a required entry: `--flag` (or `--a or --b` for "a|b")."""
+        names = dict(self.flag_names)
+        return " or ".join("--" + names.get(k, k) for k in key.split("|"))
 
 
 RECIPES: dict[str, RunnerRecipe] = {
@@ -63,6 +72,11 @@ RECIPES: dict[str, RunnerRecipe] = {
         RunnerRecipe(
             "portable", "PortableRunner", required=("job_endpoint",), tested_here=True,
             note="any Beam job service; `--local_services` starts a loopback job service + worker pool here",
+        ),
+        RunnerRecipe(
+            "dask", DASK_RUNNER, required=("address|scheduler_file",), tested_here=True,
+            note="dask.distributed: an existing scheduler (`--dask_client_address`), or `--local_services`",
+            flag_names=(("address", "dask_client_address"), ("scheduler_file", "dask_scheduler_file")),
         ),
         RunnerRecipe(
             "flink", "FlinkRunner", required=("flink_master",),
@@ -101,6 +115,26 @@ def direct_options(
     )
 
 
+def register_dask_options() -> bool:
+    """Imports Beam's Dask runner so PipelineOptions knows `--dask_client_address` & co.; False without dask."""
+    try:
+        from apache_beam.runners.dask import dask_runner  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+        return False
+    return True
+
+
+def _runner_name(options: po.PipelineOptions | None) -> str:
+    """The runner an options object names ("" for none), aliases expanded."""
+    if options is None:
+        return ""
+    runner = options.view_as(po.StandardOptions).runner
+    if runner is None:
+        return ""
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return RUNNER_ALIASES.get(name.lower(), name)
+
+
 def is_local(options: po.PipelineOptions | None) -> bool:
     """True when the options ask for no particular runner or for the direct runner."""
     if options is None:
@@ -112,18 +146,29 @@ def is_local(options: po.PipelineOptions | None) -> bool:
     return name.lower() in LOCAL_RUNNER_NAMES
 
 
-def resolve(runner: Any = None, options: po.PipelineOptions | None = None) -> tuple[Any, po.PipelineOptions]:
+def resolve(
+    runner: Any = None, options: po.PipelineOptions | None = None, num_tasks: int | None = None
+) -> tuple[Any, po.PipelineOptions]:
     """Returns the (runner, options) a build runs with, replacing the direct runner by the FnApiRunner.
 
     Local runs default to multi-process, one SDK worker per core, WARNING-level worker logs; any of
     these the caller set explicitly (even to Beam's default, e.g. `direct_running_mode=in_memory`
-    or `direct_num_workers=1`) is kept.
+    or `direct_num_workers=1`) is kept. On Dask, `num_tasks` work items get one partition each (Beam's
+    DaskRunner otherwise puts up to 128 elements in one partition, i.e. on one worker).
     """
     if runner is not None and not isinstance(runner, str):
+        from vidvol.beam_jobs import dask_runner  # pylint: disable=g-import-not-at-top
+
+        if isinstance(runner, dask_runner.DaskRunner):  # resolved before the shard tasks were known
+            return runner, _dask_options(options or po.PipelineOptions([]), num_tasks)
         return runner, options or po.PipelineOptions([])
     original = options
     if runner is not None:
         options = po.PipelineOptions([f"--runner={runner}"] + _flags(options))
+    if _runner_name(options) == DASK_RUNNER:
+        from vidvol.beam_jobs import dask_runner  # pylint: disable=g-import-not-at-top
+
+        return dask_runner.DaskRunner(), _dask_options(options, num_tasks)
     if not is_local(options):
         return None, options
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
@@ -142,6 +187,23 @@ def resolve(runner: Any = None, options: po.PipelineOptions | None = None) -> tu
     return FnApiRunner(), po.PipelineOptions(flags)
 
 
+def _dask_options(options: po.PipelineOptions, num_tasks: int | None = None) -> po.PipelineOptions:
+    """Options for Beam's DaskRunner: full runner path, a partition per task, the scheduler checked to answer."""
+    if not register_dask_options():
+        raise ImportError("the dask runner needs `pip install 'apache-beam[dask]'` (dask and distributed)")
+    flags = [f for f in _flags(options) if not f.startswith("--runner")]
+    given = options.get_all_options(drop_default=True, retain_unknown_options=True)
+    if num_tasks and not ({"npartitions", "partition_size", "dask_npartitions", "dask_partition_size"} & set(given)):
+        flags.append(f"--dask_npartitions={num_tasks}")
+    options = po.PipelineOptions([f"--runner={DASK_RUNNER}", *flags])
+    address = options.get_all_options().get("address")
+    if address:
+        from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
+
+        dask_cluster.check_reachable(address)
+    return options
+
+
 def _is_set(options: po.PipelineOptions | None, name: str) -> bool:
     """Whether option `name` was set explicitly: given as a flag, or changed from its default."""
     if options is None:
@@ -152,12 +214,36 @@ def _is_set(options: po.PipelineOptions | None, name: str) -> bool:
     return name in options.get_all_options(drop_default=True, retain_unknown_options=True)
 
 
+def _dest_flags() -> dict[str, str]:
+    """{option key: command-line flag} where Beam names them differently (Dask: address <- dask_client_address)."""
+    parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
+    todo, seen = list(po.PipelineOptions.__subclasses__()), set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        try:
+            cls._add_argparse_args(parser)  # pylint: disable=protected-access
+        except Exception:  # pylint: disable=broad-except  (an option class registered twice, ...)
+            continue
+    out = {}
+    for action in parser._actions:  # pylint: disable=protected-access
+        longs = [o[2:] for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in longs:
+            out[action.dest] = longs[0]
+    return out
+
+
 def _flags(options: po.PipelineOptions | None) -> list[str]:
-    """Flag list of an options object (drops unset values)."""
+    """Flag list of an options object (drops unset values), spelled as Beam parses them back."""
     if options is None:
         return []
+    names = _dest_flags()
     out = []
-    for key, value in options.get_all_options(drop_default=True, retain_unknown_options=True).items():
+    for dest, value in options.get_all_options(drop_default=True, retain_unknown_options=True).items():
+        key = names.get(dest, dest)
         if value is None or value is False:
             continue
         if value is True:
@@ -170,12 +256,14 @@ def _flags(options: po.PipelineOptions | None) -> list[str]:
 
 
 def known_option_names() -> set[str]:
-    """Every option name (PipelineOptions key) the installed Beam defines."""
+    """Every option name (PipelineOptions key) the installed Beam defines (Dask's too, when installed)."""
+    register_dask_options()
     return set(po.PipelineOptions([]).get_all_options())
 
 
 def _parse(flags: Sequence[str], **kwargs: Any) -> dict[str, Any]:
     """`PipelineOptions(flags).get_all_options(**kwargs)`, with argparse's exit turned into InvalidOptionError."""
+    register_dask_options()
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -216,7 +304,10 @@ def option_values(flags: Sequence[str]) -> dict[str, Any]:
 def missing_options(runner: str, flags: Sequence[str]) -> list[str]:
     """Required options of `runner` that `flags` leave unset."""
     values = option_values(flags)
-    return [name for name in recipe(runner).required if values.get(name) in (None, "", [])]
+    return [
+        key for key in recipe(runner).required
+        if all(values.get(name) in (None, "", []) for name in key.split("|"))
+    ]
 
 
 def ships_vidvol(runner: str, flags: Sequence[str]) -> bool:
@@ -260,7 +351,7 @@ def pipeline_flags(runner: str, flags: Sequence[str] = (), *, num_workers: int |
     check_flags(out)
     missing = missing_options(runner, out)
     if missing:
-        raise MissingOptionError(f"Runner {runner!r} needs {', '.join('--' + m for m in missing)}")
+        raise MissingOptionError(f"Runner {runner!r} needs {', '.join(spec.flag(m) for m in missing)}")
     if not ships_vidvol(runner, out):
         logger.warning(
             "Runner %r: none of %s is set, so its workers get Beam's stock SDK image, which cannot import vidvol",

@@ -22,6 +22,8 @@ import tempfile
 
 import rarfile
 
+from vidvol.builders import files as file_layer
+
 logger = logging.getLogger(__name__)
 
 MARKER_NAME = ".vidvol_extracted"
@@ -224,6 +226,9 @@ def _extract_nested(archive: str, root: str, outer_files: list[str]) -> list[str
 
 def _fingerprint(archive: str, nested: bool) -> dict[str, object]:
     """What identifies one extraction: the archive's name, size and mtime, and the mode."""
+    if file_layer.is_url(archive):
+        st = file_layer.stat(archive)
+        return {"archive": file_layer.basename(archive), "size": st.size, "mtime_ns": st.mtime_ns, "nested": nested}
     st = os.stat(archive)
     return {"archive": os.path.basename(archive), "size": st.st_size,
             "mtime_ns": st.st_mtime_ns, "nested": nested}
@@ -262,11 +267,12 @@ def extract_rar(archive: str, target_dir: str, *, nested: bool = False) -> list[
     UnsafeArchiveError and leaves nothing behind. A second call for the same archive (same size
     and mtime) reuses the earlier extraction. With `nested=True`, each `.rar` found inside is
     extracted (same rules) into a folder named after it and then removed, one level deep, as
-    HMDB51 ships one `<class>.rar` per action class inside `hmdb51_org.rar`.
+    HMDB51 ships one `<class>.rar` per action class inside `hmdb51_org.rar`. `archive` may be a
+    URL: it is then fetched into a local temporary file for the extraction (not when one is reused).
     """
     archive = os.fspath(archive)
     target_dir = os.path.abspath(os.fspath(target_dir))
-    if not os.path.isfile(archive):
+    if not file_layer.isfile(archive):
         raise FileNotFoundError(f"{archive}: RAR archive not found")
     fingerprint = _fingerprint(archive, nested)
     reused = _read_marker(target_dir, fingerprint)
@@ -282,7 +288,8 @@ def extract_rar(archive: str, target_dir: str, *, nested: bool = False) -> list[
     os.makedirs(parent, exist_ok=True)
     tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(target_dir)}.tmp-", dir=parent)
     try:
-        files = sorted(_extract_into(archive, tmp_dir, archive=archive))
+        with file_layer.local_copy(archive) as local:
+            files = sorted(_extract_into(local, tmp_dir, archive=archive))
         if nested:
             files = _extract_nested(archive, tmp_dir, files)
         with open(os.path.join(tmp_dir, MARKER_NAME), "w", encoding="utf-8") as f:

@@ -34,6 +34,7 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
+from vidvol.builders import files
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -63,10 +64,12 @@ KeyExample = tuple[str, Mapping[str, Any]]
 ExampleFn = Callable[[Any], Iterable["KeyExample | Skip"]]
 Source = tuple[str, Any]  # (stable source id, picklable record handed to the example function)
 WorkerSetup = Callable[[], None]  # run once per Beam worker before its first example (e.g. thread limits)
-RunnerResolver = Callable[[Any, "PipelineOptions | None"], "tuple[Any, PipelineOptions]"]
+# (beam_runner, beam_options, number of work items) -> (runner, options); the count lets a runner
+# split the work (e.g. one Dask partition per shard task).
+RunnerResolver = Callable[[Any, "PipelineOptions | None", "int | None"], "tuple[Any, PipelineOptions]"]
 
 
-def _as_given(runner: Any, options: PipelineOptions | None) -> tuple[Any, PipelineOptions]:
+def _as_given(runner: Any, options: PipelineOptions | None, num_tasks: int | None = None) -> tuple[Any, PipelineOptions]:
     """The default resolver: Beam's own choice for the runner and options given."""
     return runner, options or PipelineOptions([])
 
@@ -80,9 +83,9 @@ def set_runner_resolver(resolver: RunnerResolver) -> None:
     _runner_resolver = resolver
 
 
-def resolve_runner(runner: Any, options: PipelineOptions | None) -> tuple[Any, PipelineOptions]:
+def resolve_runner(runner: Any, options: PipelineOptions | None, num_tasks: int | None = None) -> tuple[Any, PipelineOptions]:
     """The (runner, options) a build's `beam_runner`/`beam_options` run with, by the installed resolver."""
-    return _runner_resolver(runner, options)
+    return _runner_resolver(runner, options, num_tasks)
 
 
 def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterator[KeyExample | Skip]:
@@ -402,12 +405,13 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _download_and_prepare(self, dl_manager, download_config):  # pytype: disable=signature-mismatch
         if download_config.max_examples_per_split == 0:
             return
-        runner, options = resolve_runner(download_config.beam_runner, download_config.beam_options)
+        files.check_data_dir(self.data_dir)
         generators = self._generators(dl_manager, download_config)
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         tasks = self._plan(generators, templates, download_config)
         all_tasks = [t for ts in tasks.values() for t in ts]
         if all_tasks:
+            runner, options = resolve_runner(download_config.beam_runner, download_config.beam_options, len(all_tasks))
             self._run_pipeline(all_tasks, generators, runner, options)
         for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
             tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)

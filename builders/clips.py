@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from vidvol.builders import files
 from vidvol.builders import video
 
 
@@ -66,15 +66,19 @@ def sample_indices(path: str, info: video.VideoInfo, spec: ClipSpec) -> np.ndarr
 
 
 def clip_example(source: ClipSource, spec: ClipSpec) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Decodes one video in a single sequential pass and yields its (key, example)."""
-    if not os.path.exists(source.path):
+    """Decodes one video in a single sequential pass and yields its (key, example).
+
+    A URL source is fetched into a local temporary file, deleted once the frames are decoded.
+    """
+    if not files.exists(source.path):
         where = f" (named by {source.origin})" if source.origin else ""
         raise FileNotFoundError(f"{source.path}: video not found{where}")
-    info = video.probe_video(source.path)
-    indices = sample_indices(source.path, info, spec)
-    decoded = video.decode_frames(
-        source.path, indices, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s
-    )
+    with files.local_copy(source.path) as path:
+        info = video.probe_video(path)
+        indices = sample_indices(path, info, spec)
+        decoded = video.decode_frames(
+            path, indices, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s
+        )
     frames, kept = decoded.frames, decoded.indices
     if spec.num_frames is not None and indices is None and len(frames) > spec.num_frames:
         # Container gave no frame count: sample after the pass (frames are already reduced in size).

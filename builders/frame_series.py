@@ -23,12 +23,12 @@ import errno
 import functools
 import logging
 import math
-import os
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from vidvol.builders import beam_writer
+from vidvol.builders import files
 from vidvol.builders import video
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class FrameSeriesSource:
     """One sequence as image files in time order, each with a target (NaN = unknown, masked)."""
 
     key: str  # example key prefix (no absolute path), e.g. the experiment name
-    frames: tuple[str, ...]  # image paths to read
+    frames: tuple[str, ...]  # image paths or URLs to read (a URL is read frame by frame into memory)
     targets: tuple[float, ...]
     times: tuple[float, ...] | None = None  # seconds (NaN = unknown); None = not given
     names: tuple[str, ...] | None = None  # how each frame is named in the listing (for skips); None = frames
@@ -91,7 +91,7 @@ class VideoSeriesSource:
     """One video whose frames take their targets from a (time, value) series in seconds from video start."""
 
     key: str
-    video: str  # path to decode
+    video: str  # path or URL to decode (a URL is fetched once into a temporary local file)
     series_times: tuple[float, ...]  # finite, strictly increasing
     series_values: tuple[float, ...]  # NaN values mask the frames they would be interpolated into
     name: str = ""  # how the video is named (for skips); "" = video
@@ -343,8 +343,12 @@ def _video_windows(
 
 
 def video_series_example(source: VideoSeriesSource, spec: WindowSpec) -> Iterator[beam_writer.KeyExample | beam_writer.Skip]:
-    """Turns one video + time series into its windows, each frame's target interpolated at its timestamp."""
-    if not os.path.exists(source.video):
+    """Turns one video + time series into its windows, each frame's target interpolated at its timestamp.
+
+    A URL video is fetched once into a local temporary file, kept for all its windows (one decoding
+    pass each) and deleted after the last one.
+    """
+    if not files.exists(source.video):
         raise video.VideoNotFoundError(errno.ENOENT, "Video file not found", source.video)
     if not source.series_times:
         raise ValueError(f"{source.video}: no time series (expected {source.series_origin or 'a (time, value) series'})")
@@ -356,7 +360,9 @@ def video_series_example(source: VideoSeriesSource, spec: WindowSpec) -> Iterato
         frames = f"{seen[0]:g}..{seen[1]:g} s" if seen[0] <= seen[1] else "unknown times"
         return f"time series {lo:g}..{hi:g} s vs video frames at {frames}"
 
-    yield from _emit_windows(source.key, source.features, _video_windows(source, spec, seen), spec, context)
+    with files.local_copy(source.video) as path:
+        local = source if path == source.video else dataclasses.replace(source, video=path, name=source.name or source.video)
+        yield from _emit_windows(source.key, source.features, _video_windows(local, spec, seen), spec, context)
 
 
 def series_example(source: FrameSeriesSource | VideoSeriesSource, spec: WindowSpec) -> Iterator[beam_writer.KeyExample | beam_writer.Skip]:

@@ -5,6 +5,11 @@ order, so that builders never see OpenCV's BGR layout. Decoding is always one se
 (``grab`` every frame, ``retrieve`` only the wanted ones): seeking in DivX/XVID AVI files is
 slow and lands on the wrong frame, and a single pass also yields the true decoded length, which
 container headers often misreport.
+
+A path may also be a URL (`s3://...`, any fsspec URL, see `vidvol.builders.files`): probing and
+decoding fetch it into a local temporary file for the call (OpenCV reads local files only), and
+`read_image` reads it straight into memory. The example functions fetch a source once
+(`files.local_copy`) and hand the local path to these stages.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Callable, Sequence
 
 import cv2
 import numpy as np
+
+from vidvol.builders import files
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +109,21 @@ def single_threaded_opencv() -> None:
 
 
 def _check_input_file(path: str, kind: str, not_found: type[OSError], invalid: type[ValueError]) -> None:
-    """Raise early, with a clear reason, for a missing, non-regular or empty input file."""
-    if not os.path.exists(path):
-        raise not_found(errno.ENOENT, f"{kind.capitalize()} file not found", path)
-    if not os.path.isfile(path):
+    """Raise early, with a clear reason, for a missing, non-regular or empty input file (a local path or a URL)."""
+    if files.is_url(path):
+        try:
+            st = files.stat(path)
+        except FileNotFoundError:
+            raise not_found(errno.ENOENT, f"{kind.capitalize()} file not found", path) from None
+        isfile, size = not st.isdir, st.size
+    else:
+        if not os.path.exists(path):
+            raise not_found(errno.ENOENT, f"{kind.capitalize()} file not found", path)
+        isfile = os.path.isfile(path)
+        size = os.path.getsize(path) if isfile else 0
+    if not isfile:
         raise invalid(f"{path}: expected {'an' if kind[0] in 'aeiou' else 'a'} {kind} file, found a directory or special file")
-    if os.path.getsize(path) == 0:
+    if size == 0:
         raise invalid(f"{path}: {kind} file is empty (0 bytes)")
 
 
@@ -159,6 +175,10 @@ def _info_from_capture(cap: cv2.VideoCapture) -> VideoInfo:
 def probe_video(path: str) -> VideoInfo:
     """Return the container's frame count, frame rate and frame size without decoding frames."""
     path = os.fspath(path)
+    if files.is_url(path):  # OpenCV needs a local file: fetch one for this call
+        _check_video_file(path)
+        with files.local_copy(path) as local:
+            return probe_video(local)
     cap = _open_capture(path)
     try:
         info = _info_from_capture(cap)
@@ -312,6 +332,12 @@ def decode_frames(
     the decoder's positions when finite and increasing, else ``index / fps`` (NaN without fps).
     """
     path = os.fspath(path)
+    if files.is_url(path):  # OpenCV needs a local file: fetch one for this call
+        _check_video_file(path)
+        with files.local_copy(path) as local:
+            return decode_frames(
+                local, indices, size=size, resize_mode=resize_mode, max_frames=max_frames, timeout_s=timeout_s
+            )
     if resize_mode not in RESIZE_MODES:
         raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
     if size is not None:
@@ -400,6 +426,10 @@ def motion_indices(
     count overstates the real length.
     """
     path = os.fspath(path)
+    if files.is_url(path):  # OpenCV needs a local file: fetch one for this call
+        _check_video_file(path)
+        with files.local_copy(path) as local:
+            return motion_indices(local, num_samples, num_candidates=num_candidates, info=info, timeout_s=timeout_s)
     if num_samples < 0:
         raise ValueError(f"num_samples must be >= 0, got {num_samples}")
     if num_candidates is not None and num_candidates < num_samples:
@@ -558,9 +588,18 @@ def read_image(
 ) -> np.ndarray:
     """Read an image file as RGB uint8 (H, W, 3), gray inputs expanded to 3 channels, optionally resized."""
     path = os.fspath(path)
-    _check_input_file(path, "image", ImageNotFoundError, ImageDecodeError)
-    # imdecode on the bytes (rather than imread) works for any path encoding and never warns on stdout.
-    data = np.fromfile(path, dtype=np.uint8)
+    if files.is_url(path):
+        # One request per frame, straight into memory (no temporary file); transient errors are retried.
+        try:
+            data = np.frombuffer(files.read_bytes(path), dtype=np.uint8)
+        except FileNotFoundError:
+            raise ImageNotFoundError(errno.ENOENT, "Image file not found", path) from None
+        if data.size == 0:
+            raise ImageDecodeError(f"{path}: image file is empty (0 bytes)")
+    else:
+        _check_input_file(path, "image", ImageNotFoundError, ImageDecodeError)
+        # imdecode on the bytes (rather than imread) works for any path encoding and never warns on stdout.
+        data = np.fromfile(path, dtype=np.uint8)
     bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if bgr is None or bgr.size == 0:
         raise ImageDecodeError(f"{path}: OpenCV cannot decode this file as an image (corrupt or unsupported)")

@@ -21,6 +21,8 @@ from nibabel.filebasedimages import ImageFileError
 from nibabel.spatialimages import SpatialImage
 from scipy import ndimage
 
+from vidvol.builders import files
+
 logger = logging.getLogger(__name__)
 
 NORMALIZATION_MODES = ("none", "zscore", "minmax")
@@ -84,6 +86,11 @@ def _read_float32(dataobj: object, slicer: tuple) -> np.ndarray:
 def load_volume(path: str | os.PathLike, *, volume_index: int = 0) -> Volume:
     """Read one 3-D volume (float32, scaled) from a NIfTI or other nibabel spatial image through its proxy."""
     path = os.fspath(path)
+    if files.is_url(path):  # nibabel reads local files: fetch one (keeping its .nii/.nii.gz suffix) for this call
+        if not files.exists(path):
+            raise FileNotFoundError(f"{path}: volume file does not exist")
+        with files.local_copy(path) as local:
+            return load_volume(local, volume_index=volume_index)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: volume file does not exist")
     if not os.path.isfile(path):

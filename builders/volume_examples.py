@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from vidvol.builders import beam_writer
+from vidvol.builders import files
 from vidvol.builders import volume
 
 
@@ -44,7 +44,7 @@ class VolumeSpec:
 class VolumeSource:
     """One volume file to turn into one example, with the feature values known before reading it."""
 
-    path: str  # local file to read
+    path: str  # file to read: a local path or a URL (fetched into a temporary local file)
     key: str  # example key; never an absolute local path
     features: Mapping[str, Any]  # e.g. label, path as listed, subject
     origin: str = ""  # where the file was named (e.g. "labels.csv:12"), for error messages
@@ -69,17 +69,21 @@ def volume_features(cropped: volume.CroppedVolume, metadata: volume.Volume) -> d
 def volume_example(
     source: VolumeSource, spec: VolumeSpec
 ) -> Iterator[tuple[str, dict[str, Any]] | beam_writer.Skip]:
-    """Reads one file through `volume.preprocess_volume` and yields its (key, example); NaN/Inf are reported."""
-    if not os.path.exists(source.path):
+    """Reads one file through `volume.preprocess_volume` and yields its (key, example); NaN/Inf are reported.
+
+    A URL source is fetched into a local temporary file, deleted once the volume is read.
+    """
+    if not files.exists(source.path):
         where = f" (listed at {source.origin})" if source.origin else ""
         raise FileNotFoundError(f"{source.path}: volume file not found{where}")
-    cropped, metadata = volume.preprocess_volume(
-        source.path,
-        spatial_size=spec.spatial_size,
-        pixdim=spec.pixdim,
-        volume_index=spec.volume_index,
-        normalization=spec.normalization,
-    )
+    with files.local_copy(source.path) as path:
+        cropped, metadata = volume.preprocess_volume(
+            path,
+            spatial_size=spec.spatial_size,
+            pixdim=spec.pixdim,
+            volume_index=spec.volume_index,
+            normalization=spec.normalization,
+        )
     if metadata.num_nonfinite:
         yield beam_writer.Skip(source=source.key, reason=nonfinite_reason(metadata.num_nonfinite), example=source.key)
     example = {**source.features, **volume_features(cropped, metadata)}

@@ -11,6 +11,9 @@ TFDS keeps a few things we need behind underscores or in modules it does not exp
   `tfds.core.ShardedFileTemplate` built from the same fields.
 - `GeneratorBasedBuilder._download_and_prepare(dl_manager, download_config)`: the hook our
   streaming writer overrides (a documented override point, checked for its signature).
+- `DownloadManager._manual_dir`: the manual_dir as given, before `dl_manager.manual_dir` checks it
+  through tf.io.gfile (which has no s3:// here). Fallback: the public `dl_manager.manual_dir`,
+  which serves local paths (and schemes tf.io.gfile has, such as gs://) but not s3://.
 
 `VIDVOL_TFDS_PUBLIC_ONLY=1` (read at import) forces every fallback, so tests can prove the public
 path gives the same data.
@@ -114,6 +117,12 @@ def filename_template(builder: tfds.core.DatasetBuilder, split: str) -> tfds.cor
         split=split, dataset_name=builder.name, data_dir=builder.data_path,
         filetype_suffix=builder.info.file_format.file_suffix,
     )
+
+
+def given_manual_dir(dl_manager: Any) -> str | None:
+    """The manual_dir a build was given, unchecked (a bucket URL stays a URL), or None."""
+    given = getattr(dl_manager, "_manual_dir", None) if not _PUBLIC_ONLY else None  # pylint: disable=protected-access
+    return None if given is None else os.fspath(given)
 
 
 DEFAULT_MAX_SHARD_SIZE = tfds.download.DownloadConfig().max_shard_size  # TFDS's default, to tell "not set"

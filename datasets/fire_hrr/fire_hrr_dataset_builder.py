@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
+from vidvol.builders import files
 from vidvol.builders import frame_series
 from vidvol.builders import video
 from vidvol.datasets.fire_hrr import layout
@@ -81,7 +82,7 @@ The fire-test recordings and their calorimetry (heat release rate) are user-supp
         return cfg.max_len * cfg.height * cfg.width * 3 // (2 if cfg.image_format == "png" else 10)
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-        found = layout.find_layout(str(dl_manager.manual_dir))
+        found = layout.find_layout(files.manual_dir(dl_manager))
         return {split: self._generate_examples(experiments) for split, experiments in found.splits().items()}
 
     def _generate_examples(self, experiments):

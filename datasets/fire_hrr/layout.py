@@ -1,4 +1,8 @@
-"""fire_hrr manual_dir layouts: labels.csv over frame images, or videos beside (time, hrr) CSVs."""
+"""fire_hrr manual_dir layouts: labels.csv over frame images, or videos beside (time, hrr) CSVs.
+
+manual_dir may be a local folder or a URL (`s3://bucket/fire`, any fsspec URL): listings, existence
+checks and CSV reads go through `vidvol.builders.files`; frame paths resolve against it.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import logging
 import math
 import os
 from typing import Iterator, Sequence
+
+from vidvol.builders import files
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +54,7 @@ class FrameExperiment:
     name: str
     split: str
     frames: tuple[str, ...]  # as written in labels.csv
-    paths: tuple[str, ...]  # resolved against manual_dir
+    paths: tuple[str, ...]  # resolved against manual_dir (URLs under a URL manual_dir)
     hrr: tuple[float, ...]  # kW, NaN = missing
     time: tuple[float, ...] | None  # seconds, NaN = unknown; None without a `time` column
     origin: str  # labels.csv:line of its first row
@@ -93,7 +99,7 @@ def _header_text(required: Sequence[str], optional: Sequence[str]) -> str:
 
 def _rows(path: str, required: Sequence[str], optional: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, {column: value}) for each non-blank row; header and row widths are checked."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
+    with files.open_text(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         expected = _header_text(required, optional)
@@ -126,8 +132,8 @@ def _number(value: str, *, path: str, line: int, column: str, allow_nan: bool) -
 
 
 def _resolve(root: str, frame: str) -> str:
-    """A frame path from labels.csv: absolute as is, else relative to manual_dir."""
-    return frame if os.path.isabs(frame) else os.path.normpath(os.path.join(root, frame))
+    """A frame path from labels.csv: absolute (or a URL) as is, else relative to manual_dir."""
+    return frame if files.isabs(frame) else files.normpath(files.join(root, frame))
 
 
 def read_labels(path: str, root: str) -> list[FrameExperiment]:
@@ -206,19 +212,19 @@ def _files_by_stem(root: str) -> tuple[dict[str, str], dict[str, str], collectio
     videos: dict[str, str] = {}
     csvs: dict[str, str] = {}
     seen: collections.Counter = collections.Counter()
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, names in files.walk(root):
         dirs.sort()
-        for fname in sorted(files):
+        for fname in sorted(names):
             stem, ext = os.path.splitext(fname)
             ext = ext.lower()
             seen[ext or "(no extension)"] += 1
-            rel = os.path.relpath(os.path.join(folder, stem), root).replace(os.sep, "/")
+            rel = files.relpath(files.join(folder, stem), root).replace(os.sep, "/")
             if ext in VIDEO_EXTENSIONS:
                 if rel in videos:
-                    raise LabelsError(f"{os.path.join(folder, fname)}: experiment {rel!r} has two videos ({videos[rel]})")
-                videos[rel] = os.path.join(folder, fname)
+                    raise LabelsError(f"{files.join(folder, fname)}: experiment {rel!r} has two videos ({videos[rel]})")
+                videos[rel] = files.join(folder, fname)
             elif ext == ".csv":
-                csvs[rel] = os.path.join(folder, fname)
+                csvs[rel] = files.join(folder, fname)
     return videos, csvs, seen
 
 
@@ -233,7 +239,7 @@ def find_video_experiments(root: str) -> list[VideoExperiment]:
         return []
     experiments = []
     for stem in sorted(set(videos) | set(csvs)):
-        video_path = videos.get(stem, os.path.join(root, *stem.split("/")) + VIDEO_EXTENSIONS[0])
+        video_path = videos.get(stem, files.join(root, *stem.split("/")) + VIDEO_EXTENSIONS[0])
         series_path = csvs.get(stem, "")
         if not series_path or stem not in videos:
             logger.warning("fire_hrr: %s has no %s beside it; it will be reported as skipped",
@@ -241,7 +247,7 @@ def find_video_experiments(root: str) -> list[VideoExperiment]:
         times, hrr = read_series(series_path) if series_path and stem in videos else ((), ())
         experiments.append(
             VideoExperiment(
-                name=stem, video=video_path, video_name=os.path.relpath(video_path, root).replace(os.sep, "/"),
+                name=stem, video=video_path, video_name=files.relpath(video_path, root).replace(os.sep, "/"),
                 series_path=series_path, time=times, hrr=hrr,
             )
         )
@@ -251,10 +257,12 @@ def find_video_experiments(root: str) -> list[VideoExperiment]:
 def find_layout(manual_dir: str) -> Layout:
     """labels.csv -> frames layout; else video + CSV pairs -> video layout; else an error saying what was found."""
     manual_dir = os.fspath(manual_dir)
-    if not os.path.isdir(manual_dir):
-        raise LayoutNotFoundError(f"fire_hrr manual_dir {manual_dir} does not exist.\n{EXPECTED_LAYOUT}")
-    labels = os.path.join(manual_dir, LABELS_FILE)
-    if os.path.isfile(labels):
+    if not files.isdir(manual_dir):
+        raise LayoutNotFoundError(
+            f"fire_hrr manual_dir {manual_dir} does not exist{files.missing_detail(manual_dir)}.\n{EXPECTED_LAYOUT}"
+        )
+    labels = files.join(manual_dir, LABELS_FILE)
+    if files.isfile(labels):
         return Layout(FORM_FRAMES, tuple(read_labels(labels, manual_dir)))
     experiments = find_video_experiments(manual_dir)
     if experiments:

@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
 from vidvol.builders import clips
+from vidvol.builders import files
 from vidvol.builders import video
 from vidvol.datasets.hmdb51 import layout
 
@@ -108,7 +109,7 @@ Extracting the .rar archives needs a RAR reader: `apt-get install unar` or
         return frames * per_frame
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
-        found = layout.find_layout(str(dl_manager.manual_dir), str(dl_manager.download_dir / "hmdb51_extracted"))
+        found = layout.find_layout(files.manual_dir(dl_manager), str(dl_manager.download_dir / "hmdb51_extracted"))
         entries = layout.split_entries(found, self.builder_config.split_number)
         layout.check_classes(entries, layout.locate_videos(found))
         return {

@@ -1,4 +1,8 @@
-"""HMDB51 manual_dir layouts: find the videos and official split files, or extract the .rar archives."""
+"""HMDB51 manual_dir layouts: find the videos and official split files, or extract the .rar archives.
+
+manual_dir may be a local folder or a URL (`s3://bucket/hmdb51`, any fsspec URL): every listing,
+existence check and split-file read goes through `vidvol.builders.files`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import os
 import re
 
 from vidvol.builders import archive
+from vidvol.builders import files
 
 CLASS_NAMES_FILE = os.path.join(os.path.dirname(__file__), "class_names.txt")
 ORG_DIR = "hmdb51_org"
@@ -46,45 +51,50 @@ class SplitEntry:
 class Layout:
     """Where the class folders and the split files are."""
 
-    class_dirs: dict[str, str]  # class name -> folder holding its .avi files
+    class_dirs: dict[str, str]  # class name -> folder (path or URL) holding its .avi files
     splits_dir: str
 
 
 def _class_dirs_in(folder: str, names: set[str]) -> dict[str, str]:
     """Official-class subfolders of folder."""
-    if not os.path.isdir(folder):
+    if not files.isdir(folder):
         return {}
     found = {}
-    for d in sorted(os.listdir(folder)):
-        path = os.path.join(folder, d)
-        if d not in names or not os.path.isdir(path):
+    for d in sorted(files.listdir(folder)):
+        path = files.join(folder, d)
+        if d not in names or not files.isdir(path):
             continue
         # The official per-class archives hold `<class>/<video>.avi`, so extraction may nest one level.
-        if not any(f.lower().endswith(".avi") for f in os.listdir(path)) and os.path.isdir(os.path.join(path, d)):
-            path = os.path.join(path, d)
+        if not any(f.lower().endswith(".avi") for f in files.listdir(path)) and files.isdir(files.join(path, d)):
+            path = files.join(path, d)
         found[d] = path
     return found
 
 
 def _find_splits_dir(root: str) -> str | None:
     """The folder holding `<class>_test_split<k>.txt` files, searched one level deep."""
-    for cand in (os.path.join(root, SPLITS_DIR), root):
-        if os.path.isdir(cand) and any(SPLIT_FILE_RE.match(f) for f in os.listdir(cand)):
+    for cand in (files.join(root, SPLITS_DIR), root):
+        if files.isdir(cand) and any(SPLIT_FILE_RE.match(f) for f in files.listdir(cand)):
             return cand
     return None
 
 
 def find_layout(manual_dir: str, extract_dir: str) -> Layout:
-    """Locates the extracted layout, extracting the original .rar archives first if that is what is there."""
+    """Locates the extracted layout, extracting the original .rar archives first if that is what is there.
+
+    `manual_dir` may be a URL; archives found there are fetched for extraction into `extract_dir` (local).
+    """
     names = set(class_names())
-    if not os.path.isdir(manual_dir):
-        raise FileNotFoundError(f"HMDB51 manual_dir {manual_dir} does not exist.\n{EXPECTED_LAYOUT}")
-    class_dirs = _class_dirs_in(os.path.join(manual_dir, ORG_DIR), names) or _class_dirs_in(manual_dir, names)
+    if not files.isdir(manual_dir):
+        raise FileNotFoundError(
+            f"HMDB51 manual_dir {manual_dir} does not exist{files.missing_detail(manual_dir)}.\n{EXPECTED_LAYOUT}"
+        )
+    class_dirs = _class_dirs_in(files.join(manual_dir, ORG_DIR), names) or _class_dirs_in(manual_dir, names)
     splits_dir = _find_splits_dir(manual_dir)
     if class_dirs and splits_dir:
         return Layout(class_dirs, splits_dir)
-    org_rar, splits_rar = os.path.join(manual_dir, ORG_RAR), os.path.join(manual_dir, SPLITS_RAR)
-    if os.path.isfile(org_rar) and os.path.isfile(splits_rar):
+    org_rar, splits_rar = files.join(manual_dir, ORG_RAR), files.join(manual_dir, SPLITS_RAR)
+    if files.isfile(org_rar) and files.isfile(splits_rar):
         videos_root = os.path.join(extract_dir, "hmdb51_org")
         splits_root = os.path.join(extract_dir, "test_train_splits")
         archive.extract_rar(org_rar, videos_root, nested=True)
@@ -97,7 +107,7 @@ def find_layout(manual_dir: str, extract_dir: str) -> Layout:
             f"Extracted {org_rar} and {splits_rar} into {extract_dir} but found "
             f"{len(class_dirs)} class folders and split files: {bool(splits_dir)}.\n{EXPECTED_LAYOUT}"
         )
-    found = sorted(os.listdir(manual_dir))[:20]
+    found = sorted(files.listdir(manual_dir))[:20]
     raise FileNotFoundError(
         f"HMDB51 manual_dir {manual_dir} matches no known layout: found {found} "
         f"({len(class_dirs)} class folders, split files: {bool(splits_dir)}).\n{EXPECTED_LAYOUT}"
@@ -107,7 +117,7 @@ def find_layout(manual_dir: str, extract_dir: str) -> Layout:
 def parse_split_file(path: str, class_name: str) -> list[SplitEntry]:
     """Parses `<video>.avi <id>` lines; a malformed line is an error naming file and line."""
     entries = []
-    with open(path, encoding="utf-8", errors="strict") as f:
+    with files.open_text(path, encoding="utf-8", errors="strict") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.strip()
             if not line:
@@ -125,14 +135,14 @@ def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
     """All train/test entries of one official split, every class checked against the official names."""
     names = set(class_names())
     entries = []
-    files = sorted(f for f in os.listdir(layout.splits_dir) if SPLIT_FILE_RE.match(f))
-    for fname in files:
+    split_files = sorted(f for f in files.listdir(layout.splits_dir) if SPLIT_FILE_RE.match(f))
+    for fname in split_files:
         m = SPLIT_FILE_RE.match(fname)
         if int(m["k"]) != split_number:
             continue
         if m["cls"] not in names:
-            raise ValueError(f"{os.path.join(layout.splits_dir, fname)}: {m['cls']!r} is not an HMDB51 class")
-        entries.extend(parse_split_file(os.path.join(layout.splits_dir, fname), m["cls"]))
+            raise ValueError(f"{files.join(layout.splits_dir, fname)}: {m['cls']!r} is not an HMDB51 class")
+        entries.extend(parse_split_file(files.join(layout.splits_dir, fname), m["cls"]))
     if not entries:
         raise FileNotFoundError(f"No `*_test_split{split_number}.txt` entries in {layout.splits_dir}.\n{EXPECTED_LAYOUT}")
     return entries
@@ -142,7 +152,7 @@ def locate_videos(layout: Layout) -> dict[str, str]:
     """Video file name -> class folder it sits in (a name in two folders is an error)."""
     where: dict[str, str] = {}
     for cls, folder in layout.class_dirs.items():
-        for fname in os.listdir(folder):
+        for fname in files.listdir(folder):
             if fname.lower().endswith(".avi"):
                 if fname in where:
                     raise ValueError(f"{fname} appears in two class folders: {where[fname]} and {cls}")
@@ -163,5 +173,5 @@ def check_classes(entries: list[SplitEntry], located: dict[str, str]) -> None:
 
 def video_path(layout: Layout, entry: SplitEntry) -> str:
     """Where the entry's video is expected (it may be missing: the example function reports it)."""
-    folder = layout.class_dirs.get(entry.class_name) or os.path.join(os.path.dirname(next(iter(layout.class_dirs.values()))), entry.class_name)
-    return os.path.join(folder, entry.video)
+    folder = layout.class_dirs.get(entry.class_name) or files.join(files.dirname(next(iter(layout.class_dirs.values()))), entry.class_name)
+    return files.join(folder, entry.video)

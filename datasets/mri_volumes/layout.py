@@ -1,4 +1,8 @@
-"""mri_volumes manual_dir layout: parse labels.csv, name the classes, assign subjects to splits."""
+"""mri_volumes manual_dir layout: parse labels.csv, name the classes, assign subjects to splits.
+
+manual_dir may be a local folder or a URL (`s3://bucket/mri`, any fsspec URL): labels.csv is read
+and the volume paths are resolved through `vidvol.builders.files`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import math
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
+
+from vidvol.builders import files
 
 logger = logging.getLogger(__name__)
 
@@ -89,11 +95,11 @@ def split_for(identity: str) -> str:
 
 def read_labels_csv(csv_path: str, *, label_column: str = DEFAULT_LABEL_COLUMN) -> list[Row]:
     """Parses labels.csv into rows; a bad header, empty cell, unknown split or repeated path is an error."""
-    if not os.path.isfile(csv_path):
-        raise FileNotFoundError(f"{csv_path}: labels file not found.\n{EXPECTED_LAYOUT}")
+    if not files.isfile(csv_path):
+        raise FileNotFoundError(f"{csv_path}: labels file not found{files.missing_detail(files.dirname(csv_path))}.\n{EXPECTED_LAYOUT}")
     rows: list[Row] = []
     first_line: dict[str, int] = {}
-    with open(csv_path, newline="", encoding="utf-8-sig") as f:
+    with files.open_text(csv_path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         fieldnames = reader.fieldnames or []
         path_col = _find_column(fieldnames, "path")
@@ -171,22 +177,25 @@ def check_labels(rows: Iterable[Row], names: Sequence[str]) -> None:
 
 
 def is_absolute(path: str) -> bool:
-    """Absolute in the CSV's own terms (POSIX or this OS)."""
-    return path.startswith("/") or os.path.isabs(path)
+    """Absolute in the CSV's own terms (POSIX or this OS), or a URL."""
+    return path.startswith("/") or os.path.isabs(path) or files.is_url(path)
 
 
 def local_path(manual_dir: str, row: Row) -> str:
-    """The file to read: the CSV path itself when absolute, else joined onto manual_dir."""
+    """The file to read: the CSV path itself when absolute, else joined onto manual_dir (a path or a URL)."""
     if is_absolute(row.path):
         return row.path
-    return os.path.join(manual_dir, *posixpath.normpath(row.path.replace("\\", "/")).split("/"))
+    return files.join(manual_dir, *posixpath.normpath(row.path.replace("\\", "/")).split("/"))
 
 
 def listed_path(manual_dir: str, row: Row) -> str:
     """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative."""
     if is_absolute(row.path):
-        rel = os.path.relpath(row.path, manual_dir)
-        if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+        try:
+            rel = files.relpath(row.path, manual_dir)
+        except ValueError:  # a URL and a local path, or two URL schemes
+            return row.path
+        if rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
             return posixpath.normpath(rel.replace(os.sep, "/"))
     return row.path
 

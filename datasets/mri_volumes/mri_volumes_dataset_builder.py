@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
+from vidvol.builders import files
 from vidvol.core import features as vidvol_features
 from vidvol.builders import volume_examples
 from vidvol.datasets.mri_volumes import layout
@@ -81,8 +82,8 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
         cfg = self.builder_config
-        manual_dir = str(dl_manager.manual_dir)
-        rows = layout.read_labels_csv(str(dl_manager.manual_dir / layout.LABELS_CSV), label_column=cfg.label_column)
+        manual_dir = files.manual_dir(dl_manager)
+        rows = layout.read_labels_csv(files.join(manual_dir, layout.LABELS_CSV), label_column=cfg.label_column)
         if cfg.label_names:
             names = list(cfg.label_names)
             layout.check_labels(rows, names)

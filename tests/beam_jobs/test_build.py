@@ -126,6 +126,6 @@ def test_max_shard_size_reaches_the_writer(manual_dir):
 def test_bad_options_stop_before_anything_is_written(manual_dir, tmp_path):
     with pytest.raises(runners.UnknownOptionError, match="direct_num_workerz"):
         build.build(DATASET, manual_dir=manual_dir, data_dir=str(tmp_path / "a"), beam_flags=["--direct_num_workerz=2"])
-    with pytest.raises(ValueError, match="needs --runner portable"):
+    with pytest.raises(ValueError, match="--runner portable .* or --runner dask .*, not .direct."):
         build.build(DATASET, manual_dir=manual_dir, data_dir=str(tmp_path / "b"), local_services=True)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

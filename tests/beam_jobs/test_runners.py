@@ -35,6 +35,7 @@ def _tfds_flags(command: str) -> list[str]:
 
 def _runner_of(beam_runner: str) -> str:
     """Recipe name of a Beam runner class name."""
+    beam_runner = runners.RUNNER_ALIASES.get(beam_runner.lower(), beam_runner)
     (name,) = [r.name for r in runners.RECIPES.values() if r.beam_runner == beam_runner]
     return name
 
@@ -63,7 +64,7 @@ def test_pipeline_flags_per_runner():
         "direct_num_workers"] == 3
     for name, spec in runners.RECIPES.items():
         if spec.required:
-            with pytest.raises(runners.MissingOptionError, match="--" + spec.required[0]):
+            with pytest.raises(runners.MissingOptionError, match=spec.flag(spec.required[0])):
                 runners.pipeline_flags(name, [])
     flags = runners.pipeline_flags("flink", ["--flink_master=jm:8081", "--runner=SparkRunner"])
     assert flags[0] == "--runner=FlinkRunner" and "--runner=SparkRunner" not in flags

@@ -1,0 +1,310 @@
+"""A real dask.distributed cluster on loopback, as separate OS processes, for Beam's DaskRunner.
+
+`LocalDaskCluster(n_workers=2, log_dir=...)` starts
+
+- one scheduler, `python -m distributed.cli.dask_scheduler --host 127.0.0.1 --port 0`, which
+  writes its address to a scheduler file (that is how the OS-picked port is learnt), and
+- `n_workers` workers, each its own `python -m distributed.cli.dask_worker ... --nworkers 1
+  --nthreads 1 --host 127.0.0.1`, so that each worker is one process that can be SIGKILLed alone,
+
+every process in its own process group (and, on Linux, with a parent-death signal, so a driver
+that dies without running `__exit__` takes them with it), with this interpreter, this cwd and a
+PYTHONPATH made of the driver's `sys.path` entries outside the interpreter's prefixes, so workers
+unpickle whatever the driver can import. Dashboards are off, but scheduler and workers still serve HTTP (/health,
+/metrics) on `--dashboard-address`, which defaults to 0.0.0.0 (the scheduler's to port 8787),
+`--no-dashboard` or not: it is set to 127.0.0.1:0 here, so nothing listens beyond 127.0.0.1.
+
+Nanny: by default workers run with `--no-nanny`. A SIGKILLed worker then stays dead, the scheduler
+notices the closed connection and reruns its tasks (and recomputes results it held) on the others.
+With `nanny=True` each worker is a child process of a nanny, which restarts a killed worker at once
+(new pid, new address) and enforces the memory limit (kills at 95 %); `worker_pids()` always
+reports the pids that run tasks (from the scheduler), `process_pids()` the processes started here.
+
+Without a nanny, once the last worker is dead, a pipeline's tasks wait forever: pass a `duration`
+to `wait_until_finish` (it then raises TimeoutError). Beam's DaskRunner opens a `distributed.Client`
+per run and never closes it: close `result.client` after `wait_until_finish`.
+
+On exit the workers, then the scheduler, get SIGTERM (their process groups), then SIGKILL after a
+grace period; no process started here outlives the `with` block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from types import TracebackType
+from typing import Sequence
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
+WORKER_MODULE = "distributed.cli.dask_worker"
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """preexec_fn: ask Linux to SIGTERM this child when the parent dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def driver_pythonpath(extra: Sequence[str] = ()) -> list[str]:
+    """`extra`, then the driver's `sys.path` entries outside the interpreter's prefixes ('' = cwd).
+
+    These go on the workers' PYTHONPATH, i.e. before their site-packages.
+    """
+    prefixes = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+    out = [os.path.realpath(p) for p in extra]
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(path) and path not in out and not (path + os.sep).startswith(prefixes):
+            out.append(path)
+    return out
+
+
+def _tail(path: str, size: int = 3000) -> str:
+    """Last `size` characters of a log file (for error messages)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-size:]
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+
+
+def _stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM the process group led by `proc`; SIGKILL the group if `proc` lingers past `timeout`."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        pgid = proc.pid  # the leader is gone; children in its group may remain
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        logger.warning("pid %d ignored SIGTERM for %.0f s; killing its group", proc.pid, timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    proc.wait()
+
+
+async def _identity(address: str, timeout: float) -> dict:
+    from distributed.core import rpc  # pylint: disable=g-import-not-at-top
+
+    async with rpc(address, timeout=timeout) as r:
+        return await r.identity()
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> dict:
+    """Asks the dask scheduler at `address` for its identity; ConnectionError naming it if none answers.
+
+    A refused TCP connection fails at once; a listener that does not speak dask's protocol fails
+    after `timeout`. Returns the identity dict (`type`, `id`, `workers`, ...). Runs its own event
+    loop, so call it from synchronous code.
+    """
+    from distributed.comm.addressing import get_address_host_port  # pylint: disable=g-import-not-at-top
+
+    try:
+        host, port = get_address_host_port(address)
+    except ValueError as e:
+        raise ConnectionError(f"{address!r} is not a dask scheduler address (tcp://HOST:PORT): {e}") from e
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(f"no dask scheduler at {address}: {e.strerror or type(e).__name__}") from e
+    try:
+        ident = asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
+    except (OSError, asyncio.TimeoutError, TimeoutError) as e:
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise ConnectionError(f"no dask scheduler answered at {address} within {timeout:g} s ({detail})") from e
+    if not isinstance(ident, dict) or ident.get("type") != "Scheduler":
+        raise ConnectionError(f"{address} answered, but not as a dask scheduler: {ident!r}")
+    return ident
+
+
+class LocalDaskCluster:
+    """Scheduler + N single-threaded worker processes on 127.0.0.1 for the `with` block.
+
+    Attributes set by `__enter__`: `address` (tcp://127.0.0.1:PORT), `log_dir`.
+    """
+
+    def __init__(
+        self,
+        n_workers: int = 2,
+        *,
+        log_dir: str | None = None,
+        nanny: bool = False,
+        memory_limit: str = "4GiB",
+        nthreads: int = 1,
+        python: str | None = None,
+        pythonpath: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        self.n_workers = n_workers
+        self.log_dir = log_dir
+        self.nanny = nanny
+        self.memory_limit = memory_limit
+        self.nthreads = nthreads
+        self.python = python or sys.executable
+        self.pythonpath = list(pythonpath)
+        self.extra_env = dict(env or {})
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.address: str = ""
+        self._scheduler: subprocess.Popen | None = None
+        self._workers: list[subprocess.Popen] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> "LocalDaskCluster":
+        self.log_dir = self.log_dir or tempfile.mkdtemp(prefix="vidvol_dask_")
+        os.makedirs(self.log_dir, exist_ok=True)
+        t0 = time.monotonic()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        logger.info(
+            "Dask scheduler %s with %d worker(s) up in %.1f s (logs in %s)",
+            self.address, self.n_workers, time.monotonic() - t0, self.log_dir,
+        )
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        paths = driver_pythonpath(self.pythonpath)
+        if env.get("PYTHONPATH"):
+            paths.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        env["PATH"] = os.path.dirname(os.path.abspath(self.python)) + os.pathsep + env.get("PATH", "")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env.update(self.extra_env)
+        return env
+
+    def _popen(self, argv: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen:
+        log_path = os.path.join(self.log_dir, log_name)
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=os.getcwd(),
+                start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+    def _start(self) -> None:
+        env = self._env()
+        scheduler_file = os.path.join(self.log_dir, "scheduler.json")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(scheduler_file)
+        self._scheduler = self._popen(
+            [self.python, "-m", SCHEDULER_MODULE, "--host", LOOPBACK, "--port", "0", "--no-dashboard",
+             "--dashboard-address", f"{LOOPBACK}:0",
+             "--scheduler-file", scheduler_file],
+            "scheduler.log", env,
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        self.address = self._wait_for_scheduler_file(scheduler_file, deadline)
+        for i in range(self.n_workers):
+            argv = [
+                self.python, "-m", WORKER_MODULE, self.address,
+                "--nworkers", "1", "--nthreads", str(self.nthreads), "--host", LOOPBACK, "--no-dashboard",
+                "--dashboard-address", f"{LOOPBACK}:0",
+                "--memory-limit", self.memory_limit, "--name", f"worker-{i}",
+                "--local-directory", os.path.join(self.log_dir, f"worker-{i}"),
+                "--death-timeout", "60", "--nanny" if self.nanny else "--no-nanny",
+            ]
+            self._workers.append(self._popen(argv, f"worker-{i}.log", env))
+        self._wait_for_workers(deadline)
+
+    def _check_alive(self) -> None:
+        for name, proc in [("scheduler", self._scheduler), *((f"worker-{i}", p) for i, p in enumerate(self._workers))]:
+            if proc is not None and proc.poll() is not None:
+                log = os.path.join(self.log_dir, f"{name}.log")
+                raise RuntimeError(f"dask {name} exited with {proc.returncode} during startup; {log}:\n{_tail(log)}")
+
+    def _wait_for_scheduler_file(self, path: str, deadline: float) -> str:
+        while time.monotonic() < deadline:
+            self._check_alive()
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                with open(path) as f:
+                    address = json.load(f)["address"]
+                if address:
+                    return address
+            time.sleep(0.1)
+        log = os.path.join(self.log_dir, "scheduler.log")
+        raise TimeoutError(f"dask scheduler wrote no {path} within {self.startup_timeout:.0f} s; {log}:\n{_tail(log)}")
+
+    def _wait_for_workers(self, deadline: float) -> None:
+        from distributed import Client  # pylint: disable=g-import-not-at-top
+
+        with Client(self.address, timeout=max(1.0, deadline - time.monotonic())) as client:
+            while True:
+                self._check_alive()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    have = len(client.scheduler_info(n_workers=-1)["workers"])
+                    raise TimeoutError(
+                        f"{have}/{self.n_workers} dask workers joined {self.address} within {self.startup_timeout:.0f} s"
+                        f" (logs in {self.log_dir})"
+                    )
+                try:
+                    client.wait_for_workers(self.n_workers, timeout=min(2.0, left))
+                    return
+                except TimeoutError:
+                    continue
+
+    def stop(self) -> None:
+        """Stops the workers, then the scheduler (SIGTERM, then SIGKILL of each process group)."""
+        for proc in self._workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)  # all at once, then wait for each
+        for proc in self._workers:
+            _stop_group(proc, self.stop_timeout)
+        if self._scheduler is not None:
+            _stop_group(self._scheduler, self.stop_timeout)
+        self._workers = []
+        self._scheduler = None
+
+    # -- introspection ---------------------------------------------------------------------------
+
+    def worker_pids(self) -> dict[str, int]:
+        """{worker address: pid of the process that runs its tasks}, as the scheduler sees them now."""
+        from distributed import Client  # pylint: disable=g-import-not-at-top
+
+        with Client(self.address, timeout=10) as client:
+            # Runs on each worker's event loop, not in its task thread: answers while tasks run.
+            return {addr: int(pid) for addr, pid in client.run(os.getpid).items()}
+
+    def process_pids(self) -> dict[str, int]:
+        """{"scheduler"|"worker-i": pid} of the processes started here (nannies when `nanny=True`)."""
+        out = {"scheduler": self._scheduler.pid} if self._scheduler is not None else {}
+        out.update({f"worker-{i}": p.pid for i, p in enumerate(self._workers)})
+        return out
+
+    def dask_runner_flags(self) -> list[str]:
+        """Pipeline flags that run a Beam pipeline on this cluster with DaskRunner."""
+        return [f"--runner={DASK_RUNNER}", f"--dask_client_address={self.address}"]
+
+    def flags(self, num_workers: int | None = None) -> list[str]:
+        """Beam flags for `vidvol.beam_jobs.build --local_services` (the workers are the ones started here)."""
+        del num_workers
+        return [f"--dask_client_address={self.address}"]

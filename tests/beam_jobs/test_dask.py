@@ -1,0 +1,151 @@
+"""Builds on Beam's DaskRunner against a real dask.distributed scheduler and worker processes.
+
+The cluster is started by the tests on 127.0.0.1 (scheduler + 2 single-threaded worker processes)
+and stopped after them. Every dataset's Dask build must equal its direct build record for record,
+with the same split infos and skip report; a worker SIGKILLed in the middle of a build is survived
+(Dask reruns its tasks, shard writes are whole-file renames) with every example exactly once.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+from vidvol import samples
+from vidvol.beam_jobs import build
+from vidvol.beam_jobs import dask_cluster
+from vidvol.datasets.fire_hrr import make_dummy_data as fire_dummy
+from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
+from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
+
+pytestmark = pytest.mark.slow  # real dask processes: `make test` runs them, `make test-fast` does not
+
+CASES = [
+    ("hmdb51/split1_20x64x64", hmdb_dummy.DUMMY_DIR),
+    ("fire_hrr/161x135x240", fire_dummy.DUMMY_DIR),
+    ("mri_volumes/small_32", mri_dummy.DUMMY_DIR),
+]
+
+
+def records(data_path: str) -> dict[str, list[bytes]]:
+    """Every shard file of a prepared dataset, by file name, its records in file order."""
+    return {
+        name: list(tf.data.TFRecordDataset(os.path.join(data_path, name)).as_numpy_iterator())
+        for name in sorted(os.listdir(data_path))
+        if ".tfrecord-" in name
+    }
+
+
+def split_infos(data_path: str) -> list[dict]:
+    """The split infos TFDS reads (names, shard lengths, bytes)."""
+    with open(os.path.join(data_path, "dataset_info.json")) as f:
+        return json.load(f)["splits"]
+
+
+def skip_report(data_path: str) -> dict:
+    with open(os.path.join(data_path, "skip_report.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with dask_cluster.LocalDaskCluster(n_workers=2, log_dir=str(tmp_path_factory.mktemp("dask_logs"))) as c:
+        yield c
+
+
+@pytest.mark.parametrize("dataset,manual", CASES, ids=[c[0].split("/")[0] for c in CASES])
+def test_dask_build_equals_direct_build(cluster, dataset, manual, tmp_path):
+    direct = build.build(dataset, manual_dir=manual, data_dir=str(tmp_path / "direct"),
+                         beam_flags=["--direct_num_workers=2"])
+    on_dask = build.build(dataset, manual_dir=manual, data_dir=str(tmp_path / "dask"), runner="dask",
+                          beam_flags=[f"--dask_client_address={cluster.address}"])
+    assert on_dask.built and on_dask.splits == direct.splits and on_dask.skipped == direct.skipped
+    assert sum(s["examples"] for s in direct.splits.values()) > 0
+    assert records(on_dask.data_path) == records(direct.data_path)  # same shards, byte for byte
+    assert split_infos(on_dask.data_path) == split_infos(direct.data_path)
+    assert skip_report(on_dask.data_path) == skip_report(direct.data_path)
+    assert not glob.glob(os.path.join(on_dask.data_path, "*.tmp")) and not glob.glob(os.path.join(on_dask.data_path, "*.partial"))
+
+
+def test_tfds_build_cli_with_the_short_runner_name(cluster, tmp_path, tfds_build):
+    proc = tfds_build("mri_volumes/small_32", mri_dummy.DUMMY_DIR, tmp_path / "cli",
+                      f"--beam_pipeline_options=runner=dask,dask_client_address={cluster.address}")
+    direct = build.build("mri_volumes/small_32", manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path / "direct"),
+                         beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    cli_path = os.path.join(tmp_path, "cli", "mri_volumes", "small_32", direct.data_path.rsplit(os.sep, 1)[-1])
+    assert records(cli_path) == records(direct.data_path), proc.stderr[-3000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_scheduler_fails_fast_naming_the_address(tmp_path):
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=address):
+        build.build("mri_volumes/small_32", manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path), runner="dask",
+                    beam_flags=[f"--dask_client_address={address}"])
+    assert time.monotonic() - start < 15
+    assert not os.path.exists(os.path.join(tmp_path, "mri_volumes"))
+    with pytest.raises(ValueError, match="--dask_client_address or --dask_scheduler_file"):
+        build.build("mri_volumes/small_32", manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path), runner="dask")
+
+
+def _dask_processes() -> set[str]:
+    return set(os.popen("pgrep -f 'distributed[.]cli[.]dask_'").read().split())
+
+
+def test_local_services_start_and_stop_a_dask_cluster(tmp_path):
+    before = _dask_processes()
+    result = build.build("mri_volumes/small_32", manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path),
+                         runner="dask", local_services=True)
+    assert result.built and result.splits["train"]["examples"] > 0
+    assert _dask_processes() <= before  # the scheduler and workers it started are gone
+
+
+def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
+    manual = tmp_path / "manual"
+    samples.write_hmdb51_layout(str(manual), classes=["cartwheel", "catch", "climb"], videos_per_class=12,
+                                num_frames=(300, 400), height=120, width=160, splits=(1,), seed=5)
+    dataset = "hmdb51/split1_20x64x64"
+    direct = build.build(dataset, manual_dir=str(manual), data_dir=str(tmp_path / "direct"), num_shards=4,
+                         beam_flags=["--direct_num_workers=2"])
+    data_dir = str(tmp_path / "dask")
+    with dask_cluster.LocalDaskCluster(n_workers=2, log_dir=str(tmp_path / "logs")) as c:
+        pids = sorted(c.worker_pids().values())
+        outcome: dict = {}
+
+        def run():
+            try:
+                outcome["result"] = build.build(dataset, manual_dir=str(manual), data_dir=data_dir, runner="dask",
+                                                num_shards=4, beam_flags=[f"--dask_client_address={c.address}"])
+            except BaseException as e:  # pylint: disable=broad-except
+                outcome["error"] = e
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        pattern = os.path.join(data_dir, "hmdb51", "split1_20x64x64", "incomplete.*", "*.tmp")
+        deadline = time.monotonic() + 120
+        while len(glob.glob(pattern)) < 2 and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)  # until both workers are writing a shard
+        assert len(glob.glob(pattern)) >= 2, f"no two shards in flight: the kill would prove nothing ({outcome})"
+        os.kill(pids[0], signal.SIGKILL)
+        thread.join(timeout=300)
+        assert not thread.is_alive()
+        assert len(c.worker_pids()) == 1  # the killed worker stayed dead; the other finished its tasks
+    assert "error" not in outcome, outcome.get("error")
+    result = outcome["result"]
+    assert result.built and result.splits == direct.splits
+    assert records(result.data_path) == records(direct.data_path)  # every example exactly once, same bytes
+    assert not glob.glob(os.path.join(result.data_path, "*.tmp"))
