@@ -207,3 +207,35 @@ def test_tfds_build_cli_with_worker_processes_reads_the_bucket(s3_env, store, tm
     assert [s["source"] for s in report["skipped"]] == ["volumes/sub-002_scan-0.nii.gz"]
     assert sum(s["examples"] for s in report["splits"].values()) == 3
     assert s3_env.secret_key not in json.dumps(report)
+
+
+@pytest.fixture(scope="module")
+def s3_dask(store, tmp_path_factory):
+    """A dask scheduler + 2 worker processes whose environment holds the bucket's credentials."""
+    from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
+
+    server, _ = store
+    with dask_cluster.LocalDaskCluster(n_workers=2, log_dir=str(tmp_path_factory.mktemp("dask_logs")),
+                                       env=server.env()) as cluster:
+        yield cluster
+
+
+@pytest.mark.parametrize("name", ["hmdb51", "fire_video", "mri"])
+def test_dask_build_from_the_bucket_equals_the_local_build(name, s3_env, s3_dask, store, tmp_path, capfd):
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+
+    from vidvol.beam_jobs import runners  # pylint: disable=g-import-not-at-top
+
+    _, root = store
+    local_dir, url = str(root / name), f"s3://{BUCKET}/{name}"
+    local = _build(name, local_dir, tmp_path / "local")
+    builder_cls, config = CONFIGS[name]
+    remote = builder_cls(data_dir=str(tmp_path / "dask"), config=config)
+    runner, options = runners.resolve(None, PipelineOptions(["--runner=dask", f"--dask_client_address={s3_dask.address}"]))
+    remote.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        manual_dir=url, beam_runner=runner, beam_options=options))
+    _assert_same_examples(_read_all(local), _read_all(remote))
+    assert _split_infos(local) == _split_infos(remote)
+    assert _report(local, local_dir) == _report(remote, url)
+    out, err = capfd.readouterr()
+    assert s3_env.secret_key not in out + err
