@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
+from vidvol.builders import configs
 from vidvol.builders import files
 from vidvol.builders import frame_series
 from vidvol.builders import video
@@ -48,13 +49,14 @@ def _configs() -> list[FireHrrConfig]:
     ]
 
 
-class Builder(beam_writer.StreamingBeamBuilder):
+class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
     """DatasetBuilder for fire-test videos/frames with heat release rate (manual download)."""
 
     name = "fire_hrr"
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "Initial release."}
-    BUILDER_CONFIGS = _configs()
+    BUILDER_CONFIGS = _configs()[:1]  # `tfds build fire_hrr` decodes every recording once
+    NAMED_CONFIGS = _configs()[1:]  # `tfds build fire_hrr/161x135x240` etc.
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
 The fire-test recordings and their calorimetry (heat release rate) are user-supplied.
 {layout.EXPECTED_LAYOUT}"""

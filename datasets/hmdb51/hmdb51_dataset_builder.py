@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
 from vidvol.builders import clips
+from vidvol.builders import configs
 from vidvol.builders import files
 from vidvol.builders import video
 from vidvol.datasets.hmdb51 import layout
@@ -57,7 +58,7 @@ _GEOMETRIES = (
 
 
 def _configs() -> list[Hmdb51Config]:
-    """Official splits 1-3 times the frame geometries; split 1, 20x64x64 first (the default)."""
+    """Official splits 1-3 times the frame geometries; split 1, 20x64x64 first (the default, the only one built by default)."""
     return [
         Hmdb51Config(
             name=f"split{k}_{g.name}", description=f"Official split {k}: {g.description}.", split_number=k,
@@ -69,13 +70,14 @@ def _configs() -> list[Hmdb51Config]:
     ]
 
 
-class Builder(beam_writer.StreamingBeamBuilder):
+class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
     """DatasetBuilder for HMDB51 (manual download)."""
 
     name = "hmdb51"
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "Initial release."}
-    BUILDER_CONFIGS = _configs()
+    BUILDER_CONFIGS = _configs()[:1]  # `tfds build hmdb51` decodes every video once
+    NAMED_CONFIGS = _configs()[1:]  # `tfds build hmdb51/split2_16x112x112` etc.
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
 Download the videos (hmdb51_org.rar) and the three official splits (test_train_splits.rar) from
 {_HOMEPAGE} and place them in manual_dir, extracted or not.

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
+from vidvol.builders import configs
 from vidvol.builders import files
 from vidvol.core import features as vidvol_features
 from vidvol.builders import volume_examples
@@ -39,7 +40,7 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
         )
 
 
-class Builder(beam_writer.StreamingBeamBuilder):
+class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
     """DatasetBuilder for NIfTI MRI volumes with per-scan labels (manual data)."""
 
     name = "mri_volumes"
@@ -49,8 +50,10 @@ class Builder(beam_writer.StreamingBeamBuilder):
         "2.0.0": "Same tensors, compact storage: volume as int16 when exact (WholeNumberVolume), mask as its box "
                  "corners (BoxMask); 4 MiB instead of 10 MiB per 128^3 example, reads 2-2.5x faster.",
     }
-    BUILDER_CONFIGS = [
+    BUILDER_CONFIGS = [  # `tfds build mri_volumes` reads every scan once
         MriVolumesConfig(name="128", description="128x128x128 voxels at each file's own voxel size (default)."),
+    ]
+    NAMED_CONFIGS = [  # by name: `tfds build mri_volumes/small_32`
         MriVolumesConfig(name="small_32", spatial_size=(32, 32, 32), description="32x32x32 voxels, for quick trials."),
     ]
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\

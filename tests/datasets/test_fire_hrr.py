@@ -26,7 +26,7 @@ class FireHrrDummyTest(tfds.testing.DatasetBuilderTestCase):
 
     DATASET_CLASS = fire.Builder
     SPLITS = {"train": 1, "validation": 1, "test": 1}
-    BUILDER_CONFIG_NAMES_TO_TEST = ["161x135x240"]
+    BUILDER_CONFIG_NAMES_TO_TEST = [fire.Builder.get_builder_config("161x135x240")]  # a named (unregistered) config
     SKIP_CHECKSUMS = True
 
 
@@ -67,7 +67,8 @@ def _examples(builder, split="train") -> dict[tuple[str, int], dict]:
 
 
 def test_configs_default_full_resolution_first():
-    names = [c.name for c in fire.Builder.BUILDER_CONFIGS]
+    assert [c.name for c in fire.Builder.BUILDER_CONFIGS] == ["full_161x540x960"]  # `tfds build fire_hrr`: one pass
+    names = [c.name for c in fire.Builder.all_configs()]
     assert names[0] == "full_161x540x960"
     assert {"161x270x480", "161x135x240", "161x135x240_png"} <= set(names)
     full = fire.Builder(data_dir="/nonexistent")

@@ -25,7 +25,7 @@ class Hmdb51DummyTest(tfds.testing.DatasetBuilderTestCase):
 
     DATASET_CLASS = hmdb.Builder
     SPLITS = {"train": 6, "test": 3}
-    BUILDER_CONFIG_NAMES_TO_TEST = ["split1_20x64x64", "split1_all_112x112"]
+    BUILDER_CONFIG_NAMES_TO_TEST = ["split1_20x64x64", hmdb.Builder.get_builder_config("split1_all_112x112")]
     SKIP_CHECKSUMS = True
 
 
@@ -50,13 +50,18 @@ def test_class_names_are_the_51_official_sorted():
 
 
 def test_configs_default_first_and_all_splits():
-    names = [c.name for c in hmdb.Builder.BUILDER_CONFIGS]
-    assert names[0] == "split1_20x64x64"
+    assert [c.name for c in hmdb.Builder.BUILDER_CONFIGS] == ["split1_20x64x64"]  # `tfds build hmdb51`: one pass
+    names = [c.name for c in hmdb.Builder.all_configs()]
+    assert names[0] == "split1_20x64x64" and len(names) == len(set(names)) == 21
     for k in (1, 2, 3):
         for geom in ("20x64x64", "16x112x112", "16x224x224", "all_112x112", "20x64x64_motion", "20x64x64_crop"):
             assert f"split{k}_{geom}" in names
     all_cfg = hmdb.Builder(config="split1_all_112x112", data_dir="/nonexistent")
     assert all_cfg.info.features["video"].shape == (None, 112, 112, 3)
+    by_name = tfds.builder("hmdb51/split3_16x224x224:1.0.0", data_dir="/nonexistent")
+    assert (by_name.builder_config.split_number, by_name.info.features["video"].shape) == (3, (16, 224, 224, 3))
+    with pytest.raises(ValueError, match="split4_20x64x64"):
+        hmdb.Builder(config="split4_20x64x64", data_dir="/nonexistent")
 
 
 def test_split_file_parsing_and_malformed_line(tmp_path):
@@ -182,8 +187,9 @@ def test_rar_archives_are_extracted_safely_and_reused(tmp_path, build_in_process
 def test_cli_build_and_tfds_load(tmp_path, tfds_build):
     manual = _copy_dummy(tmp_path)
     out = tmp_path / "data"
-    proc = tfds_build("hmdb51/split1_20x64x64", manual, out)
+    proc = tfds_build("hmdb51", manual, out)  # no config: the default alone, every video decoded once
     assert "hmdb51/split1_20x64x64 train: 6 examples" in proc.stderr + proc.stdout
+    assert sorted(p.name for p in (out / "hmdb51").iterdir() if not p.name.startswith(".")) == ["split1_20x64x64"]
     expected = _split_counts(manual, 1)
     for split in ("train", "test"):
         ds = tfds.load("hmdb51/split1_20x64x64", split=split, data_dir=str(out), download=False)
@@ -197,3 +203,5 @@ def test_cli_build_and_tfds_load(tmp_path, tfds_build):
     assert video_spec.shape == (20, 64, 64, 3) and label_spec.dtype.name == "int64"
     report = json.load(open(out / "hmdb51" / "split1_20x64x64" / "1.0.0" / beam_writer.SKIP_REPORT_NAME))
     assert report["skipped"] == [] and report["splits"]["train"]["examples"] == 6
+    tfds_build("hmdb51/split2_20x64x64", manual, out)  # a named config through the CLI
+    assert tfds.builder("hmdb51/split2_20x64x64", data_dir=str(out)).info.splits["train"].num_examples > 0

@@ -342,7 +342,7 @@ class MriVolumesDummyDataTest(tfds.testing.DatasetBuilderTestCase):
     """Builds small_32 from dummy_data/ through Beam and reads every split back."""
 
     DATASET_CLASS = mri.Builder
-    BUILDER_CONFIG_NAMES_TO_TEST = ["small_32"]
+    BUILDER_CONFIG_NAMES_TO_TEST = [mri.Builder.get_builder_config("small_32")]  # a named (unregistered) config
     SPLITS = {"train": 4, "validation": 1, "test": 1}
     SKIP_CHECKSUMS = True
 

@@ -96,7 +96,7 @@ def _fixed_configs():
     """(builder class, config name) of every fixed-shape config of the three datasets (hmdb51: split 1)."""
     out = []
     for cls in (hmdb.Builder, fire.Builder, mri.Builder):
-        for config in cls.BUILDER_CONFIGS:
+        for config in cls.all_configs():
             if cls is hmdb.Builder and (not config.name.startswith("split1_") or config.num_frames is None):
                 continue
             out.append(pytest.param(cls, config.name, id=f"{cls.name}/{config.name}"))
