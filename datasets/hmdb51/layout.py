@@ -20,11 +20,19 @@ ORG_RAR = "hmdb51_org.rar"
 SPLITS_RAR = "test_train_splits.rar"
 SPLIT_FILE_RE = re.compile(r"^(?P<cls>.+)_test_split(?P<k>[123])\.txt$")
 SPLIT_IDS = {"0": None, "1": "train", "2": "test"}
+# Containers OpenCV's bundled FFmpeg decodes; the official release is .avi only.
+VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
+
+
+def is_video_name(name: str) -> bool:
+    """Whether a file name has a video container extension vidvol decodes."""
+    return name.lower().endswith(VIDEO_EXTENSIONS)
 
 EXPECTED_LAYOUT = f"""\
 Expected in manual_dir, either the extracted layout:
-  {ORG_DIR}/<class>/<video>.avi          (class folders may also sit directly in manual_dir)
-  {SPLITS_DIR}/<class>_test_split<k>.txt  (lines `<video>.avi <id>`, id 1 = train, 2 = test, 0 = unused)
+  {ORG_DIR}/<class>/<video>.avi          (class folders may also sit directly in manual_dir;
+                                          any container OpenCV decodes: .avi, .mp4, .mkv, .webm, .mov)
+  {SPLITS_DIR}/<class>_test_split<k>.txt  (lines `<video>.<ext> <id>`, id 1 = train, 2 = test, 0 = unused)
 or the original archives:
   {ORG_RAR}  (one nested <class>.rar per class)
   {SPLITS_RAR}"""
@@ -65,7 +73,7 @@ def _class_dirs_in(folder: str, names: set[str]) -> dict[str, str]:
         if d not in names or not files.isdir(path):
             continue
         # The official per-class archives hold `<class>/<video>.avi`, so extraction may nest one level.
-        if not any(f.lower().endswith(".avi") for f in files.listdir(path)) and files.isdir(files.join(path, d)):
+        if not any(is_video_name(f) for f in files.listdir(path)) and files.isdir(files.join(path, d)):
             path = files.join(path, d)
         found[d] = path
     return found
@@ -115,7 +123,7 @@ def find_layout(manual_dir: str, extract_dir: str) -> Layout:
 
 
 def parse_split_file(path: str, class_name: str) -> list[SplitEntry]:
-    """Parses `<video>.avi <id>` lines; a malformed line is an error naming file and line."""
+    """Parses `<video>.<ext> <id>` lines; a malformed line is an error naming file and line."""
     entries = []
     with files.open_text(path, encoding="utf-8", errors="strict") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -123,8 +131,11 @@ def parse_split_file(path: str, class_name: str) -> list[SplitEntry]:
             if not line:
                 continue
             parts = line.split()
-            if len(parts) != 2 or not parts[0].lower().endswith(".avi") or parts[1] not in SPLIT_IDS:
-                raise ValueError(f"{path}:{lineno}: expected `<video>.avi <id>` with id 0, 1 or 2, got {line!r}")
+            if len(parts) != 2 or not is_video_name(parts[0]) or parts[1] not in SPLIT_IDS:
+                raise ValueError(
+                    f"{path}:{lineno}: expected `<video>.<ext> <id>` (ext one of {', '.join(VIDEO_EXTENSIONS)}) "
+                    f"with id 0, 1 or 2, got {line!r}"
+                )
             subset = SPLIT_IDS[parts[1]]
             if subset:
                 entries.append(SplitEntry(parts[0], class_name, subset, path, lineno))
@@ -153,7 +164,7 @@ def locate_videos(layout: Layout) -> dict[str, str]:
     where: dict[str, str] = {}
     for cls, folder in layout.class_dirs.items():
         for fname in files.listdir(folder):
-            if fname.lower().endswith(".avi"):
+            if is_video_name(fname):
                 if fname in where:
                     raise ValueError(f"{fname} appears in two class folders: {where[fname]} and {cls}")
                 where[fname] = cls

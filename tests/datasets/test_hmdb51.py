@@ -75,6 +75,28 @@ def test_split_file_parsing_and_malformed_line(tmp_path):
         layout.parse_split_file(str(bad), "wave")
 
 
+def test_mp4_mkv_and_avi_clips_side_by_side(tmp_path, build_in_process):
+    manual = tmp_path / "manual"
+    (manual / "hmdb51_org" / "wave").mkdir(parents=True)
+    (manual / "testTrainMulti_7030_splits").mkdir()
+    for name, fourcc, n in (("a.avi", "XVID", 30), ("b.mp4", "mp4v", 24), ("c.mkv", "MJPG", 18)):
+        writer = cv2.VideoWriter(str(manual / "hmdb51_org" / "wave" / name), cv2.VideoWriter_fourcc(*fourcc), 25.0, (96, 64))
+        for i in range(n):
+            frame = np.full((64, 96, 3), 40 + 5 * i, np.uint8)
+            writer.write(frame)
+        writer.release()
+    (manual / "testTrainMulti_7030_splits" / "wave_test_split1.txt").write_text("a.avi 1\nb.mp4 1\nc.mkv 2\n")
+    builder = build_in_process(hmdb.Builder, manual, tmp_path / "out")
+    got = {ex["video_id"].decode(): int(ex["num_frames"]) for s in ("train", "test")
+           for ex in tfds.as_numpy(builder.as_dataset(split=s))}
+    assert got == {"a.avi": 30, "b.mp4": 24, "c.mkv": 18}
+    assert beam_writer.read_skip_report(builder.data_dir)["skipped"] == []
+    bad = tmp_path / "wave_test_split2.txt"
+    bad.write_text("a.txt 1\n")
+    with pytest.raises(ValueError, match=r"wave_test_split2.txt:1: expected `<video>.<ext> <id>` \(ext one of .avi, .mp4"):
+        layout.parse_split_file(str(bad), "wave")
+
+
 def test_unknown_layout_lists_what_was_found(tmp_path):
     (tmp_path / "stuff").mkdir()
     (tmp_path / "readme.txt").write_text("x")
