@@ -14,6 +14,12 @@ $(STAMP): setup.cfg pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -q --upgrade pip setuptools wheel
 	$(PY) -m pip install $(PIP_FLAGS) -q -e '.[test]'
+	@# Real RAR3/RAR5 archives for tests/builders/test_archive.py: the test/files/ of the installed
+	@# rarfile's source distribution, fetched now so that the tests never reach the network.
+	rm -rf $(VENV)/rar-samples
+	$(PY) -m pip download $(PIP_FLAGS) -q --no-deps --no-binary :all: --no-build-isolation \
+		-d $(VENV)/rar-samples "rarfile==$$($(PY) -c 'import importlib.metadata as m; print(m.version("rarfile"))')"
+	tar -xzf $(VENV)/rar-samples/rarfile-*.tar.gz -C $(VENV)/rar-samples
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -35,6 +35,8 @@ METHOD_STORE = 0x30
 S_IFREG = 0o100000
 S_IFDIR = 0o040000
 S_IFLNK = 0o120000
+S_IFCHR = 0o020000
+S_IFIFO = 0o010000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +50,7 @@ class RarEntry:
     host_os: int = HOST_UNIX
     method: int = METHOD_STORE  # anything else only *claims* compression (data stays raw)
     date_time: tuple[int, int, int, int, int, int] = (2020, 1, 2, 3, 4, 6)
+    mode: int | None = None  # attributes written verbatim (e.g. S_IFCHR | 0o644), else derived
 
 
 def _crc16(header_body: bytes) -> int:
@@ -71,6 +74,8 @@ def _dos_time(date_time: Sequence[int]) -> int:
 
 def _attr(entry: RarEntry) -> int:
     """File attributes in the host OS's convention."""
+    if entry.mode is not None:
+        return entry.mode
     if entry.host_os == HOST_UNIX:
         if entry.symlink_target is not None:
             return S_IFLNK | 0o777

@@ -82,8 +82,9 @@ class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
 Download the videos (hmdb51_org.rar) and the three official splits (test_train_splits.rar) from
 {_HOMEPAGE} and place them in manual_dir, extracted or not.
 {layout.EXPECTED_LAYOUT}
-Extracting the .rar archives needs a RAR reader: `apt-get install unar` or
-`apt-get install libarchive-tools` (bsdtar). The extracted layout needs none."""
+Extracting the .rar archives uses `unar`/`unrar`/`bsdtar` when installed, else libarchive-c
+(a vidvol dependency, over the system's libarchive13), which reads RAR5 and non-solid RAR3; for
+solid RAR3 archives `apt-get install unar`. The extracted layout needs none."""
 
     def _info(self) -> tfds.core.DatasetInfo:
         cfg = self.builder_config
