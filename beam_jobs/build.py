@@ -2,15 +2,22 @@
 
     python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
         [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
-        [--max_shard_size_mb N] [--local_services] [--dry_run] [--BEAM_OPTION=VALUE ...]
+        [--max_shard_size_mb N] [--local_services] [--dry_run] [--verbose] [--BEAM_OPTION=VALUE ...]
 
 Every `--name=value` flag this parser does not know is a Beam pipeline option (`--flink_master=`,
 `--project=`, `--sdk_container_image=`, `--direct_num_workers=`, ...): it is checked against the
 installed Beam's PipelineOptions (a misspelling stops the build before anything starts) and
 passed to the runner. The default runner is Beam's FnApiRunner, multi-process, one SDK worker per
-core, offline. A dataset that is already prepared is left alone unless `--overwrite`. The build
-ends with one summary line per split (examples, shards, bytes, skips by reason), taken from what
-the workers wrote, so it is the same on every runner (some, like Dask, report no metrics). `--dry_run` prints the checked options and the equivalent `tfds build` command.
+core, offline; a build of at most `runners.SMALL_BUILD_SOURCES` inputs runs in-process with one worker
+unless `--direct_num_workers`/`--direct_running_mode` is given. A dataset that is already prepared is
+left alone unless `--overwrite`. While it runs, the terminal shows one progress bar per split,
+warnings and errors; Beam's, TensorFlow's and the SDK workers' output goes to a build log next to
+the dataset folder (`DATA_DIR/NAME/CONFIG/build-VERSION-TIMESTAMP.log`, path printed at the start;
+`--verbose` or `VIDVOL_VERBOSE=1` keeps everything on the terminal). The build ends with a JSON
+line on stdout, then, last, one summary line per split (examples, shards, bytes, skips by reason)
+and where the skip report is, on stderr, taken from what the workers wrote, so they are the same
+on every runner (some, like Dask, report no metrics). `--dry_run` prints the checked options and
+the equivalent `tfds build` command.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from vidvol import datasets as _datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
 from vidvol.builders import beam_writer
+from vidvol.builders import build_log
 from vidvol.builders import files
 
 logger = logging.getLogger(__name__)
@@ -85,9 +93,16 @@ def download_config(
     overwrite: bool = False,
     num_shards: int | None = None,
     max_shard_size_mb: int | None = None,
+    default_workers: bool = False,
 ) -> tfds.download.DownloadConfig:
-    """The DownloadConfig of a build: manual_dir, Beam runner/options, shard sizing, overwrite mode."""
+    """The DownloadConfig of a build: manual_dir, Beam runner/options, shard sizing, overwrite mode.
+
+    `default_workers`: the direct runner's worker count/mode in `flags` are defaults the user did not
+    choose, so a small build may still run in-process (`runners.SMALL_BUILD_SOURCES`).
+    """
     runner, options = runners.resolve(None, PipelineOptions(list(flags)))
+    if default_workers and type(runner).__name__ == "FnApiRunner":
+        runners.mark_default_workers(runner)
     kwargs: dict[str, Any] = {}
     if num_shards:
         kwargs["num_shards"] = num_shards
@@ -161,24 +176,30 @@ def build(
     elif stale:
         logger.warning("Leftovers of interrupted builds (safe to delete when no build of this config runs; "
                        "--remove_incomplete does it): %s", ", ".join(stale))
-    if builder.is_prepared() and not overwrite:
+    prepared = builder.is_prepared()
+    if prepared and not overwrite:
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
                        builder.info.full_name, os.fspath(builder.data_path))
         return read_result(builder, built=False)
-    if builder.is_prepared():  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
+    if prepared:  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
         logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
         builder.data_path.rmtree()
         builder = make_builder(dataset, data_dir)
+    default_workers = runner == "direct" and not local_services and not runners.chooses_workers(beam_flags)
     services_context = LOCAL_SERVICES[runner]() if local_services else contextlib.nullcontext()
+    name = builder.name + (f"/{builder.builder_config.name}" if builder.builder_config else "")
     with services_context as services:
         if services is not None:
             flags = runners.pipeline_flags(runner, services.flags(runners.default_num_workers()) + flags)
-        config = download_config(
+        config = download_config(  # checks the runner (e.g. a Dask scheduler answers) before anything is written
             manual_dir=manual_dir, flags=flags, overwrite=overwrite, num_shards=num_shards,
-            max_shard_size_mb=max_shard_size_mb,
+            max_shard_size_mb=max_shard_size_mb, default_workers=default_workers,
         )
-        logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
-        builder.download_and_prepare(download_dir=download_dir, download_config=config)
+        # The build log and quiet terminal of the builder's session; this command prints the summary itself.
+        with build_log.session(name, os.fspath(builder.data_path.parent), version=str(builder.version),
+                               print_summary=False):
+            logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
+            builder.download_and_prepare(download_dir=download_dir, download_config=config)
     return read_result(builder, built=True)
 
 
@@ -198,6 +219,17 @@ def summary_lines(result: BuildResult) -> list[str]:
     if not result.built:
         lines.append(f"{result.dataset}: already prepared in {result.data_path}; nothing rebuilt (use --overwrite)")
     return lines
+
+
+def skips_line(result: BuildResult) -> str | None:
+    """`N inputs skipped: see DATA_PATH/skip_report.json` (None when the dataset has no skip report)."""
+    path = os.path.join(result.data_path, beam_writer.SKIP_REPORT_NAME)
+    if not tf.io.gfile.exists(path):
+        return None
+    skipped = sum(s.get("skipped_inputs", 0) for s in result.splits.values())
+    masked = sum(s.get("masked_parts", 0) for s in result.splits.values())
+    what = f"{skipped} inputs skipped" + (f", {masked} parts masked" if masked else "")
+    return f"{what}: see {path}" if skipped or masked else f"{what} (skip report: {path})"
 
 
 def tfds_command(
@@ -238,6 +270,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--remove_incomplete", action="store_true",
                         help="delete leftovers of interrupted builds of this config first")
     parser.add_argument("--dry_run", action="store_true", help="print the checked Beam options and the tfds command; build nothing")
+    parser.add_argument("--verbose", action="store_true",
+                        help=f"keep Beam's, TensorFlow's and the workers' output on the terminal (no build log); "
+                             f"same as {build_log.VERBOSE_ENV}=1")
     return parser
 
 
@@ -251,11 +286,17 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: builds, then prints the per-split summary."""
+    """CLI entry point: builds, then prints the JSON result (stdout) and, last, the per-split summary (stderr)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)
     try:
-        return _run(*parse_args(argv))
+        args, beam_flags = parse_args(argv)
+        if args.verbose:
+            os.environ[build_log.VERBOSE_ENV] = "1"  # for this process's build session (and its workers)
+        if not build_log.is_verbose():  # INFO goes to the build log; outside it, what a quiet build shows
+            for handler in logging.getLogger().handlers:
+                handler.setLevel(logging.WARNING)
+                handler.addFilter(build_log.for_terminal)
+        return _run(args, beam_flags)
     except ValueError as e:  # bad flags, unknown options, missing runner options, bad inputs
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -285,10 +326,14 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
         download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
     )
-    for line in summary_lines(result):
-        print(line)
     print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
-                      "splits": result.splits}, sort_keys=True))
+                      "splits": result.splits}, sort_keys=True), flush=True)
+    # Last: what was built and what was skipped (stderr, so stdout's last line stays the JSON).
+    lines = summary_lines(result)
+    skips = skips_line(result) if result.built else None
+    for line in lines + ([skips] if skips else []):
+        print(line, file=sys.stderr)
+    sys.stderr.flush()
     return 0
 
 

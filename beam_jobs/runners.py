@@ -2,7 +2,9 @@
 
 Builds never need the internet: apache-beam 2.77's `DirectRunner` first tries to download a
 Prism binary, so "direct" here always means Beam's `FnApiRunner` (the engine behind the direct
-runner), multi-process with one SDK worker per core.
+runner), multi-process with one SDK worker per core — or, for a build of at most
+`SMALL_BUILD_SOURCES` inputs whose worker count/mode the user did not choose, one in-process worker
+(starting a worker process per core, each importing TensorFlow, costs more than such a build).
 
 `RECIPES` names, per runner a user can pick (`direct`, `portable`, `flink`, `spark`, `dataflow`),
 the Beam runner class, the options it cannot run without and what it needs so its workers can
@@ -21,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from apache_beam.options import pipeline_options as po
 
+from vidvol.builders import build_log
 from vidvol.core import system
 
 logger = logging.getLogger(__name__)
@@ -30,6 +33,14 @@ LOCAL_RUNNER_NAMES = ("", "direct", "directrunner", "fnapirunner", "bundlebasedr
 # Beam 2.77 knows the Dask runner only by its module path; these short names work too.
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 RUNNER_ALIASES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
+# A local build of at most this many inputs runs in this process, with one worker, unless the user
+# chose `direct_num_workers` or `direct_running_mode`: starting one SDK worker process per core (each
+# importing TensorFlow and Beam) costs more than such a build's work (23 s against 6 s for the
+# 9-video hmdb51 dummy data on 2 cores).
+SMALL_BUILD_SOURCES = 50
+# Set on a FnApiRunner whose worker count and mode are vidvol's defaults rather than the user's choice
+# (see `mark_default_workers`), so that a small build may still run in-process.
+_DEFAULT_WORKERS_ATTR = "_vidvol_default_workers"
 
 
 class UnknownOptionError(ValueError):
@@ -146,14 +157,44 @@ def is_local(options: po.PipelineOptions | None) -> bool:
     return name.lower() in LOCAL_RUNNER_NAMES
 
 
+def is_small_build(num_sources: int | None) -> bool:
+    """Whether a local build of `num_sources` inputs runs in-process by default (see SMALL_BUILD_SOURCES)."""
+    return num_sources is not None and num_sources <= SMALL_BUILD_SOURCES
+
+
+def mark_default_workers(runner: Any) -> Any:
+    """Marks a FnApiRunner resolved without the user choosing its workers (a small build may shrink it)."""
+    setattr(runner, _DEFAULT_WORKERS_ATTR, True)
+    return runner
+
+
+def chooses_workers(flags: Sequence[str]) -> bool:
+    """Whether `flags` set `direct_num_workers` or `direct_running_mode` (then a small build keeps them)."""
+    options = po.PipelineOptions(list(flags))
+    return _is_set(options, "direct_num_workers") or _is_set(options, "direct_running_mode")
+
+
+def _small_build_flags(flags: Sequence[str], num_sources: int) -> list[str]:
+    """`flags` with one in-process worker instead of the default worker processes; logs the choice."""
+    logger.info(
+        "small build (%d sources): one in-process worker (set --direct_num_workers or --direct_running_mode "
+        "to choose)", num_sources, extra=build_log.CONSOLE,
+    )
+    kept = [f for f in flags if not f.startswith(("--direct_num_workers", "--direct_running_mode"))]
+    return kept + ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+
+
 def resolve(
-    runner: Any = None, options: po.PipelineOptions | None = None, num_tasks: int | None = None
+    runner: Any = None, options: po.PipelineOptions | None = None, num_tasks: int | None = None,
+    num_sources: int | None = None,
 ) -> tuple[Any, po.PipelineOptions]:
     """Returns the (runner, options) a build runs with, replacing the direct runner by the FnApiRunner.
 
     Local runs default to multi-process, one SDK worker per core, WARNING-level worker logs; any of
     these the caller set explicitly (even to Beam's default, e.g. `direct_running_mode=in_memory`
-    or `direct_num_workers=1`) is kept. On Dask, `num_tasks` work items get one partition each (Beam's
+    or `direct_num_workers=1`) is kept. When neither the worker count nor the mode was chosen and
+    the build plans at most SMALL_BUILD_SOURCES inputs (`num_sources`), it runs in this process
+    with one worker (logged once). On Dask, `num_tasks` work items get one partition each (Beam's
     DaskRunner otherwise puts up to 128 elements in one partition, i.e. on one worker).
     """
     if runner is not None and not isinstance(runner, str):
@@ -161,6 +202,10 @@ def resolve(
 
         if isinstance(runner, dask_runner.DaskRunner):  # resolved before the shard tasks were known
             return runner, _dask_options(options or po.PipelineOptions([]), num_tasks)
+        if getattr(runner, _DEFAULT_WORKERS_ATTR, False) and is_small_build(num_sources):
+            from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
+
+            return FnApiRunner(), po.PipelineOptions(_small_build_flags(_flags(options), num_sources))
         return runner, options or po.PipelineOptions([])
     original = options
     if runner is not None:
@@ -180,11 +225,15 @@ def resolve(
         "direct_running_mode": "multi_processing",
         "default_sdk_harness_log_level": "WARNING",
     }
+    chosen = _is_set(original, "direct_num_workers") or _is_set(original, "direct_running_mode")
     for name, default in defaults.items():
         value = given.get(name) if _is_set(original, name) else default
         flags = [f for f in flags if not (f == f"--{name}" or f.startswith(f"--{name}="))]
         flags.append(f"--{name}={value}")
-    return FnApiRunner(), po.PipelineOptions(flags)
+    if not chosen and is_small_build(num_sources):
+        return FnApiRunner(), po.PipelineOptions(_small_build_flags(flags, num_sources))
+    fn_runner = FnApiRunner()
+    return (fn_runner if chosen else mark_default_workers(fn_runner)), po.PipelineOptions(flags)
 
 
 def _dask_options(options: po.PipelineOptions, num_tasks: int | None = None) -> po.PipelineOptions:

@@ -183,6 +183,8 @@ def markdown(results: Mapping[str, Any]) -> str:
           f"{r['tree_total_peak_mib']:.0f}"] for n, r in mem["results"].items()],
     )
     out += [mem["verdict"], ""]
+    if results.get("cluster"):
+        out += cluster_section(results["cluster"])
 
     out += ["## Read memory", "", "Peak RSS of the reading process while streaming (imports included; "
             "`before` is the RSS once TF is imported).", ""]
@@ -196,6 +198,89 @@ def markdown(results: Mapping[str, Any]) -> str:
     if results.get("notes"):
         out += ["## Notes", ""] + [f"- {line}" for line in results["notes"]] + [""]
     return "\n".join(out)
+
+
+def _opt(value: Any, fmt: str = "{:.2f}") -> str:
+    """A number, or '-' for None."""
+    return "-" if value is None else fmt.format(value)
+
+
+def cluster_section(c: Mapping[str, Any]) -> list[str]:
+    """Markdown lines of the Dask cluster section (`benchmarks/cluster.py`): targets, scaling, memory, driver scale."""
+    out = ["## Builds on a Dask cluster (DaskRunner)", "",
+           f"`benchmarks/cluster.py` ({c['mode']} mode, {c['duration_s'] / 60:.1f} min). Targets:", ""]
+    out += _table(
+        ["promise", "measured", "target", ""],
+        [[t["name"], _fmt(t["value"], t["unit"]), f"{t['op']} {_fmt(t['target'], t['unit'])}",
+          "PASS" if t["pass"] else "**MISS**"] for t in c["targets"]])
+    misses = [t for t in c["targets"] if not t["pass"] and t.get("note")]
+    if misses:
+        out += ["Misses:", ""] + [f"- {t['name']}: {t['note']}" for t in misses] + [""]
+    b = c.get("scaling")
+    if b:
+        out += ["### 1 vs 2 dask workers", "",
+                f"`{b['dataset']}` over {b['examples']} examples in {b['shards']} shards, a fresh "
+                "`LocalDaskCluster` per build, 1 and 2 workers alternating. *Writing phase*: first shard attempt "
+                "opened to last shard written (shard watch); *build()*: the build call on a running cluster; *end to "
+                "end*: the build's process (interpreter, imports, cluster start, build, cluster stop).", ""]
+        out += _table(
+            ["workers", "writing phase examples/s", "runs", "build() examples/s", "end-to-end examples/s", "runs",
+             "wall s", "shards in flight", "cores busy (others)"],
+            [[w, _rate(r["examples_per_s"]), ", ".join(_rate(x) for x in r["examples_per_s_runs"]),
+              _rate(r["build_examples_per_s"]), _rate(r["e2e_examples_per_s"]),
+              ", ".join(_rate(x) for x in r["e2e_examples_per_s_runs"]), f"{r['wall_s']:.1f}",
+              _opt(r["shards_in_flight"]), f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"]
+             for w, r in ((w, b[f"workers_{w}"]) for w in (1, 2))])
+        out += [f"Speed-up 2 vs 1 workers: **{b['speedup']:.2f}x** writing phase, {b['build_speedup']:.2f}x build() "
+                f"call, {b['e2e_speedup']:.2f}x end to end (medians); per pair: "
+                + ", ".join(f"{p['speedup']:.2f}x / {p['e2e_speedup']:.2f}x e2e (others {p['other_cores_busy']:.2f})"
+                            for p in b["pairs"]) + ".", "",
+                "Where the time goes (seconds, medians):", ""]
+        steps = list(b["workers_1"]["steps_s"])
+        out += _table(["step"] + [f"{w} worker{'s' if w > 1 else ''}" for w in (1, 2)],
+                      [[k.replace("_", " ")] + [_opt(b[f"workers_{w}"]["steps_s"][k], "{:.1f}") for w in (1, 2)]
+                       for k in steps]
+                      + [["worker CPU s per example"] + [_opt(b[f"workers_{w}"].get("worker_cpu_s_per_example"))
+                                                         for w in (1, 2)]])
+        out += [f"- {line}" for line in b.get("notes", [])] + [""]
+    m = c.get("memory")
+    if m:
+        out += ["### Dask worker memory: more experiments", "",
+                f"`{m['dataset']}` on {m['workers']} dask workers, RSS polled every {m['interval_s']} s.", ""]
+        out += _table(
+            ["experiments", "examples", "shards", "dataset MiB", "wall s", "worker peaks MiB", "scheduler MiB",
+             "driver MiB"],
+            [[n, r["examples"], r["shards"], f"{r['dataset_mib']:.0f}", f"{r['wall_s']:.1f}",
+              ", ".join(f"{v:.0f}" for v in r["worker_peaks_mib"].values()), f"{r['scheduler_peak_mib']:.0f}",
+              f"{r['driver_peak_mib']:.0f}"] for n, r in m["results"].items()])
+        out += [m["verdict"], ""]
+    d = c.get("driver")
+    if d:
+        rows = d["rows"]
+        phases = rows[0]["driver_phases"]
+        out += ["### Driver at scale (no decoding)", "",
+                f"Synthetic hmdb51-style sources, shards sized for ~{d['example_bytes'] // 1024} KiB examples in "
+                f"{d['max_shard_mib']} MiB shards; each size in a fresh process. Seconds per phase; *total* is the "
+                "driver's (the stand-alone pickles and the workers' sidecars are not in it); RSS: peak (VmHWM) of the "
+                "process (imports included).", ""]
+        out += _table(
+            ["sources", "shards"] + phases + ["total s", "Beam pickler s (MiB)", "cloudpickle s (MiB)", "RSS after imports MiB",
+                                              "peak RSS MiB", "read back"],
+            [[f"{r['entries']:,}", r["shards"]] + [f"{r['times_s'][k]:.2f}" for k in phases]
+             + [f"**{r['driver_total_s']:.1f}**",
+                f"{r['times_s']['pickle.beam_pickler']:.2f} ({r['pickled_mib']['beam_pickler']:.0f})",
+                f"{r['times_s']['pickle.cloudpickle']:.2f} ({r['pickled_mib']['cloudpickle']:.0f})",
+                f"{r['rss_after_imports_mib']:.0f}", f"**{r['peak_rss_mib']:.0f}**",
+                f"{r['examples_read_back']:,}" + ("" if r["keys_match"] else " (keys differ!)")] for r in rows])
+        if d.get("growth_exponents"):
+            out += ["Growth exponent per phase (time ~ n^e; 1 = linear, '-' = under 50 ms):", ""]
+            out += _table(["from -> to"] + phases + ["total"],
+                          [[f"{g['from']:,} -> {g['to']:,}"] + [_opt(g.get(k)) for k in phases]
+                           + [_opt(g.get("driver_total_s"))] for g in d["growth_exponents"]])
+        if c.get("driver_notes"):
+            out += [f"- {line}" for line in c["driver_notes"]] + [""]
+    out += ["Method:", ""] + [f"- {line}" for line in c.get("method", [])] + [""]
+    return out
 
 
 def _pipeline_keys(read: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -14,7 +14,11 @@ Measured, each against its baseline in the same run on the same files:
   vs the decode limit; fire_hrr at full resolution vs per-frame `get_img` and the decode limit;
   mri_volumes from 128^3 and 256x256x160 scans vs `nib.load(...).get_fdata()`; peak RSS of each;
 - builds: fire_hrr full resolution with 1 vs 2 Beam workers; peak RSS of the driver and of every
-  Beam worker building 4 vs 16 experiments.
+  Beam worker building 4 vs 16 experiments;
+- cluster (`cluster.py`): the same builds on Beam's DaskRunner (a local dask scheduler + 1 or 2
+  worker processes): 1 vs 2 workers, dask worker peak RSS for 4 vs 16 experiments, and the
+  driver's part of a build for 10k / 100k / 1M synthetic sources (Kinetics is ~650k videos).
+  `--no-cluster` leaves it out (it adds ~15 min to a full run).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from vidvol import samples
 
 import baselines
 import builds
+import cluster
 import fire_memory
 import inputs
 import report
@@ -293,6 +298,27 @@ class Bench:
         self._phase("builds", start)
         return out
 
+    # -- cluster (Beam's DaskRunner) ------------------------------------------------------------
+
+    def cluster_settings(self) -> cluster.Settings:
+        """The cluster section's sizes: this run's fire inputs and build runs, the mode's driver-scale sizes."""
+        s = self.s
+        base = cluster.FULL if s.mode == "full" else cluster.QUICK
+        return dataclasses.replace(base, mode=s.mode, fire_config=s.fire_config, fire=dict(s.fire), runs=s.build_runs,
+                                   scaling_experiments=s.fire_counts[-1], scaling_repeat=s.scaling_repeat,
+                                   memory_counts=tuple(s.fire_counts))
+
+    def cluster_all(self) -> dict[str, Any]:
+        """Dask builds (1 vs 2 workers, worker memory) on build_all's manual folders, then the driver at scale."""
+        start = time.monotonic()
+        s = self.s
+        section = cluster.measure_section(
+            self.path("cluster"), self.cluster_settings(),
+            scaling_manual=self.path("manual", f"fire_{s.fire_counts[-1]}_x{s.scaling_repeat}"),
+            memory_manuals={n: self.path("manual", f"fire_{n}") for n in s.fire_counts})
+        self._phase("cluster", start)
+        return section
+
     # -- reads ----------------------------------------------------------------------------------
 
     def _read(self, tag: str, job: ReadJob) -> dict[str, Any]:
@@ -456,7 +482,7 @@ def targets(read: dict[str, Any], built: dict[str, Any]) -> list[dict[str, Any]]
     return rows
 
 
-def run(out: str, settings: Settings, *, inputs_dir: str | None = None) -> dict[str, Any]:
+def run(out: str, settings: Settings, *, inputs_dir: str | None = None, with_cluster: bool = True) -> dict[str, Any]:
     """Runs every phase and returns the results document."""
     started = datetime.datetime.now().astimezone()
     t0 = time.monotonic()
@@ -472,6 +498,8 @@ def run(out: str, settings: Settings, *, inputs_dir: str | None = None) -> dict[
     results["inputs"] = bench.write_inputs()
     built = bench.build_all()
     results["read"] = bench.read_all(built)
+    if with_cluster:
+        results["cluster"] = bench.cluster_all()
     results["build_scaling"] = built["build_scaling"]
     results["build_memory"] = built["build_memory"]
     results["builds_for_reads"] = built["reads"]
@@ -562,6 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --quick: still build with the tfds CLI and read in subprocesses (as a full run)")
     parser.add_argument("--report-only", action="store_true",
                         help="re-render RESULTS.md and results.png from OUT/results.json without measuring")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="leave out the Dask cluster section (cluster.py: dask builds, driver at 1M sources)")
     parser.add_argument("--no-publish", action="store_true", help="do not copy the results into the checkout's benchmarks/")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -586,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"[bench] {settings.mode} run into {os.path.abspath(args.out)}; load average {load:.2f} on "
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
-    results = run(args.out, settings, inputs_dir=args.inputs)
+    results = run(args.out, settings, inputs_dir=args.inputs, with_cluster=not args.no_cluster)
     bad = report.finite_numbers(results)
     if bad:
         raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
@@ -597,6 +627,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in results["targets"]:
         print(f"[bench] {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} (target {t['op']} {t['target']:g})",
               flush=True)
+    for t in results.get("cluster", {}).get("targets", []):
+        print(f"[bench] cluster: {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} "
+              f"(target {t['op']} {t['target']:g})", flush=True)
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -34,7 +35,9 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
+from vidvol.builders import build_log
 from vidvol.builders import files
+from vidvol.builders import progress
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -64,12 +67,16 @@ KeyExample = tuple[str, Mapping[str, Any]]
 ExampleFn = Callable[[Any], Iterable["KeyExample | Skip"]]
 Source = tuple[str, Any]  # (stable source id, picklable record handed to the example function)
 WorkerSetup = Callable[[], None]  # run once per Beam worker before its first example (e.g. thread limits)
-# (beam_runner, beam_options, number of work items) -> (runner, options); the count lets a runner
-# split the work (e.g. one Dask partition per shard task).
-RunnerResolver = Callable[[Any, "PipelineOptions | None", "int | None"], "tuple[Any, PipelineOptions]"]
+# (beam_runner, beam_options, number of work items[, num_sources=inputs planned]) -> (runner, options);
+# the counts let a runner split the work (e.g. one Dask partition per shard task) or size itself
+# (e.g. one in-process worker for a small build). `num_sources` is passed by keyword, and only to a
+# resolver that accepts it.
+RunnerResolver = Callable[..., "tuple[Any, PipelineOptions]"]
 
 
-def _as_given(runner: Any, options: PipelineOptions | None, num_tasks: int | None = None) -> tuple[Any, PipelineOptions]:
+def _as_given(
+    runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, num_sources: int | None = None
+) -> tuple[Any, PipelineOptions]:
     """The default resolver: Beam's own choice for the runner and options given."""
     return runner, options or PipelineOptions([])
 
@@ -83,9 +90,50 @@ def set_runner_resolver(resolver: RunnerResolver) -> None:
     _runner_resolver = resolver
 
 
-def resolve_runner(runner: Any, options: PipelineOptions | None, num_tasks: int | None = None) -> tuple[Any, PipelineOptions]:
+def resolve_runner(
+    runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, num_sources: int | None = None
+) -> tuple[Any, PipelineOptions]:
     """The (runner, options) a build's `beam_runner`/`beam_options` run with, by the installed resolver."""
+    if num_sources is not None and _accepts_num_sources(_runner_resolver):
+        return _runner_resolver(runner, options, num_tasks, num_sources=num_sources)
     return _runner_resolver(runner, options, num_tasks)
+
+
+def _accepts_num_sources(resolver: RunnerResolver) -> bool:
+    try:
+        params = inspect.signature(resolver).parameters
+    except (TypeError, ValueError):
+        return False
+    return "num_sources" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+class SourceError(RuntimeError):
+    """A non-input error while turning one source into examples (its message names the source)."""
+
+
+def _where(source: Source, split: str) -> str:
+    """`[source 'ID' (PATH), split 'train']`: which input an error came from."""
+    source_id, record = source
+    path = getattr(record, "path", None) or getattr(record, "video", None)  # the file a record reads, if one
+    path_part = f" ({path})" if isinstance(path, str) and path and path != source_id else ""
+    return f"[source {source_id!r}{path_part}, split {split!r}]"
+
+
+def naming_source(error: BaseException, source: Source, split: str) -> BaseException:
+    """`error` again (same type where it can be rebuilt, else SourceError), its message naming the source.
+
+    Input errors become skips; anything else fails the build, and the user must learn which input
+    file did it: the runner shows this message (with the worker's traceback) as the build's error.
+    """
+    where = _where(source, split)
+    try:
+        if error.args and isinstance(error.args[0], str):
+            again = type(error)(f"{error.args[0]} {where}", *error.args[1:])
+            if where in str(again):
+                return again
+    except Exception:  # pylint: disable=broad-except  (exception types with other constructors)
+        pass
+    return SourceError(f"{type(error).__name__}: {error} {where}")
 
 
 def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterator[KeyExample | Skip]:
@@ -114,11 +162,14 @@ class _GenerateFn(beam.DoFn):
             fn()
 
     def process(self, source: Source):
-        for item in run_example_fn(self._example_fn, source, self._split):
-            if isinstance(item, Skip):
-                yield beam.pvalue.TaggedOutput("skips", item.as_dict())
-            else:
-                yield item
+        try:
+            for item in run_example_fn(self._example_fn, source, self._split):
+                if isinstance(item, Skip):
+                    yield beam.pvalue.TaggedOutput("skips", item.as_dict())
+                else:
+                    yield item
+        except Exception as e:  # pylint: disable=broad-except
+            raise naming_source(e, source, self._split) from e
 
 
 class ExamplesFromSources(beam.PTransform):
@@ -253,22 +304,29 @@ class WriteShardFn(beam.DoFn):
         # A task may run twice (a runner retrying it after a worker died): each attempt writes its own
         # file and renames it into place whole, then its sidecar, so a rerun never sees half a shard.
         attempt = f"{task.path}.{uuid.uuid4().hex[:12]}.tmp"
+        # Progress for the driver's display: inputs done so far, rewritten now and then (progress.py).
+        recorder = progress.ProgressRecorder(progress.progress_path(task.path), len(task.sources))
         with tf.io.TFRecordWriter(attempt) as writer:
             for source in task.sources:
-                for item in run_example_fn(example_fn, source, task.split):
-                    if isinstance(item, Skip):
-                        skips.append(item.as_dict())
-                        continue
-                    key, example = item
-                    # deterministic=True: feature-map entries in key order, so the same input gives the
-                    # same bytes in every process (proto map order otherwise varies with the process).
-                    tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
-                    record = tf_example.SerializeToString(deterministic=True)
-                    writer.write(record)
-                    keys.append(str(key))
-                    num_bytes += len(record)
-                    del example, tf_example, record
+                try:
+                    for item in run_example_fn(example_fn, source, task.split):
+                        if isinstance(item, Skip):
+                            skips.append(item.as_dict())
+                            continue
+                        key, example = item
+                        # deterministic=True: feature-map entries in key order, so the same input gives the
+                        # same bytes in every process (proto map order otherwise varies with the process).
+                        tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
+                        record = tf_example.SerializeToString(deterministic=True)
+                        writer.write(record)
+                        keys.append(str(key))
+                        num_bytes += len(record)
+                        del example, tf_example, record
+                except Exception as e:  # pylint: disable=broad-except  (not an input error: fails the build)
+                    raise naming_source(e, source, task.split) from e
+                recorder.source_done(len(keys), sum(1 for s in skips if not s.get("example")))
         tf.io.gfile.rename(attempt, task.path, overwrite=True)
+        recorder.write()  # the final count, before the sidecar that marks the shard done
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes, "skips": skips}
         _write_json(info, task.path + ".info.json")
         logger.info(
@@ -295,6 +353,8 @@ def collect_split(split: str, tasks: Sequence[ShardTask], final_path_fn: Callabl
     infos = [_read_json(t.path + ".info.json") for t in tasks]
     for t in tasks:
         tf.io.gfile.remove(t.path + ".info.json")
+        if tf.io.gfile.exists(progress.progress_path(t.path)):
+            tf.io.gfile.remove(progress.progress_path(t.path))
     nonempty = [(t, i) for t, i in zip(tasks, infos) if i["keys"]]
     for t, i in zip(tasks, infos):
         if not i["keys"]:
@@ -330,6 +390,20 @@ def summary_line(name: str, result: SplitResult) -> str:
     if partial:
         line += f", {len(partial)} parts masked inside written examples"
     return line
+
+
+def skips_line(results: Sequence[SplitResult], data_dir: str) -> str:
+    """`3 inputs skipped: see DIR/skip_report.json` (counts over every split; masked parts too)."""
+    skipped = sum(1 for r in results for s in r.skips if not s.get("example"))
+    masked = sum(1 for r in results for s in r.skips if s.get("example"))
+    path = os.path.join(data_dir, SKIP_REPORT_NAME)
+    what = f"{skipped} inputs skipped" + (f", {masked} parts masked" if masked else "")
+    return f"{what}: see {path}" if skipped or masked else f"{what} (skip report: {path})"
+
+
+def build_summary(name: str, results: Sequence[SplitResult], data_dir: str) -> list[str]:
+    """What a build ends with: one `summary_line` per split, then the skips and the skip report's path."""
+    return [summary_line(name, r) for r in results] + [skips_line(results, data_dir)]
 
 
 def write_skip_report(path: str, dataset: str, results: Sequence[SplitResult]) -> dict[str, Any]:
@@ -373,10 +447,34 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     The build honours TFDS's `num_shards`, `max_shard_size` and `max_examples_per_split`
     download options and runs on the runner the installed resolver picks (see
-    `set_runner_resolver`).
+    `set_runner_resolver`). While it runs, the terminal shows one progress bar per split (from the
+    workers' progress records), warnings and errors; everything else goes to a build log next to
+    the dataset folder; the per-split summary comes last (see `vidvol.builders.build_log`).
     """
 
     MIN_SHARDS = DEFAULT_MIN_SHARDS
+    _summary_results: Sequence[SplitResult] | None = None
+
+    def _display_name(self) -> str:
+        return f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
+
+    def download_and_prepare(self, *, download_dir=None, download_config=None, **kwargs):  # pylint: disable=arguments-differ
+        """TFDS's download_and_prepare inside a build session (quiet terminal, build log, summary last).
+
+        A dataset that is already prepared (and not being overwritten) is left to TFDS as is.
+        """
+        mode = download_config.download_mode if download_config else None
+        prepared = tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
+        if prepared and not (mode is not None and mode.overwrite_dataset):
+            return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+        name = self._display_name()
+        log_dir = os.fspath(self.data_path.parent)
+        with build_log.session(name, log_dir, version=str(self.version)) as session:
+            self._summary_results = None
+            super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+            if self._summary_results is not None:
+                session.add_summary(build_summary(name, self._summary_results, os.fspath(self.data_path)))
+        return None
 
     def _estimated_example_bytes(self) -> int:
         """Rough serialized size of one example, used to size shards before anything is decoded."""
@@ -411,8 +509,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         tasks = self._plan(generators, templates, download_config)
         all_tasks = [t for ts in tasks.values() for t in ts]
         if all_tasks:
-            runner, options = resolve_runner(download_config.beam_runner, download_config.beam_options, len(all_tasks))
-            self._run_pipeline(all_tasks, generators, runner, options)
+            num_sources = sum(len(t.sources) for t in all_tasks)
+            runner, options = resolve_runner(
+                download_config.beam_runner, download_config.beam_options, len(all_tasks), num_sources=num_sources
+            )
+            self._run_pipeline(all_tasks, generators, runner, options, tasks)
         for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
             tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)
         results = []
@@ -445,8 +546,12 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
         return tasks
 
-    def _run_pipeline(self, all_tasks, generators, runner, options) -> None:
-        """One Beam pipeline: shard tasks spread over the workers, each written whole by one worker."""
+    def _run_pipeline(self, all_tasks, generators, runner, options, tasks_by_split=None) -> None:
+        """One Beam pipeline: shard tasks spread over the workers, each written whole by one worker.
+
+        While it runs, a background thread reads the workers' progress records and shows one bar
+        (or plain line) per split.
+        """
         fns = {split: gen.example_fn for split, gen in generators.items()}
         setup = [fn for gen in generators.values() for fn in gen.worker_setup]
         pipeline = beam.Pipeline(runner=runner, options=options)
@@ -456,13 +561,25 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             | "Distribute" >> beam.Reshuffle()
             | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns, setup))
         )
-        state = pipeline.run().wait_until_finish()
+        by_split = tasks_by_split or {t.split: [x for x in all_tasks if x.split == t.split] for t in all_tasks}
+        shards = {split: [(progress.progress_path(t.path), len(t.sources)) for t in ts] for split, ts in by_split.items()}
+        session = build_log.current()
+        states = [progress.SplitProgress(split, sum(n for _, n in items)) for split, items in shards.items()]
+        display = (session.progress_display(states) if session is not None
+                   else progress.LineDisplay(self._display_name(), lambda line: logger.info("%s", line)))
+        with progress.ProgressMonitor(shards, display):
+            state = pipeline.run().wait_until_finish()
         if state is not None and str(state) != PipelineState.DONE:
             raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
 
     def _report(self, data_dir: str, results: Sequence[SplitResult]) -> None:
-        """Writes the skip report next to the shards and logs one summary line per split."""
+        """Writes the skip report next to the shards; the summary lines are shown when the build ends.
+
+        Inside a build session (`download_and_prepare`) they are the last lines the user sees,
+        with the skip report's final path; called otherwise, they are logged at WARNING.
+        """
         write_skip_report(os.path.join(data_dir, SKIP_REPORT_NAME), self.name, results)
-        name = f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
-        for result in results:
-            logger.warning("%s", summary_line(name, result))
+        if build_log.current() is not None:
+            self._summary_results = list(results)
+        else:
+            build_log.summary(build_summary(self._display_name(), results, data_dir))

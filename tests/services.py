@@ -201,10 +201,10 @@ class SeaweedS3:
                            f"{self.log_path}:\n{_tail(self.log_path)}")
 
     def client(self):
-        """A boto3 S3 client for this server."""
-        import boto3  # pylint: disable=g-import-not-at-top
+        """A botocore S3 client for this server (botocore comes with s3fs's aiobotocore; no boto3 needed)."""
+        import botocore.session  # pylint: disable=g-import-not-at-top
 
-        return boto3.client(
+        return botocore.session.get_session().create_client(
             "s3", endpoint_url=self.endpoint_url, aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key, region_name="us-east-1",
         )
