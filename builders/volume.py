@@ -26,6 +26,8 @@ from vidvol.builders import files
 logger = logging.getLogger(__name__)
 
 NORMALIZATION_MODES = ("none", "zscore", "minmax")
+# "crop": keep the voxel size, centre-crop/pad; "whole": shrink each scan isotropically until it fits, pad the rest.
+FIT_MODES = ("crop", "whole")
 
 # Exceptions nibabel (and gzip/zlib underneath it) raises for unreadable, truncated or foreign bytes.
 _READ_ERRORS = (ImageFileError, EOFError, zlib.error, OSError, ValueError)
@@ -242,6 +244,18 @@ def crop_or_pad(volume: Volume, spatial_size: Sequence[int]) -> CroppedVolume:
     return CroppedVolume(data=data, mask=mask, affine=volume.affine @ shift)
 
 
+def fit_spacing(volume: Volume, spatial_size: Sequence[int]) -> tuple[float, float, float]:
+    """The isotropic voxel size (mm) at which the whole field of view fits ``spatial_size``.
+
+    The axis whose physical extent (``shape * spacing``) is largest relative to its output size sets
+    it, so the aspect ratio is kept and the other axes are padded (and masked) rather than cut.
+    """
+    size = np.asarray([int(n) for n in spatial_size], dtype=np.float64)
+    extent = np.asarray(volume.data.shape, dtype=np.float64) * volume.spacing.astype(np.float64)
+    step = float(np.max(extent / size))
+    return (step, step, step)
+
+
 def normalize_intensity(data: np.ndarray, mask: np.ndarray, *, mode: str = "none") -> np.ndarray:
     """Normalize intensities from statistics inside ``mask == 1`` (padding stays 0), float32 out.
 
@@ -282,8 +296,13 @@ def preprocess_volume(
     pixdim: Sequence[float] | None = None,
     volume_index: int = 0,
     normalization: str = "none",
+    fit: str = "crop",
 ) -> tuple[CroppedVolume, Volume]:
     """Run load -> RAS -> resample -> crop/pad -> normalize on one file for the mri_volumes builder.
+
+    ``fit="crop"`` keeps the voxel size (``pixdim`` or the file's own) and centre-crops or pads;
+    ``fit="whole"`` resamples each scan to the isotropic voxel size at which its whole field of view
+    fits ``spatial_size`` (:func:`fit_spacing`), then pads the shorter axes (mask 0 there).
 
     Returns the fixed-shape output and the metadata of the reoriented, resampled :class:`Volume`
     (``affine``, ``spacing``, ``original_shape``, ``num_nonfinite``); its ``data`` is released (an empty
@@ -295,6 +314,12 @@ def preprocess_volume(
         )
     volume = load_volume(path, volume_index=volume_index)
     volume = reorient_to_ras(volume)
+    if fit not in FIT_MODES:
+        raise ValueError(f"unknown fit mode {fit!r}, expected one of {FIT_MODES}")
+    if fit == "whole":
+        if pixdim is not None:
+            raise ValueError("fit='whole' chooses each scan's voxel size; leave pixdim unset")
+        pixdim = fit_spacing(volume, spatial_size)
     volume = resample_to_spacing(volume, pixdim)
     cropped = crop_or_pad(volume, spatial_size)
     metadata = dataclasses.replace(volume, data=np.empty((0, 0, 0), dtype=np.float32))

@@ -21,6 +21,7 @@ class VolumeSpec:
     pixdim: tuple[float, float, float] | None = None  # None keeps each file's own voxel size
     volume_index: int = 0  # which volume of a 4-D file
     normalization: str = "none"  # "none", "zscore" or "minmax" (statistics inside the mask)
+    fit: str = "crop"  # "crop": keep the voxel size, centre-crop/pad; "whole": the whole field of view, padded
 
     def __post_init__(self):
         size = tuple(int(n) for n in self.spatial_size)
@@ -34,6 +35,11 @@ class VolumeSpec:
             object.__setattr__(self, "pixdim", pixdim)
         if int(self.volume_index) < 0:
             raise ValueError(f"volume_index must be >= 0, got {self.volume_index}")
+        if self.fit not in volume.FIT_MODES:
+            raise ValueError(f"fit must be one of {volume.FIT_MODES}, got {self.fit!r}")
+        if self.fit == "whole" and self.pixdim is not None:
+            raise ValueError("fit='whole' chooses each scan's voxel size (the whole field of view in the grid): "
+                             "leave pixdim unset, or use fit='crop' with pixdim")
         if self.normalization not in volume.NORMALIZATION_MODES:
             raise ValueError(
                 f"normalization must be one of {volume.NORMALIZATION_MODES}, got {self.normalization!r}"
@@ -83,6 +89,7 @@ def volume_example(
             pixdim=spec.pixdim,
             volume_index=spec.volume_index,
             normalization=spec.normalization,
+            fit=spec.fit,
         )
     if metadata.num_nonfinite:
         yield beam_writer.Skip(source=source.key, reason=nonfinite_reason(metadata.num_nonfinite), example=source.key)

@@ -23,6 +23,7 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
     pixdim: tuple[float, float, float] | None = None  # mm; None keeps each file's own voxel size
     volume_index: int = 0  # which volume of a 4-D file
     normalization: str = "none"  # "none", "zscore" or "minmax" (statistics inside the mask)
+    fit: str = "crop"  # "crop": voxel size kept, centre crop/pad; "whole": whole field of view, isotropic, padded
     label_column: str = layout.DEFAULT_LABEL_COLUMN
     label_names: tuple[str, ...] | None = None  # None: the CSV's distinct labels, sorted
 
@@ -36,7 +37,7 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
         """The per-volume recipe the Beam workers run (validates the parameters)."""
         return volume_examples.VolumeSpec(
             spatial_size=tuple(self.spatial_size), pixdim=self.pixdim,
-            volume_index=self.volume_index, normalization=self.normalization,
+            volume_index=self.volume_index, normalization=self.normalization, fit=self.fit,
         )
 
 
@@ -55,6 +56,11 @@ class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
     ]
     NAMED_CONFIGS = [  # by name: `tfds build mri_volumes/small_32`
         MriVolumesConfig(name="small_32", spatial_size=(32, 32, 32), description="32x32x32 voxels, for quick trials."),
+        MriVolumesConfig(name="128_whole", fit="whole",
+                         description="128x128x128 voxels holding each scan's whole field of view: resampled "
+                                     "isotropically so its longest axis fits, the rest padded and masked."),
+        MriVolumesConfig(name="small_32_whole", spatial_size=(32, 32, 32), fit="whole",
+                         description="32x32x32 voxels holding each scan's whole field of view, for quick trials."),
     ]
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
 {layout.EXPECTED_LAYOUT}

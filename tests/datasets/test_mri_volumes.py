@@ -224,6 +224,37 @@ def test_center_crop_and_pad_with_mask(tmp_path):
     np.testing.assert_allclose(_world(ex["affine"], (0, 2, 3)), _world(dummy.affine_for(shape, (1, 1, 1)), (12, 0, 0)))
 
 
+def test_whole_fit_keeps_a_whole_brain_scan_that_the_centre_crop_cuts(tmp_path):
+    # A 1 mm whole-brain-sized scan (197x233x189, as MNI152 1 mm), the "brain" an ellipsoid filling
+    # most of the field of view; the default 128^3 grid at 1 mm cuts it, fit="whole" keeps all of it.
+    shape, spacing = (197, 233, 189), (1.0, 1.0, 1.0)
+    grids = np.meshgrid(*(np.linspace(-1.0, 1.0, n, dtype=np.float32) for n in shape), indexing="ij")
+    brain = (sum(g**2 for g in grids) <= 0.9**2).astype(np.float32) * 100.0
+    path = dummy.write_nifti(str(tmp_path / "t1.nii.gz"), brain, dummy.affine_for(shape, spacing), dtype=np.float32)
+    crop = _example(path, spatial_size=(128, 128, 128))
+    whole = _example(path, spatial_size=(128, 128, 128), fit="whole")
+    voxel_ml = {"crop": 1.0, "whole": float(np.prod(whole["spacing"]))}
+    brain_ml = float((brain > 50).sum())
+    assert (crop["volume"] > 50).sum() * voxel_ml["crop"] < 0.9 * brain_ml  # the crop cut the brain
+    assert abs((whole["volume"] > 50).sum() * voxel_ml["whole"] - brain_ml) < 0.03 * brain_ml  # nothing cut
+    # Isotropic voxel size set by the longest axis (233 mm -> 128 voxels); the others padded and masked.
+    np.testing.assert_allclose(whole["spacing"], [233 / 128] * 3, rtol=1e-6)
+    box = [int(round(n * 128 / 233)) for n in shape]  # 108, 128, 104
+    assert whole["mask"].sum() == np.prod(box)
+    lo = [(128 - n) // 2 for n in box]
+    expected = np.zeros((128, 128, 128), np.uint8)
+    expected[lo[0]:lo[0] + box[0], lo[1]:lo[1] + box[1], lo[2]:lo[2] + box[2]] = 1
+    np.testing.assert_array_equal(whole["mask"], expected)
+    assert not whole["volume"][whole["mask"] == 0].any()
+    # The affine still maps voxels to the right world positions: the brain's centre stays at the origin.
+    centre = np.argwhere(whole["volume"] > 50).mean(axis=0)
+    np.testing.assert_allclose(_world(whole["affine"], centre), (0, 0, 0), atol=1.0)
+    with pytest.raises(ValueError, match="leave pixdim unset"):
+        ve.VolumeSpec(fit="whole", pixdim=(1.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="fit must be one of"):
+        ve.VolumeSpec(fit="stretch")
+
+
 def test_int16_with_scaling_gives_the_scaled_values(tmp_path):
     shape = (10, 12, 8)
     path = dummy.write_nifti(str(tmp_path / "i16.nii.gz"), dummy.head_like(shape, 3), dummy.affine_for(shape, (1, 1.2, 1.5)))
@@ -342,7 +373,8 @@ class MriVolumesDummyDataTest(tfds.testing.DatasetBuilderTestCase):
     """Builds small_32 from dummy_data/ through Beam and reads every split back."""
 
     DATASET_CLASS = mri.Builder
-    BUILDER_CONFIG_NAMES_TO_TEST = [mri.Builder.get_builder_config("small_32")]  # a named (unregistered) config
+    BUILDER_CONFIG_NAMES_TO_TEST = [  # named (unregistered) configs
+        mri.Builder.get_builder_config("small_32"), mri.Builder.get_builder_config("small_32_whole")]
     SPLITS = {"train": 4, "validation": 1, "test": 1}
     SKIP_CHECKSUMS = True
 
