@@ -33,7 +33,7 @@ MIB = 2**20
 
 
 class ShardWatch(threading.Thread):
-    """Polls data_dir for shard files being written (`*.partial`): when each appeared, when it last grew."""
+    """Polls data_dir for shard files being written (`*.partial*`): when each appeared, when it last grew."""
 
     def __init__(self, data_dir: str, interval: float):
         super().__init__(daemon=True)
@@ -44,7 +44,9 @@ class ShardWatch(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        pattern = os.path.join(self.data_dir, "**", "*.partial")
+        # Shard attempts: `<shard>.partial.<id>.tmp` while written (renamed to `<shard>.partial` when whole);
+        # the workers' progress records (`.progress`) are not shards.
+        pattern = os.path.join(self.data_dir, "**", "*.partial*")
         while not self._halt.is_set():
             self.poll(pattern)
             self._halt.wait(self.interval)
@@ -54,12 +56,15 @@ class ShardWatch(threading.Thread):
         """Records new shard files and the latest write of each."""
         now = time.time()
         for path in glob.glob(pattern, recursive=True):
+            if path.endswith((".info.json", ".progress")) or ".progress." in path:  # sidecars, progress records
+                continue
+            shard = path.split(".partial")[0] + ".partial"  # one entry per shard, whatever the attempt's name
             try:
                 mtime = os.path.getmtime(path)
             except OSError:  # renamed to its final name meanwhile
                 continue
-            self.opened.setdefault(path, now)
-            self.written[path] = max(self.written.get(path, 0.0), mtime)
+            self.opened.setdefault(shard, now)
+            self.written[shard] = max(self.written.get(shard, 0.0), mtime)
 
     @property
     def first_seen(self) -> float | None:
@@ -84,10 +89,14 @@ def beam_flags(workers: int, running_mode: str) -> list[str]:
 
 
 def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, log_path: str,
-         monitor_interval: float, extra: Sequence[str]) -> tuple[float, float, fire_memory.TreeMonitor]:
-    """Runs `tfds build` in a subprocess under a TreeMonitor; returns (wall s, CPU s of the tree, monitor)."""
+         monitor_interval: float, extra: Sequence[str], target: str | None = None
+         ) -> tuple[float, float, fire_memory.TreeMonitor]:
+    """Runs `tfds build` in a subprocess under a TreeMonitor; returns (wall s, CPU s of the tree, monitor).
+
+    `target`: what the command names (e.g. `hmdb51` alone, no config); default `name/config`.
+    """
     options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
-    cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", f"{name}/{config}",
+    cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", target or f"{name}/{config}",
            "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
            f"--beam_pipeline_options={options}", *extra]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -110,7 +119,7 @@ def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, l
 
 
 def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
-                monitor_interval: float) -> tuple[float, float, fire_memory.TreeMonitor]:
+                monitor_interval: float, target: str | None = None) -> tuple[float, float, fire_memory.TreeMonitor]:
     """Runs download_and_prepare here under a TreeMonitor of this process (and its Beam workers, if any)."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
@@ -121,7 +130,7 @@ def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers:
     monitor.start()
     start, cpu_start = time.monotonic(), _cpu_seconds()
     try:
-        builder = tfds.builder(f"{name}/{config}", data_dir=data_dir)
+        builder = tfds.builder(target or f"{name}/{config}", data_dir=data_dir)
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
             manual_dir=manual_dir, beam_options=PipelineOptions(beam_flags(workers, running_mode))))
     finally:
@@ -153,8 +162,12 @@ def last_shard_write(data_dir: str, name: str, config: str) -> float:
 
 
 def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: int, isolate: bool = True,
-          running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = ()) -> dict[str, Any]:
+          running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = (),
+          target: str | None = None) -> dict[str, Any]:
     """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary.
+
+    `target`: what the `tfds build` command names (e.g. the dataset alone, which builds its
+    default config `config`); default `name/config`.
 
     `isolate`: the tfds CLI in a subprocess (multi-process Beam); otherwise download_and_prepare in
     this process with Beam's `running_mode` ("multi_threading", or "multi_processing" for worker
@@ -168,12 +181,16 @@ def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: in
     try:
         if isolate:
             wall, cpu, monitor = _cli(name, config, manual_dir, data_dir, workers, data_dir.rstrip("/") + ".log",
-                                      interval, extra)
+                                      interval, extra, target)
         else:
-            wall, cpu, monitor = _in_process(name, config, manual_dir, data_dir, workers, running_mode, interval)
+            wall, cpu, monitor = _in_process(name, config, manual_dir, data_dir, workers, running_mode, interval, target)
     finally:
         watch.stop()
     others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / wall
+    configs = sorted(d for d in os.listdir(os.path.join(data_dir, name))
+                     if os.path.isdir(os.path.join(data_dir, name, d)) and not d.startswith("."))
+    if configs != [config]:
+        raise RuntimeError(f"tfds build {target or name + '/' + config} built {configs}, expected only {config!r}")
     report = skip_report(data_dir, name, config)
     examples = sum(s["examples"] for s in report["splits"].values())
     write_s = in_flight = None

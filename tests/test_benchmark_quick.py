@@ -87,8 +87,14 @@ def test_quick_run_writes_every_section(quick):
     for w in (1, 2):
         assert results["build_scaling"][f"workers_{w}"]["examples_per_s"] > 0
     assert set(results["build_memory"]["results"]) == {"1", "2"}
+    for name in ("hmdb51", "fire_hrr"):  # builds against the tight-loop limit of their own work
+        e = results["build_limit"][name]
+        assert e["stages"]["source_frames"] > 0 and e["limit_frames_per_s"] > 0 and 0 < e["write_share"]
+        assert 0 < e["serialized_share"] <= e["example_fn_share"] * 1.2
+    nc = results["no_config"]
+    assert nc["config"] == "split1_20x64x64" and nc["ratio"] > 0
     names = [t["name"] for t in results["targets"]]
-    assert len(names) == 9 and all(isinstance(t["pass"], bool) for t in results["targets"])
+    assert len(names) == 12 and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)

@@ -1,0 +1,158 @@
+"""How close a build comes to the limit of its own work: source frames per second per core.
+
+The limit is the same decoding and encoding done in a tight loop on one core, with nothing else:
+for hmdb51, OpenCV grabs every frame of each video (as the builder does: seeking in DivX/XviD is
+unreliable), retrieves the sampled ones, converts BGR->RGB, resizes (INTER_AREA) and JPEG-encodes
+them at the config's quality; for fire_hrr, OpenCV decodes each JPEG frame file, converts, resizes
+when the config's size differs and encodes it. Times the cores, that is the most any build of
+these inputs could reach on this machine.
+
+Between that loop and a real build, `stages()` times the same sources one core at a time through
+our own example function (probe, sampling, masks: `run_example_fn`) and then through TFDS's
+feature encoding and `SerializeToString` (what each Beam worker does per example). What is left
+between that and the build's writing phase is Beam (bundles, pickling, shard tasks) and worker
+imbalance; between the writing phase and the whole command, start-up (interpreter, TensorFlow and
+Beam imports in the driver and in each SDK worker) and the driver's planning and summary.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any, Iterator
+
+import cv2
+import numpy as np
+
+
+def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
+    """(split, source, example_fn) of every input a build of name/config decodes, from the builder itself."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+    with tempfile.TemporaryDirectory() as tmp:
+        builder = tfds.builder(f"{name}/{config}", data_dir=tmp)
+        # The builder's own download manager, as download_and_prepare makes it (benchmark code: private calls).
+        dl_manager = builder._make_download_manager(  # pylint: disable=protected-access
+            tmp, tfds.download.DownloadConfig(manual_dir=manual_dir))
+        generators = builder._split_generators(dl_manager)  # pylint: disable=protected-access
+        for split, gen in generators.items():
+            for source in gen.sources:
+                yield split, source, gen.example_fn
+
+
+def _encode(bgr: np.ndarray, size: tuple[int, int], quality: int) -> bytes:
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    if rgb.shape[:2] != size:
+        interp = cv2.INTER_AREA if size[0] <= rgb.shape[0] and size[1] <= rgb.shape[1] else cv2.INTER_LINEAR
+        rgb = cv2.resize(rgb, (size[1], size[0]), interpolation=interp)
+    # As stored: the RGB array handed to the JPEG encoder (channel order does not change the cost).
+    ok, data = cv2.imencode(".jpg", rgb, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return data.tobytes()
+
+
+def _video_frames(path: str, num_samples: int, size: tuple[int, int], quality: int) -> int:
+    """Grab every frame, retrieve/resize/encode `num_samples` evenly spaced ones; returns frames grabbed."""
+    cap = cv2.VideoCapture(path)
+    count = max(int(cap.get(cv2.CAP_PROP_FRAME_COUNT)), 1)
+    wanted = set(np.linspace(0, count - 1, num_samples).round().astype(int).tolist())
+    grabbed = 0
+    while cap.grab():
+        if grabbed in wanted:
+            ok, frame = cap.retrieve()
+            if ok:
+                _encode(frame, size, quality)
+        grabbed += 1
+    cap.release()
+    return grabbed
+
+
+def _image_frames(paths: tuple[str, ...], size: tuple[int, int], quality: int) -> int:
+    for path in paths:
+        _encode(cv2.imdecode(np.fromfile(path, dtype=np.uint8), cv2.IMREAD_COLOR), size, quality)
+    return len(paths)
+
+
+def _source_work(source: Any, *, num_samples: int, size: tuple[int, int], quality: int) -> int:
+    """The tight-loop work of one builder source (key, record); returns its source frames."""
+    record = source[1]
+    if hasattr(record, "frames"):  # fire_hrr: FrameSeriesSource (image files)
+        return _image_frames(tuple(record.frames), size, quality)
+    return _video_frames(record.path, num_samples, size, quality)  # hmdb51: ClipSource
+
+
+def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: tuple[int, int],
+           quality: int) -> dict[str, Any]:
+    """CPU seconds for the inputs of name/config, one core: tight loop, our example function, + serialization."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
+
+    cv2.setNumThreads(1)
+    sources = list(_builder_sources(name, config, manual_dir))
+    features = tfds.builder(f"{name}/{config}").info.features
+    serializer = tfds.core.example_serializer.ExampleSerializer(features.get_serialized_info())
+
+    frames = 0
+    start = time.process_time()
+    for _, source, _ in sources:
+        frames += _source_work(source, num_samples=num_samples, size=size, quality=quality)
+    tight_cpu = time.process_time() - start
+
+    example_cpu = serialize_cpu = 0.0
+    examples = 0
+    for split, source, example_fn in sources:
+        t0 = time.process_time()
+        items = [i for i in beam_writer.run_example_fn(example_fn, source, split) if not isinstance(i, beam_writer.Skip)]
+        t1 = time.process_time()
+        for _, example in items:
+            serializer.get_tf_example(features.encode_example(example)).SerializeToString(deterministic=True)
+        serialize_cpu += time.process_time() - t1
+        example_cpu += t1 - t0
+        examples += len(items)
+    return {
+        "sources": len(sources), "examples": examples, "source_frames": frames,
+        "tight_cpu_s": round(tight_cpu, 2), "example_fn_cpu_s": round(example_cpu, 2),
+        "serialize_cpu_s": round(serialize_cpu, 2),
+        "limit_frames_per_s_one_core": round(frames / tight_cpu, 1),
+        "example_fn_frames_per_s_one_core": round(frames / example_cpu, 1),
+        "with_serialization_frames_per_s_one_core": round(frames / (example_cpu + serialize_cpu), 1),
+    }
+
+
+def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, frames_per_source_scale: float = 1.0
+               ) -> dict[str, Any]:
+    """The build's source frames/s per core against the tight-loop limit; where the rest goes.
+
+    `frames_per_source_scale`: the build decoded this many times the frames `stage` measured
+    (e.g. fire_hrr's scaling builds list every experiment several times).
+    """
+    frames = stage["source_frames"] * frames_per_source_scale
+    limit = stage["limit_frames_per_s_one_core"] * cores
+    write_rate = frames / max(build["write_s"], 1e-3)
+    e2e_rate = frames / build["wall_s"]
+    # Each stage as a share of the limit: the gaps are what that step costs.
+    return {
+        "cores": cores, "build_workers": build["workers"], "source_frames": int(frames),
+        "limit_frames_per_s": round(limit, 1),
+        "example_fn_share": round(stage["example_fn_frames_per_s_one_core"] / stage["limit_frames_per_s_one_core"], 3),
+        "serialized_share": round(stage["with_serialization_frames_per_s_one_core"]
+                                  / stage["limit_frames_per_s_one_core"], 3),
+        "write_frames_per_s_per_core": round(write_rate / cores, 1),
+        "e2e_frames_per_s_per_core": round(e2e_rate / cores, 1),
+        "write_share": round(write_rate / limit, 3),
+        "e2e_share": round(e2e_rate / limit, 3),
+        "startup_s": round(build["wall_s"] - build["write_s"], 1),
+    }
+
+
+if __name__ == "__main__":  # python benchmarks/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
+    import json
+    import sys
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    n, c, m, k, h, w = sys.argv[1:7]
+    print(json.dumps(stages(n, c, m, num_samples=int(k), size=(int(h), int(w)), quality=90), indent=1))
