@@ -64,7 +64,8 @@ def store(tmp_path_factory):
     with SeaweedS3(buckets=(BUCKET,)) as server:
         client = server.client()
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            client.upload_file(str(path), BUCKET, path.relative_to(root).as_posix())
+            with open(path, "rb") as body:
+                client.put_object(Bucket=BUCKET, Key=path.relative_to(root).as_posix(), Body=body)
         yield server, root
 
 
