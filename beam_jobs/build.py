@@ -303,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 handler.setLevel(logging.WARNING)
                 handler.addFilter(build_log.for_terminal)
         return _run(args, beam_flags)
+    except beam_writer.BuildWriteError as e:  # disk full, quota, file size limit: one clear line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # bad flags, unknown options, missing runner options, bad inputs
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -721,7 +721,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 ]
             )
         )
-        self._report(os.fspath(self.data_path), results, tfds_api.given_manual_dir(dl_manager))
+        # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
+        manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
+        self._report(os.fspath(self.data_path), results, manual_dir)
 
     def _nothing_built(self, results: Sequence[SplitResult]) -> str:
         """The error of a build in which no split got an example: why, per split, with the first skips."""

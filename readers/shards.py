@@ -104,9 +104,27 @@ def stand_in_tail(builder: tfds.core.DatasetBuilder) -> str:
 
 def _checked_file(path: tf.Tensor, examples: tf.Tensor, tail: str) -> tf.data.Dataset:
     """One shard's records, padded with stand-ins naming the file up to `examples` when the file breaks off."""
+    # `ignore_errors` retries a file that cannot be opened forever (the reader only moves on after a read
+    # error), so opening is tried first, outside it: reading one byte raises NotFoundError or
+    # PermissionDeniedError naming the file, and yields nothing.
+    opened = tf.data.FixedLengthRecordDataset(path, record_bytes=1, buffer_size=1).take(1).skip(1)
     records = tf.data.TFRecordDataset(path, buffer_size=_BUFFER_SIZE).ignore_errors(log_warning=True)
     stand_ins = tf.data.Dataset.from_tensors(tf.strings.join([_STAND_IN, path, tail])).repeat()
-    return records.concatenate(stand_ins).take(examples)
+    return opened.concatenate(records).concatenate(stand_ins).take(examples)
+
+
+def _check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any], tail: str) -> None:
+    """FileNotFoundError naming the shard files of `instructions` that are gone (one listing of the folder)."""
+    folder = os.fspath(builder.data_path)
+    try:
+        present = {name.rstrip("/") for name in tf.io.gfile.listdir(folder)}
+    except tf.errors.OpError:
+        return  # no listing (some object stores): the read names a missing file itself
+    missing = sorted({os.fspath(f.filename) for f in instructions} - {os.path.join(folder, n) for n in present})
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise FileNotFoundError(f"{builder.info.full_name}: shard files missing: {shown}. Every damaged file, with the "
+                                f"command that rebuilds it: {tail.rsplit(': ', 1)[-1]}")
 
 
 def read_records(
@@ -116,6 +134,7 @@ def read_records(
     """Serialized records of a split, element for element as TFDS's reader gives them, each file checked whole."""
     instructions = list(instructions) if instructions is not None else file_instructions(builder, split)
     tail = stand_in_tail(builder)
+    _check_files_exist(builder, instructions, tail)
     do_skip = any(f.skip > 0 for f in instructions)
     do_take = any(not f.takes_all for f in instructions)
     inputs = {
