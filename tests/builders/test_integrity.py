@@ -153,7 +153,7 @@ def test_checked_reader_gives_tfds_order_element_for_element(built):
     cases = [
         ("train", tfds.ReadConfig(shuffle_seed=3, interleave_cycle_length=2, interleave_block_length=1), True),
         ("train[2:7]", tfds.ReadConfig(interleave_cycle_length=4, interleave_block_length=1), False),
-        ("train", tfds.ReadConfig(interleave_cycle_length=1, interleave_block_length=1,
+        ("train", tfds.ReadConfig(shuffle_seed=5, interleave_cycle_length=1, interleave_block_length=1,
                                   input_context=tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)), True),
     ]
     for split, config, shuffle in cases:
