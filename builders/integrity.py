@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
