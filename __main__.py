@@ -1,4 +1,4 @@
-"""`python -m vidvol COMMAND`: demo, preview, build."""
+"""`python -m vidvol COMMAND`: demo, preview, build, verify."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ COMMANDS = {
     "demo": ("vidvol.demo", "build small sample datasets with Beam and read them back"),
     "preview": ("vidvol.preview", "render a PNG preview of a prepared dataset"),
     "build": ("vidvol.beam_jobs.build", "build a dataset/config on a chosen Beam runner"),
+    "verify": ("vidvol.builders.integrity", "check every shard of a prepared dataset (checksums, counts, records)"),
 }
 
 

@@ -56,6 +56,7 @@ class BuildResult:
     built: bool  # False: the dataset was already prepared and nothing ran
     splits: dict[str, dict[str, int]]  # split -> examples, shards, num_bytes, skipped_inputs, masked_parts
     skipped: list[dict[str, str]]
+    empty_splits: dict[str, str] = dataclasses.field(default_factory=dict)  # split left without example -> why
 
 
 def parse_dataset(spec: str) -> tuple[str, str | None, str | None]:
@@ -120,6 +121,7 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResul
         report = beam_writer.read_skip_report(data_path)
         splits = {name: dict(s) for name, s in report["splits"].items()}
         skipped = list(report["skipped"])
+        empty = dict(report.get("empty_splits", {}))
     except tf.errors.NotFoundError:
         splits = {
             name: {"examples": s.num_examples, "shards": s.num_shards, "num_bytes": s.num_bytes,
@@ -127,7 +129,8 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResul
             for name, s in builder.info.splits.items()
         }
         skipped = []
-    return BuildResult(builder.info.full_name, data_path, built, splits, skipped)
+        empty = {}
+    return BuildResult(builder.info.full_name, data_path, built, splits, skipped, empty)
 
 
 def _local_dask_cluster():
@@ -207,6 +210,9 @@ def summary_lines(result: BuildResult) -> list[str]:
     """One line per split: examples, shards, bytes, skipped inputs by reason, masked parts."""
     lines = []
     for split, s in sorted(result.splits.items()):
+        if split in result.empty_splits:
+            lines.append(beam_writer.empty_split_line(result.dataset, split, result.empty_splits[split]))
+            continue
         whole = [k for k in result.skipped if k.get("split") == split and not k.get("example")]
         reasons = collections.Counter(k["reason"].split(":")[0] for k in whole)
         line = (f"{result.dataset} {split}: {s['examples']} examples in {s['shards']} shards "
@@ -297,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 handler.setLevel(logging.WARNING)
                 handler.addFilter(build_log.for_terminal)
         return _run(args, beam_flags)
+    except beam_writer.BuildWriteError as e:  # disk full, quota, file size limit: one clear line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # bad flags, unknown options, missing runner options, bad inputs
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -327,7 +336,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
     )
     print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
-                      "splits": result.splits}, sort_keys=True), flush=True)
+                      "splits": result.splits, "empty_splits": result.empty_splits}, sort_keys=True), flush=True)
     # Last: what was built and what was skipped (stderr, so stdout's last line stays the JSON).
     lines = summary_lines(result)
     skips = skips_line(result) if result.built else None

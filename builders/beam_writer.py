@@ -18,6 +18,7 @@ resolver with `set_runner_resolver`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -25,6 +26,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -37,16 +39,20 @@ from apache_beam.runners.runner import PipelineState
 
 from vidvol.builders import build_log
 from vidvol.builders import files
+from vidvol.builders import integrity
 from vidvol.builders import progress
+from vidvol.core import artifacts
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
 
-SKIP_REPORT_NAME = "skip_report.json"
+SKIP_REPORT_NAME = artifacts.SKIP_REPORT_NAME
 DEFAULT_MAX_SHARD_SIZE = 256 * 2**20
 DEFAULT_MIN_SHARDS = 4
 # Errors an example function may raise for a bad input; they become skips, anything else fails.
 INPUT_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, EOFError)
+# What a failed write raises: Python's OSError, TensorFlow's OpError (tf.io.gfile, the record writer).
+WRITE_ERRORS: tuple[type[BaseException], ...] = (OSError, tf.errors.OpError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,16 +183,22 @@ class ExamplesFromSources(beam.PTransform):
 
     `worker_setup` functions run once in each Beam worker before its first example (a video
     builder passes `video.single_threaded_opencv`: Beam's workers are the parallelism).
+    A builder may return a split with no source, with `empty_reason` saying why: the streaming
+    builder leaves it out of the dataset's splits and its summary says why.
     """
 
     def __init__(
-        self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = "", worker_setup: Sequence[WorkerSetup] = ()
+        self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = "", worker_setup: Sequence[WorkerSetup] = (),
+        empty_reason: str = "",
     ):
         super().__init__()
         self.sources = list(sources)
         self.example_fn = example_fn
         self.split = split
         self.worker_setup = tuple(worker_setup)
+        # Why a split has no source at all (e.g. "7 subjects; hashing put none in test"), for the build's
+        # summary: a split that ends without an example is not registered.
+        self.empty_reason = empty_reason
         self.skip_report_path: str | None = None  # set by the builder for the stock TFDS writer
 
     def expand(self, pbegin):
@@ -278,6 +290,89 @@ def plan_shards(split: str, sources: Sequence[Source], num_shards: int, path_fn:
     return tasks
 
 
+class ShardWriteError(OSError):
+    """A worker could not write its shard or its sidecar (disk full, quota, file size limit, permissions).
+
+    The message carries a `VIDVOL_WRITE_FAILURE {json} END` marker, so the driver can turn whatever
+    the runner makes of it (the same exception in-process, a worker's traceback text elsewhere)
+    into one `BuildWriteError`.
+    """
+
+
+class BuildWriteError(OSError):
+    """A build stopped because it could not write to its data_dir; its partial files were removed."""
+
+
+_FAILURE_MARK = "VIDVOL_WRITE_FAILURE"
+_FAILURE_RE = re.compile(_FAILURE_MARK + r" (\{.*?\}) END")
+# Messages (Python's strerror, TensorFlow's status text) of the writes that fail for want of room.
+_NO_ROOM = re.compile(r"No space left|Disk quota|quota exceeded|File too large|too large|EFBIG|ENOSPC|EDQUOT", re.I)
+
+
+def write_hint(error_text: str) -> str:
+    """What to do about a failed write, from its error text."""
+    if re.search(r"File too large|EFBIG", error_text, re.I):
+        return ("a file size limit was reached (`ulimit -f`, or the filesystem's largest file): raise it, or write "
+                "smaller shards (--max_shard_size_mb)")
+    if _NO_ROOM.search(error_text):
+        return "the disk or the quota is full: free space, or build into another --data_dir"
+    if re.search(r"Permission denied|Read-only", error_text, re.I):
+        return "the data_dir is not writable: fix its permissions, or build into another --data_dir"
+    return "check the data_dir's filesystem"
+
+
+def shard_write_error(error: BaseException, path: str) -> ShardWriteError:
+    """The error a worker raises when writing `path` failed (its message names the file and the cause)."""
+    text = f"{type(error).__name__}: {error}"
+    mark = json.dumps({"path": path, "error": text}, sort_keys=True)
+    return ShardWriteError(f"Cannot write {path}: {text}; {write_hint(text)} [{_FAILURE_MARK} {mark} END]")
+
+
+def write_failure(error: BaseException) -> dict[str, str] | None:
+    """`{"path", "error"}` of the first shard write failure an exception (or its causes) reports, else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        match = _FAILURE_RE.search(str(error))
+        if match:
+            try:
+                return json.loads(match.group(1))
+            except ValueError:
+                return None
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _writing(path: str) -> Iterator[None]:
+    """Turns a failed write of `path` into a ShardWriteError (an input's errors are not caught here)."""
+    try:
+        yield
+    except ShardWriteError:
+        raise
+    except WRITE_ERRORS as e:
+        raise shard_write_error(e, path) from e
+
+
+@contextlib.contextmanager
+def _shard_attempt(path: str, attempt: str) -> Iterator[Any]:
+    """The record writer of one attempt at shard `path`, closed at the end; on any failure the attempt's
+    file is removed (a failed open or close is a ShardWriteError)."""
+    with _writing(path):
+        writer = tf.io.TFRecordWriter(attempt)
+    try:
+        yield writer
+        with _writing(path):
+            writer.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writer.close()
+        with contextlib.suppress(Exception):
+            if tf.io.gfile.exists(attempt):
+                tf.io.gfile.remove(attempt)
+        raise
+
+
 class WriteShardFn(beam.DoFn):
     """Writes one shard: example by example, encoded and serialized straight into the file."""
 
@@ -306,7 +401,8 @@ class WriteShardFn(beam.DoFn):
         attempt = f"{task.path}.{uuid.uuid4().hex[:12]}.tmp"
         # Progress for the driver's display: inputs done so far, rewritten now and then (progress.py).
         recorder = progress.ProgressRecorder(progress.progress_path(task.path), len(task.sources))
-        with tf.io.TFRecordWriter(attempt) as writer:
+        # A failed write (disk full, quota, file size limit) is a ShardWriteError naming the file, never a skip.
+        with _shard_attempt(task.path, attempt) as writer:
             for source in task.sources:
                 try:
                     for item in run_example_fn(example_fn, source, task.split):
@@ -318,17 +414,25 @@ class WriteShardFn(beam.DoFn):
                         # same bytes in every process (proto map order otherwise varies with the process).
                         tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
                         record = tf_example.SerializeToString(deterministic=True)
-                        writer.write(record)
+                        with _writing(task.path):
+                            writer.write(record)
                         keys.append(str(key))
                         num_bytes += len(record)
                         del example, tf_example, record
+                except ShardWriteError:
+                    raise
                 except Exception as e:  # pylint: disable=broad-except  (not an input error: fails the build)
                     raise naming_source(e, source, task.split) from e
                 recorder.source_done(len(keys), sum(1 for s in skips if not s.get("example")))
-        tf.io.gfile.rename(attempt, task.path, overwrite=True)
+        with _writing(task.path):
+            # The checksum of the bytes on disk, read once before the rename (whatever wrote them).
+            digest, file_bytes = integrity.file_digest(attempt)
+            tf.io.gfile.rename(attempt, task.path, overwrite=True)
         recorder.write()  # the final count, before the sidecar that marks the shard done
-        info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes, "skips": skips}
-        _write_json(info, task.path + ".info.json")
+        info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes,
+                "skips": skips, "file_bytes": file_bytes, integrity.DIGEST: digest}
+        with _writing(task.path + ".info.json"):
+            _write_json(info, task.path + ".info.json")
         logger.info(
             "%s shard %d: %d examples, %d skips, %.1f MiB in %.1f s",
             task.split, task.index, len(keys), len(skips), num_bytes / 2**20, time.monotonic() - start,
@@ -338,7 +442,7 @@ class WriteShardFn(beam.DoFn):
 
 @dataclasses.dataclass
 class SplitResult:
-    """What a split's shards hold once written: lengths, bytes, keys and skips."""
+    """What a split's shards hold once written: lengths, bytes, keys and skips (and why it is empty, if it is)."""
 
     name: str
     shard_paths: list[str]
@@ -346,9 +450,51 @@ class SplitResult:
     num_bytes: int
     keys: list[str]
     skips: list[dict[str, str]]
+    num_sources: int = 0  # inputs planned for the split
+    empty_reason: str = ""  # the builder's word on why a split has no input at all
+    # Per shard file, as its worker wrote it: file name, examples, bytes on disk, SHA-256 (see `integrity`).
+    shard_files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @property
+    def num_examples(self) -> int:
+        return sum(self.shard_lengths)
+
+    def why_empty(self) -> str:
+        """Why the split has no example ("" when it has some): the builder's reason, or what its inputs became."""
+        if self.num_examples:
+            return ""
+        if not self.num_sources:
+            return self.empty_reason or "no input is listed for it"
+        whole = [s for s in self.skips if not s.get("example")]
+        if not whole:
+            return f"its {self.num_sources} inputs gave no example"
+        reasons = collections.Counter(_reason_kind(s["reason"]) for s in whole)
+        causes = ", ".join(_counted(n, kind) for kind, n in reasons.most_common())
+        every = "every input skipped" if len(whole) >= self.num_sources else f"{len(whole)} of {self.num_sources} inputs skipped"
+        return f"{every}: {causes}"
 
 
-def collect_split(split: str, tasks: Sequence[ShardTask], final_path_fn: Callable[[int, int], str]) -> SplitResult:
+# Skip reasons (`ExceptionName: message`) in plain words, for the summary of an empty split.
+_REASON_WORDS = {
+    "FileNotFoundError": ("missing file", "missing files"),
+    "IsADirectoryError": ("folder instead of a file", "folders instead of files"),
+    "PermissionError": ("unreadable file (permissions)", "unreadable files (permissions)"),
+    "EOFError": ("truncated file", "truncated files"),
+}
+
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(":")[0]
+
+
+def _counted(n: int, kind: str) -> str:
+    one, many = _REASON_WORDS.get(kind, (kind, kind))
+    return f"{n} {one if n == 1 else many}"
+
+
+def collect_split(
+    split: str, tasks: Sequence[ShardTask], final_path_fn: Callable[[int, int], str], *, empty_reason: str = ""
+) -> SplitResult:
     """Reads the shards' sidecar infos, drops empty shards, renames the rest to their final names."""
     infos = [_read_json(t.path + ".info.json") for t in tasks]
     for t in tasks:
@@ -359,7 +505,7 @@ def collect_split(split: str, tasks: Sequence[ShardTask], final_path_fn: Callabl
     for t, i in zip(tasks, infos):
         if not i["keys"]:
             tf.io.gfile.remove(t.path)
-    paths, lengths, keys, skips = [], [], [], []
+    paths, lengths, keys, skips, shard_files = [], [], [], [], []
     for new_index, (task, info) in enumerate(nonempty):
         final = final_path_fn(new_index, len(nonempty))
         if final != task.path:
@@ -367,22 +513,33 @@ def collect_split(split: str, tasks: Sequence[ShardTask], final_path_fn: Callabl
         paths.append(final)
         lengths.append(len(info["keys"]))
         keys.extend(info["keys"])
+        shard_files.append(integrity.shard_entry(final, split, len(info["keys"]), info.get("file_bytes"), info.get(integrity.DIGEST)))
     for info in infos:
         skips.extend(info["skips"])
     dupes = [k for k, n in collections.Counter(keys).items() if n > 1]
     if dupes:
         raise ValueError(f"Split {split!r}: duplicate example keys {dupes[:5]}")
-    return SplitResult(split, paths, lengths, sum(i["num_bytes"] for i in infos), keys, skips)
+    return SplitResult(
+        split, paths, lengths, sum(i["num_bytes"] for i in infos), keys, skips,
+        num_sources=sum(len(t.sources) for t in tasks), empty_reason=empty_reason, shard_files=shard_files,
+    )
+
+
+def empty_split_line(name: str, split: str, why: str) -> str:
+    """The summary line of a split left without an example: `NAME test: empty — WHY; not registered`."""
+    return f"{name} {split}: empty — {why}; not registered (loading it lists the splits there are)"
 
 
 def summary_line(name: str, result: SplitResult) -> str:
-    """One line per split: examples, shards, bytes, and skips grouped by reason."""
+    """One line per split: examples, shards, bytes, and skips grouped by reason (or why the split is empty)."""
     whole = [s for s in result.skips if not s.get("example")]
     partial = [s for s in result.skips if s.get("example")]
-    reasons = collections.Counter(s["reason"].split(":")[0] for s in whole)
+    if not result.num_examples:
+        return empty_split_line(name, result.name, result.why_empty())
+    reasons = collections.Counter(_reason_kind(s["reason"]) for s in whole)
     why = ", ".join(f"{n} {r}" for r, n in reasons.most_common())
     line = (
-        f"{name} {result.name}: {sum(result.shard_lengths)} examples in {len(result.shard_paths)} shards "
+        f"{name} {result.name}: {result.num_examples} examples in {len(result.shard_paths)} shards "
         f"({result.num_bytes / 2**20:.1f} MiB), {len(whole)} inputs skipped"
     )
     if why:
@@ -407,13 +564,16 @@ def build_summary(name: str, results: Sequence[SplitResult], data_dir: str) -> l
 
 
 def write_skip_report(path: str, dataset: str, results: Sequence[SplitResult]) -> dict[str, Any]:
-    """Writes the machine-readable skip report (always, even when nothing was skipped)."""
+    """Writes the machine-readable skip report (always, even when nothing was skipped).
+
+    `empty_splits` maps each split left without an example (and so not registered) to why.
+    """
     report = {
         "dataset": dataset,
         "skipped": [s for r in results for s in r.skips],
         "splits": {
             r.name: {
-                "examples": sum(r.shard_lengths),
+                "examples": r.num_examples,
                 "shards": len(r.shard_paths),
                 "num_bytes": r.num_bytes,
                 "skipped_inputs": sum(1 for s in r.skips if not s.get("example")),
@@ -421,6 +581,7 @@ def write_skip_report(path: str, dataset: str, results: Sequence[SplitResult]) -
             }
             for r in results
         },
+        "empty_splits": {r.name: r.why_empty() for r in results if not r.num_examples},
     }
     _write_json(report, path)
     return report
@@ -471,10 +632,36 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         log_dir = os.fspath(self.data_path.parent)
         with build_log.session(name, log_dir, version=str(self.version)) as session:
             self._summary_results = None
-            super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+            try:
+                super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+            except BuildWriteError:
+                raise
+            except Exception as e:  # pylint: disable=broad-except
+                failure = write_failure(e)
+                if failure is None and isinstance(e, WRITE_ERRORS) and _NO_ROOM.search(str(e)):
+                    failure = {"path": "", "error": f"{type(e).__name__}: {e}"}  # TFDS's own metadata files
+                if failure is None:
+                    raise
+                logger.info("the build's error, as raised: %s", e)  # the whole story stays in the build log
+                raise self._write_error(failure) from None
             if self._summary_results is not None:
                 session.add_summary(build_summary(name, self._summary_results, os.fspath(self.data_path)))
         return None
+
+    def _write_error(self, failure: Mapping[str, str]) -> BuildWriteError:
+        """One clear error for a build whose writes failed, once TFDS removed its `incomplete.*` folder."""
+        data_dir = artifacts.data_dir_of(self.data_path, self.builder_config is not None)
+        path = failure.get("path") or ""
+        shard = os.path.basename(path[: -len(".partial")] if path.endswith(".partial") else path)
+        what = f"shard {shard}" if ".tfrecord" in shard or path.endswith(".partial") else (shard or "its files")
+        # TFDS removed the build's `incomplete.*` folder (every shard, attempt and sidecar in it) on the way out.
+        state = ("nothing of this build was kept and the dataset is not prepared"
+                 if not tf.io.gfile.exists(os.fspath(self.data_path)) else "its partial files were removed")
+        hint = write_hint(failure.get("error", ""))
+        return BuildWriteError(
+            f"{self._display_name()}: the build could not write to data_dir {data_dir} while writing {what} "
+            f"({failure.get('error', '?')}). {hint[0].upper()}{hint[1:]}, then run the build again; {state}."
+        )
 
     def _estimated_example_bytes(self) -> int:
         """Rough serialized size of one example, used to size shards before anything is decoded."""
@@ -519,18 +706,34 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         results = []
         for split, template in templates.items():
             final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
-            results.append(collect_split(split, tasks[split], final))
+            results.append(collect_split(split, tasks[split], final, empty_reason=generators[split].empty_reason))
+        # A split without an example is not registered: `tfds.load(split=...)` then lists the splits there are.
+        filled = [r for r in results if r.num_examples]
+        if not filled:
+            raise ValueError(self._nothing_built(results))
         self.info.set_splits(
             tfds.core.SplitDict(
                 [
                     tfds.core.SplitInfo(
                         name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
                     )
-                    for r in results
+                    for r in filled
                 ]
             )
         )
-        self._report(os.fspath(self.data_path), results)
+        # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
+        manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
+        self._report(os.fspath(self.data_path), results, manual_dir)
+
+    def _nothing_built(self, results: Sequence[SplitResult]) -> str:
+        """The error of a build in which no split got an example: why, per split, with the first skips."""
+        lines = [f"{self._display_name()}: no split has an example, so there is nothing to prepare:"]
+        for r in results:
+            lines.append(f"  {r.name}: {r.why_empty()}")
+            lines.extend(f"    {s['source']}: {s['reason']}" for s in r.skips[:3] if not s.get("example"))
+        if not results:
+            lines.append("  the builder declared no split")
+        return "\n".join(lines)
 
     def _plan(self, generators, templates, download_config) -> dict[str, list[ShardTask]]:
         """Shard tasks per split, written to `<final name>.partial` until the whole build succeeded."""
@@ -572,13 +775,22 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if state is not None and str(state) != PipelineState.DONE:
             raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
 
-    def _report(self, data_dir: str, results: Sequence[SplitResult]) -> None:
-        """Writes the skip report next to the shards; the summary lines are shown when the build ends.
+    def _report(self, data_dir: str, results: Sequence[SplitResult], manual_dir: str | None = None) -> None:
+        """Writes the skip report and the shard list (`shards.json`) next to the shards; the summary lines are
+        shown when the build ends.
 
         Inside a build session (`download_and_prepare`) they are the last lines the user sees,
         with the skip report's final path; called otherwise, they are logged at WARNING.
         """
-        write_skip_report(os.path.join(data_dir, SKIP_REPORT_NAME), self.name, results)
+        report_path = os.path.join(data_dir, SKIP_REPORT_NAME)
+        with _writing(report_path):
+            write_skip_report(report_path, self.name, results)
+        shards_path = os.path.join(data_dir, artifacts.SHARDS_NAME)
+        with _writing(shards_path):
+            integrity.write_shards_file(
+                shards_path, dataset=self._display_name(), version=str(self.version), manual_dir=manual_dir,
+                entries=[e for r in results for e in r.shard_files],
+            )
         if build_log.current() is not None:
             self._summary_results = list(results)
         else:

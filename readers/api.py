@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.readers import allocator
+from vidvol.readers import shards
 from vidvol.readers import sizing
 from vidvol.readers import stages
 from vidvol.readers.batch_parser import BatchParser
@@ -182,9 +183,9 @@ def load(
     names, in_names, tgt = _output_names(info, features, inputs, target)
     plan = ReadPlan.make(info, names, clip, training, batch_size if drop_remainder else None)
 
-    # What this pipeline reads, and how big its buffers may be.
+    # What this pipeline reads, and how big its buffers may be (a missing or empty split: an error naming it).
+    instructions = shards.file_instructions(builder, split)
     split_info = info.splits[split]
-    instructions = split_info.file_instructions
     sizing.check_shards(info.full_name, split, len(instructions), input_context)
     my_files = sizing.worker_file_count(len(instructions), input_context)
     mine = instructions[int(input_context.input_pipeline_id) :: int(input_context.num_input_pipelines)] if input_context else instructions
@@ -267,15 +268,16 @@ def load_labels(
         _, target = supervised_keys(info)
     if target not in info.features:
         raise ValueError(f"{info.full_name}: unknown feature {target!r}; expected one of {sorted(info.features)}")
-    num_files = len(info.splits[split].file_instructions)
+    num_files = len(shards.file_instructions(builder, split))
     read_config = tfds.ReadConfig(
         try_autocache=False, interleave_cycle_length=sizing.default_cycle_length(num_files), interleave_block_length=1,
         skip_prefetch=True,
     )
-    ds = builder.as_dataset(
-        split=split, shuffle_files=False, read_config=read_config,
-        decoders=tfds.decode.PartialDecoding({target: True}),
-    )
+    decoders = tfds.decode.PartialDecoding({target: True})
+    if shards.checked_reader_applies(builder, read_config):
+        ds = shards.read_examples(builder, split, read_config, shuffle_files=False, decoders=decoders)
+    else:
+        ds = builder.as_dataset(split=split, shuffle_files=False, read_config=read_config, decoders=decoders)
     ds = ds.map(lambda ex: ex[target]).batch(4096).prefetch(AUTOTUNE)
     parts = [np.asarray(b) for b in tfds.as_numpy(ds)]
     if not parts:
@@ -286,5 +288,7 @@ def load_labels(
 
 def example_bytes(name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None) -> float:
     """Stored bytes per example of a split (`num_bytes / num_examples`), the unit of the shuffle buffer rule."""
-    info = get_builder(name, data_dir).info.splits[split]
+    builder = get_builder(name, data_dir)
+    shards.file_instructions(builder, split)  # a missing or empty split: an error naming it
+    info = builder.info.splits[split]
     return info.num_bytes / max(1, info.num_examples)

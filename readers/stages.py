@@ -13,6 +13,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.readers import shards
 from vidvol.readers.batch_parser import BatchParser
 from vidvol.readers.plan import ReadPlan
 
@@ -23,7 +24,15 @@ def read(
     builder: tfds.core.DatasetBuilder, split: str, plan: ReadPlan, read_config: tfds.ReadConfig,
     shuffle_files: bool, parser: BatchParser | None,
 ) -> tf.data.Dataset:
-    """Records of the split through TFDS's reader: serialized (parsed later, per batch) or parsed per example."""
+    """Records of the split, serialized (parsed later, per batch) or parsed per example, in TFDS's order.
+
+    TFRecord shards are read by `shards.read_records` (a damaged file fails naming itself), anything
+    else by TFDS's own reader.
+    """
+    if shards.checked_reader_applies(builder, read_config):
+        if parser is not None:
+            return shards.read_records(builder, split, read_config, shuffle_files=shuffle_files)
+        return shards.read_examples(builder, split, read_config, shuffle_files=shuffle_files, decoders=plan.decoders())
     if parser is not None:
         return tfds_api.read_files(builder, split, read_config, shuffle_files=shuffle_files)
     return builder.as_dataset(split=split, shuffle_files=shuffle_files, decoders=plan.decoders(), read_config=read_config)

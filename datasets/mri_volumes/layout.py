@@ -51,6 +51,7 @@ class Row:
     split: str  # train, validation or test
     line: int
     csv_path: str
+    split_given: bool = False  # True: the CSV's `split` column said so; False: hashed from subject (or path)
 
     @property
     def origin(self) -> str:
@@ -131,7 +132,8 @@ def read_labels_csv(csv_path: str, *, label_column: str = DEFAULT_LABEL_COLUMN) 
                     )
             else:
                 split = split_for(subject or path)
-            rows.append(Row(path=path, label=label, subject=subject, split=split, line=line, csv_path=csv_path))
+            rows.append(Row(path=path, label=label, subject=subject, split=split, line=line, csv_path=csv_path,
+                            split_given=bool(split_col)))
     if not rows:
         raise LayoutError(f"{csv_path}: no rows after the header.\n{EXPECTED_LAYOUT}")
     if split_col:
@@ -215,3 +217,23 @@ def rows_by_split(rows: Sequence[Row]) -> dict[str, list[Row]]:
     """Rows grouped into train, validation, test, in that order, leaving out splits with no rows."""
     grouped = {split: [r for r in rows if r.split == split] for split in SPLITS}
     return {split: group for split, group in grouped.items() if group}
+
+
+def empty_split_reason(rows: Sequence[Row], split: str) -> str:
+    """Why no row of labels.csv landed in `split` (for the build's summary), e.g. "7 subjects; hashing put none in test"."""
+    if not rows:
+        return "labels.csv lists no scan"
+    if all(r.split_given for r in rows):
+        return f"the `split` column of {os.path.basename(rows[0].csv_path)} names no row {split!r}"
+    subjects = {r.subject for r in rows if r.subject}
+    scans_alone = sum(1 for r in rows if not r.subject)
+    parts = ([f"{len(subjects)} subject{'s' if len(subjects) != 1 else ''}"] if subjects else []) + (
+        [f"{scans_alone} scan{'s' if scans_alone != 1 else ''} without a subject"] if scans_alone else [])
+    share = {s: f"{round(100 * (hi - lo))}%" for s, lo, hi in zip(SPLITS, (0.0,) + SPLIT_FRACTIONS[:-1], SPLIT_FRACTIONS)}
+    return f"{' and '.join(parts)}; hashing (~{share.get(split, '?')} to {split}) put none in {split}"
+
+
+def splits_with_reasons(rows: Sequence[Row]) -> dict[str, tuple[list[Row], str]]:
+    """Every split (train, validation, test) with its rows and, for a split with none, why."""
+    return {split: (group, "" if group else empty_split_reason(rows, split))
+            for split in SPLITS for group in [[r for r in rows if r.split == split]]}

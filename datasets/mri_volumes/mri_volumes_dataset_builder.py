@@ -99,12 +99,13 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
         else:
             names = layout.label_names(row.label for row in rows)
             self.info.features["label"].names = names  # saved as label.labels.txt, reloaded with the dataset
+        # A split with no row is still returned, with why: the build leaves it unregistered and says why.
         return {
-            split: self._generate_examples(split_rows, manual_dir, names)
-            for split, split_rows in layout.rows_by_split(rows).items()
+            split: self._generate_examples(split_rows, manual_dir, names, empty_reason=why)
+            for split, (split_rows, why) in layout.splits_with_reasons(rows).items()
         }
 
-    def _generate_examples(self, rows: list[layout.Row], manual_dir: str, names: list[str]):
+    def _generate_examples(self, rows: list[layout.Row], manual_dir: str, names: list[str], empty_reason: str = ""):
         index = {name: i for i, name in enumerate(names)}
         sources = []
         for row in rows:
@@ -114,5 +115,6 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
                 (key, volume_examples.VolumeSource(layout.local_path(manual_dir, row), key, features, row.origin))
             )
         return beam_writer.ExamplesFromSources(
-            sources, functools.partial(volume_examples.volume_example, spec=self.builder_config.volume_spec)
+            sources, functools.partial(volume_examples.volume_example, spec=self.builder_config.volume_spec),
+            empty_reason=empty_reason,
         )

@@ -79,6 +79,7 @@ def test_rebuild_is_a_noop_and_overwrite_rebuilds_the_same_bytes(direct_build, m
     data_dir, first = direct_build
     before_files = file_stamps(first.data_path)
     before_records = records(first.data_path)
+    before_shards = open(os.path.join(first.data_path, "shards.json"), encoding="utf-8").read()
     assert len(before_records) == sum(s["shards"] for s in first.splits.values())
 
     again = build.build(DATASET, manual_dir=manual_dir, data_dir=data_dir, beam_flags=IN_MEMORY)
@@ -94,6 +95,8 @@ def test_rebuild_is_a_noop_and_overwrite_rebuilds_the_same_bytes(direct_build, m
     assert after_files.keys() == before_files.keys()
     assert all(after_files[n] != before_files[n] for n in before_files)
     assert records(first.data_path) == before_records
+    # The checksums and counts the workers recorded are the same on both runners, byte for byte.
+    assert open(os.path.join(first.data_path, "shards.json"), encoding="utf-8").read() == before_shards
 
 
 def test_num_shards_and_leftovers_of_interrupted_builds(manual_dir, tmp_path):
@@ -129,3 +132,17 @@ def test_bad_options_stop_before_anything_is_written(manual_dir, tmp_path):
     with pytest.raises(ValueError, match="--runner portable .* or --runner dask .*, not .direct."):
         build.build(DATASET, manual_dir=manual_dir, data_dir=str(tmp_path / "b"), local_services=True)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_summary_lines_say_which_split_is_empty_and_why():
+    result = build.BuildResult(
+        "mri_volumes/small_32/2.0.0", "/d", True,
+        {"train": {"examples": 9, "shards": 4, "num_bytes": 2 << 20, "skipped_inputs": 0, "masked_parts": 0},
+         "test": {"examples": 0, "shards": 0, "num_bytes": 0, "skipped_inputs": 1, "masked_parts": 0}},
+        [{"source": "v/a.nii.gz", "reason": "FileNotFoundError: v/a.nii.gz", "split": "test", "example": ""}],
+        {"test": "every input skipped: 1 missing file"},
+    )
+    lines = build.summary_lines(result)
+    assert lines[0] == ("mri_volumes/small_32/2.0.0 test: empty — every input skipped: 1 missing file; not registered "
+                        "(loading it lists the splits there are)")
+    assert lines[1].startswith("mri_volumes/small_32/2.0.0 train: 9 examples in 4 shards")

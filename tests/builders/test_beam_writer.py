@@ -106,3 +106,103 @@ def test_empty_shards_are_dropped_and_num_shards_honoured(tmp_path):
     assert lengths == [1]  # 2 planned shards, the one holding only bad1 is dropped
     assert sum(builder.info.splits["train"].shard_lengths) == 11
     assert len(builder.info.splits["train"].shard_lengths) == 11  # 12 planned, bad0's shard dropped
+
+
+# ----------------------------------------------------------------------------------------------
+# Empty splits, shard checksums, write failures
+
+
+class EmptySplitsBuilder(ToyBuilder, skip_registration=True):
+    """train has examples; validation has no input at all (with the builder's reason); test only bad inputs."""
+
+    name = "vidvol_toy_empty"
+
+    def _split_generators(self, dl_manager):
+        train = [(f"ok{i}", (f"ok{i}", i)) for i in range(4)]
+        test = [("bad1", ("bad1", -1)), ("bad2", ("bad2", -2))]
+        return {
+            "train": self._generate_examples(train),
+            "validation": beam_writer.ExamplesFromSources([], toy_example_fn, empty_reason="3 subjects; hashing put none in validation"),
+            "test": self._generate_examples(test),
+        }
+
+
+class NothingBuilder(ToyBuilder, skip_registration=True):
+    name = "vidvol_toy_nothing"
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples([("bad1", ("bad1", -1))])}
+
+
+def test_empty_splits_are_not_registered_and_the_summary_says_why(tmp_path, capsys):
+    builder = EmptySplitsBuilder(data_dir=str(tmp_path))
+    opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts))
+    err = capsys.readouterr().err
+    assert set(builder.info.splits) == {"train"}
+    assert "vidvol_toy_empty validation: empty — 3 subjects; hashing put none in validation; not registered" in err
+    assert "vidvol_toy_empty test: empty — every input skipped: 2 ValueError; not registered" in err
+    reloaded = tfds.builder_from_directory(builder.data_dir)
+    assert set(reloaded.info.splits) == {"train"}
+    with pytest.raises(ValueError, match=r"Unknown split 'test'. Should be one of \['train'\]"):
+        reloaded.as_dataset(split="test")
+    report = beam_writer.read_skip_report(builder.data_dir)
+    assert report["empty_splits"] == {"validation": "3 subjects; hashing put none in validation",
+                                      "test": "every input skipped: 2 ValueError"}
+    assert not [f for f in os.listdir(builder.data_dir) if "-test." in f or "-validation." in f]
+
+
+def test_a_build_with_no_example_at_all_fails_saying_why(tmp_path):
+    builder = NothingBuilder(data_dir=str(tmp_path))
+    opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    with pytest.raises(ValueError, match=r"no split has an example(.|\n)*train: every input skipped: 1 ValueError(.|\n)*bad1: ValueError: bad1: unreadable"):
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts))
+    assert not builder.is_prepared()
+
+
+def test_why_empty_words_missing_files():
+    result = beam_writer.SplitResult("test", [], [], 0, [], [
+        {"source": "a", "reason": "FileNotFoundError: a: not found", "split": "test", "example": ""},
+        {"source": "b", "reason": "FileNotFoundError: b: not found", "split": "test", "example": ""},
+        {"source": "c", "reason": "ValueError: c: bad", "split": "test", "example": ""},
+    ], num_sources=3)
+    assert result.why_empty() == "every input skipped: 2 missing files, 1 ValueError"
+
+
+def test_shards_json_records_every_shard_as_written(tmp_path):
+    import hashlib
+
+    builder = _build(tmp_path, num_shards=20)
+    doc = json.loads((tmp_path / "vidvol_toy" / "1.0.0" / "shards.json").read_text())
+    assert doc["checksum"] == "sha256" and doc["dataset"] == "vidvol_toy" and doc["version"] == "1.0.0"
+    files = [e["file"] for e in doc["shards"]]
+    assert files == sorted(files)
+    expected = {name: n for split in builder.info.splits.values() for name, n in zip(split.filenames, split.shard_lengths)}
+    assert {e["file"]: e["examples"] for e in doc["shards"]} == expected  # the dropped empty shards are not listed
+    for entry in doc["shards"]:
+        data = (tmp_path / "vidvol_toy" / "1.0.0" / entry["file"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["num_bytes"] == len(data)
+    again = tmp_path / "again"
+    _build(again, num_shards=20)
+    assert (again / "vidvol_toy" / "1.0.0" / "shards.json").read_text() == json.dumps(doc, indent=1, sort_keys=True)
+
+
+def test_a_workers_write_failure_reaches_the_driver_from_its_message():
+    error = beam_writer.shard_write_error(OSError(27, "File too large"), "/d/ds/incomplete.X_1.0.0/ds-train.tfrecord-00001-of-00004.partial")
+    assert isinstance(error, OSError) and "Cannot write /d/ds/incomplete.X_1.0.0/ds-train" in str(error)
+    # What a multi-process runner hands the driver: the worker's traceback as text, inside other errors.
+    wrapped = RuntimeError(f"Pipeline failed: Traceback (most recent call last):\n  ...\n{type(error).__name__}: {error} [while running 'WriteShards']")
+    try:
+        try:
+            raise wrapped
+        except RuntimeError as e:
+            raise KeyError("unrelated") from e
+    except KeyError as outer:
+        failure = beam_writer.write_failure(outer)
+    assert failure == {"path": "/d/ds/incomplete.X_1.0.0/ds-train.tfrecord-00001-of-00004.partial",
+                       "error": "OSError: [Errno 27] File too large"}
+    assert beam_writer.write_failure(ValueError("no marker")) is None
+    assert "file size limit" in beam_writer.write_hint(failure["error"])
+    assert "disk or the quota is full" in beam_writer.write_hint("ResourceExhaustedError: /x; No space left on device")
+    assert "disk or the quota is full" in beam_writer.write_hint("OSError: [Errno 122] Disk quota exceeded")
+    assert "not writable" in beam_writer.write_hint("PermissionDeniedError: /x; Permission denied")

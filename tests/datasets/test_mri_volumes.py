@@ -500,3 +500,45 @@ def test_config_rejects_bad_parameters_at_construction():
     # JSON configs arrive with lists; the recipe turns them into tuples.
     spec = mri.MriVolumesConfig(name="ok", spatial_size=[16, 16, 8], pixdim=[1, 1, 2]).volume_spec
     assert spec.spatial_size == (16, 16, 8) and spec.pixdim == (1.0, 1.0, 2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Empty splits (the reproduction: 11 rows, the only `test` scan missing)
+
+
+def test_split_left_empty_is_not_registered_and_every_reader_names_it(tmp_path, build_in_process, capsys):
+    manual = tmp_path / "manual"
+    samples.write_mri_volumes(str(manual), num_subjects=11, shape=(12, 12, 12))
+    assert layout.split_for("sub-011") == "test" and layout.split_for("sub-010") == "validation"
+    os.remove(manual / "volumes" / "sub-011_scan-0.nii.gz")  # hashing put only this scan in test
+    builder = build_in_process(mri.Builder, manual, tmp_path / "data", config="small_32")
+    err = capsys.readouterr().err
+    assert "mri_volumes/small_32 test: empty — every input skipped: 1 missing file; not registered" in err
+    assert set(builder.info.splits) == {"train", "validation"}
+    data_dir = str(tmp_path / "data")
+    with pytest.raises(ValueError, match=r"Unknown split 'test'. Should be one of \['train', 'validation'\]"):
+        tfds.load("mri_volumes/small_32", split="test", data_dir=data_dir)
+    with pytest.raises(ValueError, match=r"no split 'test'; it came out empty when the dataset was built \(every input "
+                                         r"skipped: 1 missing file\), so it was not registered. The splits there are: "
+                                         r"train \(9 examples\), validation \(1 example\)"):
+        vidvol.load("mri_volumes/small_32", split="test", batch_size=2, data_dir=data_dir)
+    report = beam_writer.read_skip_report(builder.data_dir)
+    assert report["empty_splits"] == {"test": "every input skipped: 1 missing file"}
+    assert [s["source"] for s in report["skipped"]] == ["volumes/sub-011_scan-0.nii.gz"]
+
+
+def test_empty_split_reasons_say_how_rows_were_split(tmp_path):
+    rows = [layout.Row(path=f"s{i}.nii", label="0", subject=f"sub-{i}", split="train", line=i + 2, csv_path="/m/labels.csv")
+            for i in range(7)]
+    assert layout.empty_split_reason(rows, "test") == "7 subjects; hashing (~10% to test) put none in test"
+    alone = [layout.Row(path="a.nii", label="0", subject="", split="train", line=2, csv_path="/m/labels.csv")]
+    assert layout.empty_split_reason(rows[:1] + alone, "validation") == (
+        "1 subject and 1 scan without a subject; hashing (~10% to validation) put none in validation")
+    given = [layout.Row(path="a.nii", label="0", subject="", split="train", line=2, csv_path="/m/labels.csv", split_given=True)]
+    assert layout.empty_split_reason(given, "test") == "the `split` column of labels.csv names no row 'test'"
+    by_split = layout.splits_with_reasons(rows)
+    assert list(by_split) == ["train", "validation", "test"] and by_split["train"] == (rows, "")
+    manual = tmp_path / "m"
+    manual.mkdir()
+    _write_csv(manual / "labels.csv", ["path", "label", "split"], [("a.nii", "0", "train")])
+    assert all(r.split_given for r in layout.read_labels_csv(str(manual / "labels.csv")))

@@ -1,0 +1,184 @@
+"""The split's shard files as tf.data reads them, with errors that name the split or the damaged file.
+
+- `file_instructions`: the files a split (or slice) reads. A split that does not exist, or that a
+  build left without an example, is a ValueError naming it and the splits there are (and, from
+  the skip report, why it came out empty), not TFDS's `Instruction [] corresponds to no data!`
+  or tf.data's `The filenames argument must contain tf.string elements`.
+- `read_records`: the serialized records of a split, in exactly the order TFDS's own reader gives
+  them (same file shuffle under the same seed, same interleave, input-context sharding and
+  cardinality), so `vidvol.load` still equals `tfds.load` batch for batch. What differs: TFDS's
+  TFRecord reader stops at a damaged record with `DataLossError: corrupted record at 275398`,
+  naming no file, and TensorFlow has no in-graph way to add the file to that error. So each file
+  is read with its errors held back (`ignore_errors(log_warning=True)`: the reader's own message
+  still goes to the log) and padded to the record count the build recorded with stand-in
+  records: text that is no valid `tf.train.Example` and names the file and the `verify` command.
+  A healthy file never reaches them (the padding is cut at its count); a damaged, truncated or
+  missing file does, and the parse that follows fails with `InvalidArgumentError: Could not parse
+  example input, value: '?vidvol: shard file … could not be read to its end …'`. This costs
+  nothing per record (no per-record function: a function that takes a record string copies it,
+  which doubled the reading CPU on 100 KB records). One limit: in training, where the last
+  partial batch is dropped, a file that lost only a few records may have all its stand-ins in
+  that dropped batch; the next epoch (another shuffle) or any evaluation pass reports it, and
+  `python -m vidvol verify` always does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vidvol.core import artifacts
+
+AUTOTUNE = tf.data.AUTOTUNE
+_BUFFER_SIZE = 8 << 20  # per file, as TFDS's TFRecord adapter reads
+
+
+class SplitNotFoundError(ValueError):
+    """The split asked for does not exist in the prepared dataset, or was built empty."""
+
+
+def _split_names(split: str) -> list[str]:
+    """Base split names of a TFDS split expression: `train[:80%]+test` -> ["train", "test"]."""
+    return [part.split("[", 1)[0].strip() for part in str(split).split("+")]
+
+
+def _empty_splits(data_path: str) -> dict[str, str]:
+    """Splits the build left without an example, and why (from the skip report; {} without one)."""
+    path = os.path.join(data_path, artifacts.SKIP_REPORT_NAME)
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            return dict(json.loads(f.read()).get("empty_splits", {}))
+    except (tf.errors.OpError, OSError, ValueError, AttributeError):
+        return {}
+
+
+def file_instructions(builder: tfds.core.DatasetBuilder, split: str) -> list[Any]:
+    """TFDS's file instructions of `split` in a prepared builder; a missing or empty split is a SplitNotFoundError."""
+    info = builder.info
+    there = {name: s.num_examples for name, s in info.splits.items() if s.num_examples}
+    listing = ", ".join(f"{n} ({k} example{'s' if k != 1 else ''})" for n, k in sorted(there.items())) or "none"
+    where = f"{info.full_name} in {os.fspath(builder.data_dir)}"
+    for name in _split_names(split):
+        if name not in there:
+            empty = _empty_splits(os.fspath(builder.data_path))
+            why = (f"; it came out empty when the dataset was built ({empty[name]}), so it was not registered"
+                   if name in empty else (" (built empty: it has no example)" if name in info.splits else ""))
+            raise SplitNotFoundError(f"{where}: no split {name!r}{why}. The splits there are: {listing}")
+    instructions = list(info.splits[split].file_instructions)
+    if not instructions:
+        raise SplitNotFoundError(f"{where}: split {split!r} selects no example. The splits there are: {listing}")
+    return instructions
+
+
+def checked_reader_applies(builder: tfds.core.DatasetBuilder, read_config: tfds.ReadConfig) -> bool:
+    """Whether `read_records` reads this dataset (TFRecord shards, no TFDS option it does not reproduce)."""
+    file_format = read_config.file_format or builder.info.file_format or tfds.core.FileFormat.TFRECORD
+    return (
+        tfds.core.FileFormat.from_value(file_format) == tfds.core.FileFormat.TFRECORD
+        and not builder.info.disable_shuffling
+        and read_config.experimental_interleave_sort_fn is None
+        and not read_config.add_tfds_id
+        and not read_config.repeat_filenames
+        and isinstance(read_config.interleave_cycle_length, int)
+    )
+
+
+# A stand-in starts with "?": field 7 with wire type 7, which no protobuf parser accepts, and stays text, so
+# TensorFlow's "Could not parse example input, value: '...'" shows it whole.
+_STAND_IN = "?vidvol: shard file "
+
+
+def stand_in_tail(builder: tfds.core.DatasetBuilder) -> str:
+    """What a stand-in record says after the file's path: the cause and the verify command of this dataset."""
+    has_config = builder.builder_config is not None
+    spec = artifacts.dataset_spec(builder.name, builder.builder_config.name if has_config else None)
+    data_dir = artifacts.data_dir_of(builder.data_path, has_config)
+    return (" could not be read to its end (a corrupted or truncated record, or a missing file: the reader's error "
+            f"is logged above). Every damaged file, with the command that rebuilds it: "
+            f"{artifacts.verify_command(spec, data_dir)}")
+
+
+def _checked_file(path: tf.Tensor, examples: tf.Tensor, tail: str) -> tf.data.Dataset:
+    """One shard's records, padded with stand-ins naming the file up to `examples` when the file breaks off."""
+    # `ignore_errors` retries a file that cannot be opened forever (the reader only moves on after a read
+    # error), so opening is tried first, outside it: reading one byte raises NotFoundError or
+    # PermissionDeniedError naming the file, and yields nothing.
+    opened = tf.data.FixedLengthRecordDataset(path, record_bytes=1, buffer_size=1).take(1).skip(1)
+    records = tf.data.TFRecordDataset(path, buffer_size=_BUFFER_SIZE).ignore_errors(log_warning=True)
+    stand_ins = tf.data.Dataset.from_tensors(tf.strings.join([_STAND_IN, path, tail])).repeat()
+    return opened.concatenate(records).concatenate(stand_ins).take(examples)
+
+
+def _check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any], tail: str) -> None:
+    """FileNotFoundError naming the shard files of `instructions` that are gone (one listing of the folder)."""
+    folder = os.fspath(builder.data_path)
+    try:
+        present = {name.rstrip("/") for name in tf.io.gfile.listdir(folder)}
+    except tf.errors.OpError:
+        return  # no listing (some object stores): the read names a missing file itself
+    missing = sorted({os.fspath(f.filename) for f in instructions} - {os.path.join(folder, n) for n in present})
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise FileNotFoundError(f"{builder.info.full_name}: shard files missing: {shown}. Every damaged file, with the "
+                                f"command that rebuilds it: {tail.rsplit(': ', 1)[-1]}")
+
+
+def read_records(
+    builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool,
+    instructions: Sequence[Any] | None = None,
+) -> tf.data.Dataset:
+    """Serialized records of a split, element for element as TFDS's reader gives them, each file checked whole."""
+    instructions = list(instructions) if instructions is not None else file_instructions(builder, split)
+    tail = stand_in_tail(builder)
+    _check_files_exist(builder, instructions, tail)
+    do_skip = any(f.skip > 0 for f in instructions)
+    do_take = any(not f.takes_all for f in instructions)
+    inputs = {
+        "filepath": [os.fspath(f.filename) for f in instructions],
+        "examples": tf.constant([f.examples_in_shard for f in instructions], tf.int64),
+        "skip": tf.constant([f.skip for f in instructions], tf.int64),
+        "take": tf.constant([f.take for f in instructions], tf.int64),
+    }
+    ds = tf.data.Dataset.from_tensor_slices(inputs)
+    context = read_config.input_context
+    if context:
+        ds = ds.shard(num_shards=context.num_input_pipelines, index=context.input_pipeline_id)
+    if shuffle_files:
+        ds = ds.shuffle(len(instructions), seed=read_config.shuffle_seed,
+                        reshuffle_each_iteration=read_config.shuffle_reshuffle_each_iteration)
+    deterministic = not (shuffle_files and read_config.shuffle_seed is None and read_config.options.deterministic is None)
+
+    def one_file(instruction: dict[str, tf.Tensor]) -> tf.data.Dataset:
+        records = _checked_file(instruction["filepath"], instruction["examples"], tail)
+        if do_skip:
+            records = records.skip(instruction["skip"])
+        if do_take:
+            records = records.take(instruction["take"])
+        return records
+
+    ds = ds.interleave(
+        one_file, cycle_length=read_config.interleave_cycle_length, block_length=read_config.interleave_block_length,
+        num_parallel_calls=read_config.num_parallel_calls_for_interleave_files, deterministic=deterministic,
+    )
+    if read_config.assert_cardinality and not context:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(sum(f.take for f in instructions)))
+    return ds.with_options(read_config.options)
+
+
+def read_examples(
+    builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool, decoders: Any = None,
+    instructions: Sequence[Any] | None = None,
+) -> tf.data.Dataset:
+    """`builder.as_dataset(split, decoders=...)`'s examples (TFDS's parse and decode), read by `read_records`."""
+    features = builder.info.features
+    if isinstance(decoders, tfds.decode.PartialDecoding):
+        features = decoders.extract_features(features)
+        decoders = decoders.decoders
+    records = read_records(builder, split, read_config, shuffle_files, instructions)
+    parse = lambda record: features.deserialize_example(record, decoders=decoders)  # noqa: E731
+    return records.map(parse, num_parallel_calls=read_config.num_parallel_calls_for_decode)
+
