@@ -36,7 +36,8 @@ from vidvol.readers import frames
 from vidvol.readers.plan import ReadPlan
 
 # Threads decoding one `__getitems__` batch (frames decode in OpenCV without the GIL).
-DEFAULT_THREADS = max(2, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
+# Two per core: measured on 2 cores, 64x64 JPEG clips, 1 thread ~590 examples/s, 2: ~990, 4: ~1090, 8: ~850.
+DEFAULT_THREADS = min(8, 2 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 class RandomAccessError(ValueError):
