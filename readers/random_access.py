@@ -83,7 +83,8 @@ class DataSource:
         # What a copy in another process reopens the split from (the builder itself does not travel).
         config = f"/{builder.builder_config.name}" if builder.builder_config else ""
         self._state = dict(name=f"{builder.name}{config}:{builder.version}", split=split,
-                           data_dir=os.fspath(builder.data_dir_root), features=None if features is None else tuple(features),
+                           data_dir=os.fspath(builder.data_path.parents[2 if config else 1]),  # DATA_DIR/NAME[/CONFIG]/VERSION
+                           features=None if features is None else tuple(features),
                            decode_frames=decode_frames, num_threads=num_threads)
         info = builder.info
         names = tuple(info.features.keys()) if features is None else tuple(features)
