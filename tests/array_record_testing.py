@@ -60,3 +60,20 @@ class ArrayRecordBuilderTest:
             hashes[split] = {dataset_builder_testing.checksum(ex) for ex in examples}
         for (a, ha), (b, hb) in itertools.combinations(hashes.items(), 2):
             self.assertFalse(ha & hb, f"splits {a!r} and {b!r} share examples")
+
+
+def array_record_records(data_path: str) -> dict[str, list[bytes]]:
+    """Every ArrayRecord shard of a prepared dataset, named as its TFRecord twin would be, records in file order.
+
+    Read with ArrayRecord's own reader, so a build's shards compare byte for byte with a TFRecord
+    build's (`tf.data.TFRecordDataset`) of the same inputs.
+    """
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+
+    out = {}
+    for name in sorted(os.listdir(data_path)):
+        if ".array_record-" in name:
+            reader = array_record_module.ArrayRecordReader(os.path.join(data_path, name))
+            out[name.replace(".array_record-", ".tfrecord-")] = list(reader.read_all())
+            reader.close()
+    return out
