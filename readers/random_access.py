@@ -232,9 +232,17 @@ class SupervisedExamples:
 
     def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None):
         """One example of `source` (frames encoded) -> `((x, mask), y)` (or `(x, y)` for a single input)."""
+        return self.finish(self.select(example, rng))
+
+    def select(self, example: Mapping[str, Any], rng: np.random.Generator | None = None) -> dict[str, Any]:
+        """The step before `finish`: the supervised features, clip frames decoded (uint8), per-frame values gathered."""
         out = self._select(example, rng)
-        xs = tuple(self._finish(n, out[n]) for n in self.inputs)
-        return (xs if len(xs) > 1 else xs[0]), out[self.target]
+        return {n: out[n] for n in dict.fromkeys(self.inputs + (self.target,))}
+
+    def finish(self, selected: Mapping[str, Any]):
+        """`select`'s output (one example, or a stacked batch) -> `((x, mask), y)`: frames float32, masks mask_dtype."""
+        xs = tuple(self._finish(n, selected[n]) for n in self.inputs)
+        return (xs if len(xs) > 1 else xs[0]), np.asarray(selected[self.target])
 
     def _select(self, example: Mapping[str, Any], rng: np.random.Generator | None) -> dict[str, Any]:
         """The clip (or all frames) of every video decoded, per-frame features gathered alike."""
@@ -268,7 +276,7 @@ class SupervisedExamples:
         """Frames -> float32 in [0, 1], then (x - mean) / std; other inputs -> mask_dtype (strings as they are)."""
         if name in self.plan.videos:
             scale = float(np.iinfo(self.plan.features[name].np_dtype).max)
-            y = value.astype(np.float32) * np.float32(1.0 / scale)
+            y = np.multiply(value, np.float32(1.0 / scale), dtype=np.float32)  # one pass, no uint8 -> float copy first
             mean, std = np.asarray(self.mean, np.float32), np.asarray(self.std, np.float32)
             if not (np.all(mean == 0) and np.all(std == 1)):
                 y = (y - mean) / std
@@ -322,30 +330,41 @@ def grain_dataset(
     if num_epochs != 1:
         ds = ds.repeat(num_epochs)
     if training and examples.plan.clip is not None:
-        ds = ds.random_map(_RandomTransform(examples), seed=seed)
+        ds = ds.random_map(_RandomSelect(examples), seed=seed)
     else:
-        ds = ds.map(_Transform(examples))
-    return ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=stack_batch)
+        ds = ds.map(_Select(examples))
+    # uint8 clips are stacked, then a whole batch becomes float32 at once (one pass, not one per example).
+    return ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=_FinishBatch(examples))
 
 
 @dataclasses.dataclass(frozen=True)
-class _Transform:
-    """Picklable `SupervisedExamples.transform` without an RNG (Grain map)."""
+class _Select:
+    """Picklable `SupervisedExamples.select` without an RNG (Grain map)."""
 
     examples: SupervisedExamples
 
     def __call__(self, example):
-        return self.examples.transform(example, None)
+        return self.examples.select(example, None)
 
 
 @dataclasses.dataclass(frozen=True)
-class _RandomTransform:
-    """Picklable `SupervisedExamples.transform` with Grain's per-element RNG (Grain random_map)."""
+class _RandomSelect:
+    """Picklable `SupervisedExamples.select` with Grain's per-element RNG (Grain random_map)."""
 
     examples: SupervisedExamples
 
     def __call__(self, example, rng: np.random.Generator):
-        return self.examples.transform(example, rng)
+        return self.examples.select(example, rng)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FinishBatch:
+    """Picklable Grain batch_fn: stack the selected examples, then `finish` the batch."""
+
+    examples: SupervisedExamples
+
+    def __call__(self, selected: Sequence[Mapping[str, Any]]):
+        return self.examples.finish(stack_batch(list(selected)))
 
 
 def torch_dataset(
