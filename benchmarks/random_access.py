@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import resource
@@ -39,7 +38,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
 PIPELINES = ("sequential", "single_index", "batch_reads", "grain_threads", "grain_processes")
