@@ -17,3 +17,6 @@ from vidvol.builders import beam_writer as _beam_writer  # noqa: E402
 _beam_writer.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
 
 from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)
+
+# Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.
+from vidvol.readers import data_source, grain_dataset, torch_dataset  # noqa: E402,F401

@@ -2,7 +2,8 @@
 
     python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
         [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
-        [--max_shard_size_mb N] [--local_services] [--dry_run] [--verbose] [--BEAM_OPTION=VALUE ...]
+        [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
+        [--BEAM_OPTION=VALUE ...]
 
 Every `--name=value` flag this parser does not know is a Beam pipeline option (`--flink_master=`,
 `--project=`, `--sdk_container_image=`, `--direct_num_workers=`, ...): it is checked against the
@@ -17,7 +18,9 @@ the dataset folder (`DATA_DIR/NAME/CONFIG/build-VERSION-TIMESTAMP.log`, path pri
 line on stdout, then, last, one summary line per split (examples, shards, bytes, skips by reason)
 and where the skip report is, on stderr, taken from what the workers wrote, so they are the same
 on every runner (some, like Dask, report no metrics). `--dry_run` prints the checked options and
-the equivalent `tfds build` command.
+the equivalent `tfds build` command. `--file_format array_record` writes ArrayRecord shards (random
+access: `vidvol.data_source`, Grain, PyTorch) instead of TFRecord (`vidvol.load`, `tfds.load`); a
+format the streaming writer cannot honour stops the build before anything is written.
 """
 
 from __future__ import annotations
@@ -68,10 +71,11 @@ def parse_dataset(spec: str) -> tuple[str, str | None, str | None]:
     return name, config or None, version or None
 
 
-def make_builder(dataset: str, data_dir: str) -> tfds.core.DatasetBuilder:
-    """The TFDS builder of `NAME[/CONFIG][:VERSION]` rooted at data_dir."""
+def make_builder(dataset: str, data_dir: str, file_format: str | None = None) -> tfds.core.DatasetBuilder:
+    """The TFDS builder of `NAME[/CONFIG][:VERSION]` rooted at data_dir (writing `file_format`, default tfrecord)."""
     name, config, version = parse_dataset(dataset)
-    return tfds.builder(f"{name}:{version}" if version else name, config=config, data_dir=data_dir)
+    kwargs = {"file_format": file_format} if file_format else {}
+    return tfds.builder(f"{name}:{version}" if version else name, config=config, data_dir=data_dir, **kwargs)
 
 
 def incomplete_dirs(builder: tfds.core.DatasetBuilder) -> list[str]:
@@ -157,9 +161,11 @@ def build(
     download_dir: str | None = None,
     local_services: bool = False,
     remove_incomplete: bool = False,
+    file_format: str | None = None,
 ) -> BuildResult:
     """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite)."""
     flags = list(beam_flags)
+    beam_writer.check_file_format(file_format, data_dir)  # before any service starts or anything is written
     if local_services and runner not in LOCAL_SERVICES:
         raise ValueError(
             f"--local_services starts a local cluster for --runner portable (job service + worker pool) or "
@@ -170,7 +176,7 @@ def build(
     else:
         runners.check_flags(flags)
     files.check_data_dir(data_dir)
-    builder = make_builder(dataset, data_dir)
+    builder = make_builder(dataset, data_dir, file_format)
     stale = incomplete_dirs(builder)
     if stale and remove_incomplete:
         for path in stale:
@@ -187,7 +193,7 @@ def build(
     if prepared:  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
         logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
         builder.data_path.rmtree()
-        builder = make_builder(dataset, data_dir)
+        builder = make_builder(dataset, data_dir, file_format)
     default_workers = runner == "direct" and not local_services and not runners.chooses_workers(beam_flags)
     services_context = LOCAL_SERVICES[runner]() if local_services else contextlib.nullcontext()
     name = builder.name + (f"/{builder.builder_config.name}" if builder.builder_config else "")
@@ -240,7 +246,7 @@ def skips_line(result: BuildResult) -> str | None:
 
 def tfds_command(
     dataset: str, *, manual_dir: str | None, data_dir: str, flags: Sequence[str], overwrite: bool = False,
-    num_shards: int | None = None, max_shard_size_mb: int | None = None,
+    num_shards: int | None = None, max_shard_size_mb: int | None = None, file_format: str | None = None,
 ) -> list[str]:
     """The `tfds build` command line equivalent to a build (for runners whose flags hold no commas)."""
     cmd = ["tfds", "build", dataset, "--imports", "vidvol", "--data_dir", data_dir]
@@ -253,6 +259,8 @@ def tfds_command(
         cmd += ["--num_shards", str(num_shards)]
     if max_shard_size_mb:
         cmd += ["--max_shard_size_mb", str(max_shard_size_mb)]
+    if file_format:
+        cmd += ["--file_format", file_format]
     return cmd
 
 
@@ -270,6 +278,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the dataset is already prepared")
     parser.add_argument("--num_shards", type=int, help="shards per split (default: sized by --max_shard_size_mb)")
     parser.add_argument("--max_shard_size_mb", type=int, help="shard size cap in MiB (default: the config's)")
+    parser.add_argument("--file_format", choices=[f.value for f in tfds.core.FileFormat],
+                        help="shard file format: tfrecord (default; vidvol.load, tfds.load) or array_record (random "
+                             "access: vidvol.data_source, Grain, PyTorch); the others are refused before anything is written")
     parser.add_argument("--local_services", action="store_true",
                         help="with --runner portable: start a loopback job service + worker pool for this build; "
                              "with --runner dask: a dask scheduler + one worker process per core")
@@ -324,8 +335,10 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         flags = runners.pipeline_flags(args.runner, beam_flags)
         print("beam options: " + " ".join(shlex.quote(f) for f in flags))
         try:
+            beam_writer.check_file_format(args.file_format, args.data_dir)
             cmd = tfds_command(args.dataset, manual_dir=args.manual_dir, data_dir=args.data_dir, flags=flags,
-                               overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb)
+                               overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
+                               file_format=args.file_format)
             print("tfds equivalent: " + " ".join(shlex.quote(c) for c in cmd))
         except ValueError as e:
             print(f"tfds equivalent: none ({e})")
@@ -334,6 +347,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         args.dataset, manual_dir=args.manual_dir, data_dir=args.data_dir, runner=args.runner, beam_flags=beam_flags,
         overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
         download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
+        file_format=args.file_format,
     )
     print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
                       "splits": result.splits, "empty_splits": result.empty_splits}, sort_keys=True), flush=True)

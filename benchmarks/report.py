@@ -188,6 +188,8 @@ def markdown(results: Mapping[str, Any]) -> str:
     out += [mem["verdict"], ""]
     if results.get("cluster"):
         out += cluster_section(results["cluster"])
+    if results.get("random_access"):
+        out += random_access_section(results["random_access"])
 
     out += ["## Read memory", "", "Peak RSS of the reading process while streaming (imports included; "
             "`before` is the RSS once TF is imported).", ""]
@@ -311,6 +313,29 @@ def cluster_section(c: Mapping[str, Any]) -> list[str]:
         if c.get("driver_notes"):
             out += [f"- {line}" for line in c["driver_notes"]] + [""]
     out += ["Method:", ""] + [f"- {line}" for line in c.get("method", [])] + [""]
+    return out
+
+
+def random_access_section(s: Mapping[str, Any]) -> list[str]:
+    """Markdown lines of the random-access section (`benchmarks/random_access.py`): targets, rates per pipeline."""
+    out = ["## Random access (ArrayRecord): by index vs sequential", "",
+           f"`benchmarks/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
+           f"{s['split']} ({s['examples']} examples), batches of {s['batch_size']}, {s['rounds']} round(s) on "
+           f"{s['cores']} cores.", ""]
+    out += _table(
+        ["promise", "measured", "cpu-normalized", "target", ""],
+        [[t["name"], _fmt(t["value"], t["unit"]), _fmt(t["cpu_value"], t["unit"]),
+          f"{t['op']} {_fmt(t['target'], t['unit'])}", "PASS" if t["pass"] else "**MISS**"]
+         for t in s["targets"]])
+    labels = {"sequential": "vidvol.load (TFRecord, sequential)", "single_index": "ds[i], one random index",
+              "batch_reads": f"ds.__getitems__({s['batch_size']} random indices)", "grain_threads": "Grain, 4 threads",
+              "grain_processes": "Grain, mp_prefetch 2 workers"}
+    out += _table(
+        ["pipeline", "examples/s", "rounds", "of sequential", "cpu examples/s", "cores busy (others)"],
+        [[labels[p], _rate(r["examples_per_s"]), ", ".join(_rate(x) for x in r["examples_per_s_runs"]),
+          f"{100 * r['of_sequential']:.0f}%", _rate(r["cpu_examples_per_s"]),
+          f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"] for p, r in s["results"].items()])
+    out += [f"- {line}" for line in s.get("notes", []) + s.get("method", [])] + [""]
     return out
 
 

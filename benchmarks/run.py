@@ -19,6 +19,9 @@ Measured, each against its baseline in the same run on the same files:
   worker processes): 1 vs 2 workers, dask worker peak RSS for 4 vs 16 experiments, and the
   driver's part of a build for 10k / 100k / 1M synthetic sources (Kinetics is ~650k videos).
   `--no-cluster` leaves it out (it adds ~15 min to a full run).
+- random access (`random_access.py`): the hmdb51 inputs built again with ArrayRecord shards; random
+  index reads (`vidvol.data_source`, one index and batches of 32) and Grain's model-ready batches
+  vs the sequential `vidvol.load` rate on the same data. `--no-random-access` leaves it out.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import builds
 import cluster
 import fire_memory
 import inputs
+import random_access
 import report
 from reads import ReadJob
 
@@ -338,6 +342,20 @@ class Bench:
         self._phase("cluster", start)
         return section
 
+    # -- random access (ArrayRecord) ------------------------------------------------------------
+
+    def random_access_all(self) -> dict[str, Any]:
+        """random_access.py's section on this run's hmdb51 inputs and TFRecord build."""
+        start = time.monotonic()
+        base = random_access.FULL if self.s.mode == "full" else random_access.QUICK
+        settings = dataclasses.replace(base, hmdb51=dict(self.s.hmdb51), config=self.s.hmdb51_config,
+                                       rounds=self.s.runs, batch_size=self.s.hmdb51_batch)
+        section = random_access.measure_section(self.path("random_access"), settings,
+                                                manual_dir=os.path.join(self.inputs_dir, "hmdb51"),
+                                                tfrecord_dir=self.path("data", "hmdb51"))
+        self._phase("random_access", start)
+        return section
+
     # -- reads ----------------------------------------------------------------------------------
 
     def _read(self, tag: str, job: ReadJob) -> dict[str, Any]:
@@ -537,7 +555,8 @@ def targets(read: dict[str, Any], built: dict[str, Any]) -> list[dict[str, Any]]
     return rows
 
 
-def run(out: str, settings: Settings, *, inputs_dir: str | None = None, with_cluster: bool = True) -> dict[str, Any]:
+def run(out: str, settings: Settings, *, inputs_dir: str | None = None, with_cluster: bool = True,
+        with_random_access: bool = True) -> dict[str, Any]:
     """Runs every phase and returns the results document."""
     started = datetime.datetime.now().astimezone()
     t0 = time.monotonic()
@@ -557,6 +576,8 @@ def run(out: str, settings: Settings, *, inputs_dir: str | None = None, with_clu
     results["read"] = bench.read_all(built)
     if with_cluster:
         results["cluster"] = bench.cluster_all()
+    if with_random_access:
+        results["random_access"] = bench.random_access_all()
     results["build_scaling"] = built["build_scaling"]
     results["build_memory"] = built["build_memory"]
     results["builds_for_reads"] = built["reads"]
@@ -649,6 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="re-render RESULTS.md and results.png from OUT/results.json without measuring")
     parser.add_argument("--no-cluster", action="store_true",
                         help="leave out the Dask cluster section (cluster.py: dask builds, driver at 1M sources)")
+    parser.add_argument("--no-random-access", action="store_true",
+                        help="leave out the random-access section (random_access.py: ArrayRecord build, by-index reads, Grain)")
     parser.add_argument("--no-publish", action="store_true", help="do not copy the results into the checkout's benchmarks/")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -673,7 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"[bench] {settings.mode} run into {os.path.abspath(args.out)}; load average {load:.2f} on "
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
-    results = run(args.out, settings, inputs_dir=args.inputs, with_cluster=not args.no_cluster)
+    results = run(args.out, settings, inputs_dir=args.inputs, with_cluster=not args.no_cluster,
+                  with_random_access=not args.no_random_access)
     bad = report.finite_numbers(results)
     if bad:
         raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
@@ -684,6 +708,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in results["targets"]:
         print(f"[bench] {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} (target {t['op']} {t['target']:g})",
               flush=True)
+    for t in results.get("random_access", {}).get("targets", []):
+        print(f"[bench] random access: {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} "
+              f"(target {t['op']} {t['target']:g})", flush=True)
     for t in results.get("cluster", {}).get("targets", []):
         print(f"[bench] cluster: {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} "
               f"(target {t['op']} {t['target']:g})", flush=True)

@@ -1,16 +1,20 @@
-"""Beam wiring shared by every vidvol builder: sources in, TFRecord shards and a skip report out.
+"""Beam wiring shared by every vidvol builder: sources in, TFRecord or ArrayRecord shards and a skip report out.
 
 A builder declares, per split, a list of small picklable *sources* (a path and a label, an
 experiment's frame list, ...) and a picklable *example function* that turns one source into
 `(key, example)` pairs or `Skip` records. `StreamingBeamBuilder` then plans shards up front
 (sources ordered by a stable hash, cut into contiguous chunks), and each Beam worker writes one
 whole shard at a time, encoding and serializing one example at a time straight into the file.
-A worker therefore holds one decoded example plus the TFRecord writer's small buffer, whatever
+A worker therefore holds one decoded example plus the record writer's small buffer, whatever
 the dataset's size: TFDS's stock Beam writer instead groups every serialized example of a shard
 (and, on the direct runner, of the whole split) in memory before writing.
 
 `ExamplesFromSources` is also a regular TFDS `_generate_examples` PTransform, so the same
 builders can be written by TFDS's stock writer (the benchmark compares the two).
+The shards are written in the builder's TFDS file format (`file_format=`, `tfds build --file_format`)
+through TFDS's own file adapter for it, fed one record at a time: `tfrecord` (the default, read by
+`tfds.load` and `vidvol.load`) or `array_record` (random access: `tfds.data_source`, Grain, PyTorch).
+Any other format is refused before anything is written (`check_file_format`).
 Which Beam runner a build uses is not decided here: callers above (`vidvol.beam_jobs`) install a
 resolver with `set_runner_resolver`.
 """
@@ -36,6 +40,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
+
+from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders import build_log
 from vidvol.builders import files
@@ -231,6 +237,48 @@ def _read_json(path: str) -> Any:
         return json.loads(f.read())
 
 
+# The file formats the streaming writer honours, each written by TFDS's own file adapter, which takes an
+# iterator of records and writes them as they come (tfrecord: tf.io.TFRecordWriter; array_record:
+# ArrayRecordWriter with TFDS's `group_size:1`, one record per chunk, for random access).
+STREAMING_FORMATS = (file_adapters.FileFormat.TFRECORD, file_adapters.FileFormat.ARRAY_RECORD)
+# Why the other TFDS formats are refused (a flag we do not honour must never write a mislabelled dataset).
+_REFUSED_WHY = {
+    "parquet": "TFDS's Parquet adapter holds 100 serialized examples at a time in memory (hundreds of MiB "
+               "for video or MRI examples), against the streaming writer's one-example bound",
+    "riegeli": "TFDS reads Riegeli only through the `riegeli` TensorFlow ops, which are not installed here, "
+               "and it offers no random access",
+}
+# File systems ArrayRecord's C++ writer and reader open (plain files only).
+_ARRAY_RECORD_SCHEMES = ("", "file")
+
+
+def check_file_format(file_format: "str | file_adapters.FileFormat | None", data_dir: "str | os.PathLike | None" = None) -> file_adapters.FileFormat:
+    """The TFDS FileFormat a build writes (None: tfrecord); ValueError, before anything is written, for one we cannot honour."""
+    fmt = file_adapters.FileFormat.from_value(file_format) if file_format else file_adapters.DEFAULT_FILE_FORMAT
+    if fmt not in STREAMING_FORMATS:
+        why = _REFUSED_WHY.get(fmt.value, "vidvol's streaming shard writer does not write it")
+        raise ValueError(
+            f"file_format {fmt.value!r} is not supported by vidvol builds ({why}); use "
+            + " or ".join(repr(f.value) for f in STREAMING_FORMATS)
+            + " (array_record for random access: tfds.data_source, Grain, PyTorch)"
+        )
+    if fmt is file_adapters.FileFormat.ARRAY_RECORD and data_dir is not None:
+        s = files.scheme(data_dir)
+        if s not in _ARRAY_RECORD_SCHEMES:
+            raise ValueError(
+                f"data_dir {os.fspath(data_dir)}: ArrayRecord files are written and read as local files only (no "
+                f"{s}:// in array_record); build into a local data_dir and copy the result to {s}:// afterwards, or "
+                "build file_format='tfrecord' there"
+            )
+    return fmt
+
+
+def write_records(file_format: "str | file_adapters.FileFormat", path: str, records: Iterable[tuple[str, bytes]]) -> None:
+    """Writes `(key, serialized example)` pairs to `path` as they come, in `file_format` (TFDS's adapter)."""
+    fmt = check_file_format(file_format)
+    file_adapters.ADAPTER_FOR_FORMAT[fmt].write_examples(path, records)
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardTask:
     """One shard to write: which split, where, and the sources that go in it, in order."""
@@ -354,35 +402,17 @@ def _writing(path: str) -> Iterator[None]:
         raise shard_write_error(e, path) from e
 
 
-@contextlib.contextmanager
-def _shard_attempt(path: str, attempt: str) -> Iterator[Any]:
-    """The record writer of one attempt at shard `path`, closed at the end; on any failure the attempt's
-    file is removed (a failed open or close is a ShardWriteError)."""
-    with _writing(path):
-        writer = tf.io.TFRecordWriter(attempt)
-    try:
-        yield writer
-        with _writing(path):
-            writer.close()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            writer.close()
-        with contextlib.suppress(Exception):
-            if tf.io.gfile.exists(attempt):
-                tf.io.gfile.remove(attempt)
-        raise
-
-
 class WriteShardFn(beam.DoFn):
     """Writes one shard: example by example, encoded and serialized straight into the file."""
 
     def __init__(
         self, features: tfds.features.FeatureConnector, example_fns: Mapping[str, ExampleFn],
-        worker_setup: Sequence[WorkerSetup] = (),
+        worker_setup: Sequence[WorkerSetup] = (), file_format: str = file_adapters.DEFAULT_FILE_FORMAT.value,
     ):
         self._features = features
         self._example_fns = dict(example_fns)
         self._worker_setup = tuple(dict.fromkeys(worker_setup))
+        self._file_format = check_file_format(file_format).value
         self._serializer = None
 
     def setup(self):
@@ -391,44 +421,33 @@ class WriteShardFn(beam.DoFn):
         self._serializer = tfds.core.ExampleSerializer(self._features.get_serialized_info())
 
     def process(self, task: ShardTask):
-        example_fn = self._example_fns[task.split]
         start = time.monotonic()
         keys: list[str] = []
         skips: list[dict[str, str]] = []
-        num_bytes = 0
+        sizes: list[int] = []
         # A task may run twice (a runner retrying it after a worker died): each attempt writes its own
         # file and renames it into place whole, then its sidecar, so a rerun never sees half a shard.
         attempt = f"{task.path}.{uuid.uuid4().hex[:12]}.tmp"
         # Progress for the driver's display: inputs done so far, rewritten now and then (progress.py).
         recorder = progress.ProgressRecorder(progress.progress_path(task.path), len(task.sources))
-        # A failed write (disk full, quota, file size limit) is a ShardWriteError naming the file, never a skip.
-        with _shard_attempt(task.path, attempt) as writer:
-            for source in task.sources:
-                try:
-                    for item in run_example_fn(example_fn, source, task.split):
-                        if isinstance(item, Skip):
-                            skips.append(item.as_dict())
-                            continue
-                        key, example = item
-                        # deterministic=True: feature-map entries in key order, so the same input gives the
-                        # same bytes in every process (proto map order otherwise varies with the process).
-                        tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
-                        record = tf_example.SerializeToString(deterministic=True)
-                        with _writing(task.path):
-                            writer.write(record)
-                        keys.append(str(key))
-                        num_bytes += len(record)
-                        del example, tf_example, record
-                except ShardWriteError:
-                    raise
-                except Exception as e:  # pylint: disable=broad-except  (not an input error: fails the build)
-                    raise naming_source(e, source, task.split) from e
-                recorder.source_done(len(keys), sum(1 for s in skips if not s.get("example")))
+        # A failed write (disk full, quota, file size limit) is a ShardWriteError naming the file, never a skip;
+        # an error of the example function (named after its source by `_records`) passes through as it is.
+        source_failed: list[bool] = []
+        try:
+            write_records(self._file_format, attempt, self._records(task, keys, skips, sizes, recorder, source_failed))
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                if tf.io.gfile.exists(attempt):
+                    tf.io.gfile.remove(attempt)
+            if not source_failed and not isinstance(e, ShardWriteError) and isinstance(e, WRITE_ERRORS):
+                raise shard_write_error(e, task.path) from e
+            raise
         with _writing(task.path):
             # The checksum of the bytes on disk, read once before the rename (whatever wrote them).
             digest, file_bytes = integrity.file_digest(attempt)
             tf.io.gfile.rename(attempt, task.path, overwrite=True)
         recorder.write()  # the final count, before the sidecar that marks the shard done
+        num_bytes = sum(sizes)
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes,
                 "skips": skips, "file_bytes": file_bytes, integrity.DIGEST: digest}
         with _writing(task.path + ".info.json"):
@@ -438,6 +457,36 @@ class WriteShardFn(beam.DoFn):
             task.split, task.index, len(keys), len(skips), num_bytes / 2**20, time.monotonic() - start,
         )
         yield task.split, len(keys)
+
+    def _records(self, task: ShardTask, keys: list[str], skips: list[dict[str, str]], sizes: list[int],
+                 recorder: progress.ProgressRecorder, source_failed: list[bool]) -> Iterator[tuple[str, bytes]]:
+        """The shard's `(key, serialized example)` records, one at a time; keys, skips and sizes noted on the way.
+
+        An error making an example (not writing it) appends to `source_failed` before it propagates.
+        """
+        example_fn = self._example_fns[task.split]
+        for source in task.sources:
+            try:
+                for item in run_example_fn(example_fn, source, task.split):
+                    if isinstance(item, Skip):
+                        skips.append(item.as_dict())
+                        continue
+                    key, example = item
+                    # deterministic=True: feature-map entries in key order, so the same input gives the
+                    # same bytes in every process (proto map order otherwise varies with the process).
+                    tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
+                    record = tf_example.SerializeToString(deterministic=True)
+                    del example, tf_example
+                    keys.append(str(key))
+                    sizes.append(len(record))
+                    yield str(key), record
+                    del record
+            except GeneratorExit:
+                raise
+            except Exception as e:  # pylint: disable=broad-except  (not an input error: fails the build)
+                source_failed.append(True)
+                raise naming_source(e, source, task.split) from e
+            recorder.source_done(len(keys), sum(1 for s in skips if not s.get("example")))
 
 
 @dataclasses.dataclass
@@ -606,8 +655,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
       `skip_report.json`; any other exception fails the build.
     - Optionally `_estimated_example_bytes()` (shard sizing) and a `max_shard_size` config field.
 
-    The build honours TFDS's `num_shards`, `max_shard_size` and `max_examples_per_split`
-    download options and runs on the runner the installed resolver picks (see
+    The build honours TFDS's `file_format` (tfrecord or array_record, see `check_file_format`),
+    `num_shards`, `max_shard_size` and `max_examples_per_split` download options and runs on the runner the installed resolver picks (see
     `set_runner_resolver`). While it runs, the terminal shows one progress bar per split (from the
     workers' progress records), warnings and errors; everything else goes to a build log next to
     the dataset folder; the per-split summary comes last (see `vidvol.builders.build_log`).
@@ -622,12 +671,14 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def download_and_prepare(self, *, download_dir=None, download_config=None, **kwargs):  # pylint: disable=arguments-differ
         """TFDS's download_and_prepare inside a build session (quiet terminal, build log, summary last).
 
-        A dataset that is already prepared (and not being overwritten) is left to TFDS as is.
+        A dataset that is already prepared (and not being overwritten) is left to TFDS as is. A
+        `file_format` (here or the builder's) the streaming writer cannot honour fails first.
         """
         mode = download_config.download_mode if download_config else None
         prepared = tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
         if prepared and not (mode is not None and mode.overwrite_dataset):
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+        check_file_format(kwargs.get("file_format") or self.info.file_format, self.data_dir)
         name = self._display_name()
         log_dir = os.fspath(self.data_path.parent)
         with build_log.session(name, log_dir, version=str(self.version)) as session:
@@ -663,6 +714,10 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             f"({failure.get('error', '?')}). {hint[0].upper()}{hint[1:]}, then run the build again; {state}."
         )
 
+    def _file_format(self) -> file_adapters.FileFormat:
+        """The file format this build writes (the builder's `file_format`, tfrecord by default); checked."""
+        return check_file_format(self.info.file_format, self.data_dir)
+
     def _estimated_example_bytes(self) -> int:
         """Rough serialized size of one example, used to size shards before anything is decoded."""
         return 1 << 20
@@ -691,6 +746,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if download_config.max_examples_per_split == 0:
             return
         files.check_data_dir(self.data_dir)
+        self._file_format()  # before anything is written
         generators = self._generators(dl_manager, download_config)
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         tasks = self._plan(generators, templates, download_config)
@@ -762,7 +818,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             pipeline
             | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
             | "Distribute" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns, setup))
+            | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns, setup, self._file_format().value))
         )
         by_split = tasks_by_split or {t.split: [x for x in all_tasks if x.split == t.split] for t in all_tasks}
         shards = {split: [(progress.progress_path(t.path), len(t.sources)) for t in ts] for split, ts in by_split.items()}

@@ -5,7 +5,8 @@
 - `BoxMask`: a 0/1 uint8 mask that is one axis-aligned box (crop/pad masks are), stored as its
   start/stop per axis; anything else is refused at build time with the reason.
 
-Both decode per example (`tfds.load`) and per batch (`vidvol.load`'s batch parser). Why storage
+Both decode per example (`tfds.load`), per batch (`vidvol.load`'s batch parser) and with NumPy alone
+(`decode_example_np`: `tfds.data_source` over ArrayRecord shards, Grain, PyTorch). Why storage
 decides MRI read speed, with figures: the mri_volumes card, "Storage".
 """
 
@@ -76,6 +77,14 @@ class WholeNumberVolume(_FixedShapeFeature):
         )
         return tf.reshape(values, self._shape)
 
+    def decode_example_np(self, example_data: dict[str, Any]) -> np.ndarray:
+        """The float32 volume from its stored bytes, with NumPy only (random-access reads, no TF graph)."""
+        dtype = np.dtype("<i2") if int(example_data["int16"]) == 1 else np.dtype("<f4")
+        values = np.frombuffer(example_data["data"], dtype)
+        if values.size != int(np.prod(self._shape)):
+            raise ValueError(f"stored volume holds {values.size} values, expected {self._shape}")
+        return values.astype(np.float32).reshape(self._shape)  # astype copies: a writable array
+
     def decode_batch_example(self, tfexample_data: dict[str, tf.Tensor]) -> tf.Tensor:
         """A batch in one `decode_raw` when its examples share a storage dtype (else one by one)."""
         data, int16 = tfexample_data["data"], tfexample_data["int16"]
@@ -141,6 +150,13 @@ class BoxMask(_FixedShapeFeature):
 
     def decode_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         return self.dense(tfexample_data[tf.newaxis])[0]
+
+    def decode_example_np(self, example_data: Any) -> np.ndarray:
+        """The dense uint8 mask from its stored box, with NumPy only (random-access reads, no TF graph)."""
+        box = np.asarray(example_data, np.int64).reshape(len(self._shape), 2)
+        mask = np.zeros(self._shape, np.uint8)
+        mask[tuple(slice(int(lo), int(hi)) for lo, hi in box)] = 1
+        return mask
 
     def decode_batch_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         return self.dense(tfexample_data)

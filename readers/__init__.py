@@ -2,7 +2,8 @@
 
 `api` is the public surface; `stages` the named pipeline stages; `plan` what is read and decoded
 where; `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
-per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator.
+per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator;
+`random_access` the by-index readers over ArrayRecord shards (`data_source`, Grain, PyTorch).
 """
 
 from vidvol.readers.api import DatasetNotPreparedError
@@ -14,6 +15,11 @@ from vidvol.readers.api import load
 from vidvol.readers.api import load_labels
 from vidvol.readers.api import supervised_keys
 from vidvol.readers.clip_sampling import ClipWindow
+from vidvol.readers.random_access import DataSource
+from vidvol.readers.random_access import RandomAccessError
+from vidvol.readers.random_access import data_source
+from vidvol.readers.random_access import grain_dataset
+from vidvol.readers.random_access import torch_dataset
 from vidvol.readers.sizing import DEFAULT_SHUFFLE_BUFFER_BYTES
 from vidvol.readers.sizing import MAX_CYCLE_LENGTH
 from vidvol.readers.sizing import ShardingError
@@ -22,7 +28,8 @@ from vidvol.readers.sizing import default_memory_budget
 from vidvol.readers.sizing import shuffle_buffer_size
 
 __all__ = [
-    "ClipWindow", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DatasetNotPreparedError", "MAX_CYCLE_LENGTH", "ShardingError",
-    "Tuning", "default_cycle_length", "default_memory_budget", "distribute", "example_bytes", "get_builder",
-    "load", "load_labels", "shuffle_buffer_size", "supervised_keys",
+    "ClipWindow", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "MAX_CYCLE_LENGTH",
+    "RandomAccessError", "ShardingError", "Tuning", "data_source", "default_cycle_length", "default_memory_budget",
+    "distribute", "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size",
+    "supervised_keys", "torch_dataset",
 ]

@@ -65,6 +65,17 @@ def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLik
     return builder
 
 
+def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
+    """ValueError naming the random-access readers when the prepared dataset's files have no tf.data reader."""
+    fmt = builder.info.file_format
+    if fmt is not None and fmt not in tfds.core.FileFormat.with_tf_data():
+        raise ValueError(
+            f"{builder.info.full_name} in {builder.data_dir} is stored as {fmt.value}, which tf.data cannot stream; "
+            "read it by index with vidvol.data_source / vidvol.grain_dataset / vidvol.torch_dataset (or "
+            "tfds.data_source), or build it with the default file_format (tfrecord) for vidvol.load / tfds.load"
+        )
+
+
 def supervised_keys(info: tfds.core.DatasetInfo, inputs: str | Sequence[str] | None = None, target: str | None = None) -> tuple[tuple[str, ...], str]:
     """Input feature names and target name: the builder's supervised_keys, plus `mask` for a single input."""
     features = info.features
@@ -174,6 +185,7 @@ def load(
         raise TypeError(f"load() got unexpected keyword arguments {unknown}")
     tuning = dataclasses.replace(tuning or Tuning(), **tuning_fields)
     builder = get_builder(name, data_dir)
+    check_tf_data(builder)
     allocator.warn_if_not_pooled()
     info = builder.info
     training = split.split("[")[0].strip().startswith("train") if training is None else bool(training)
@@ -263,6 +275,7 @@ def load_labels(
     The order is that of `load(..., training=False)`, so predictions line up with it.
     """
     builder = get_builder(name, data_dir)
+    check_tf_data(builder)
     info = builder.info
     if target is None:
         _, target = supervised_keys(info)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import cv2
 import numpy as np
@@ -20,7 +21,11 @@ def is_encoded_video(feature: tfds.features.FeatureConnector) -> bool:
 
 
 class KeepEncoded(tfds.decode.Decoder):
-    """Keeps a Video feature's encoded frames as one string vector (TFDS would `tf.map_fn` over it)."""
+    """Keeps a Video feature's encoded frames as one string vector (TFDS would `tf.map_fn` over it).
+
+    Also under NumPy decoding (`tfds.data_source`): the frames stay an array of encoded strings, so a
+    random-access reader decodes only the frames of the clip it samples (`decode_frames_np`).
+    """
 
     @property
     def dtype(self):
@@ -30,6 +35,12 @@ class KeepEncoded(tfds.decode.Decoder):
         return serialized_example
 
     def decode_batch_example(self, serialized_example):
+        return serialized_example
+
+    def decode_example_np(self, serialized_example):
+        return serialized_example
+
+    def decode_batch_example_np(self, serialized_example):
         return serialized_example
 
 
@@ -64,3 +75,23 @@ def _blank(fmt: str, shape: tuple[int, int, int], dtype: str) -> bytes:
 def blank_frame(feature: tfds.features.Video) -> bytes:
     """An encoded all-zero frame in a Video feature's format and size (decodes to exactly 0)."""
     return _blank(feature.feature.encoding_format, tuple(feature.shape[1:]), np.dtype(feature.np_dtype).name)
+
+
+def decode_frames_np(
+    encoded: Sequence[bytes], feature: tfds.features.Video, indices: Sequence[int] | np.ndarray | None = None,
+    valid: np.ndarray | None = None,
+) -> np.ndarray:
+    """Encoded frames -> (len(indices), H, W, C) with NumPy (TFDS's own per-frame NumPy decode, OpenCV).
+
+    `indices` pick the frames (all of them by default); slots where `valid` is False stay zero, as
+    `vidvol.load` zeroes clip slots past a video's end. Used by the random-access readers.
+    """
+    picks = np.arange(len(encoded)) if indices is None else np.asarray(indices).reshape(-1)
+    keep = np.ones(len(picks), bool) if valid is None else np.asarray(valid, bool).reshape(-1)
+    _, height, width, channels = feature.shape
+    out = np.zeros((len(picks), height, width, channels), feature.np_dtype)
+    image = feature.feature
+    for slot, (index, ok) in enumerate(zip(picks, keep)):
+        if ok:
+            out[slot] = image.decode_example_np(encoded[int(index)])
+    return out

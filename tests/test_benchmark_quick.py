@@ -75,6 +75,10 @@ def test_quick_run_writes_every_section(quick):
     assert results["mode"] == "quick"
     assert report.finite_numbers(results) == []
     assert set(results["read"]) == set(READS)
+    ra = results["random_access"]  # ArrayRecord build, by-index reads and Grain vs vidvol.load on the same data
+    assert set(ra["results"]) == {"sequential", "single_index", "batch_reads", "grain_threads", "grain_processes"}
+    assert all(r["examples_per_s"] > 0 and r["of_sequential"] > 0 for r in ra["results"].values())
+    assert len(ra["targets"]) == 2 and "Random access (ArrayRecord)" in (out / "RESULTS.md").read_text()
     for name, r in results["read"].items():
         for key in ("loader", "baseline"):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]

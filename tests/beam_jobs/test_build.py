@@ -146,3 +146,33 @@ def test_summary_lines_say_which_split_is_empty_and_why():
     assert lines[0] == ("mri_volumes/small_32/2.0.0 test: empty — every input skipped: 1 missing file; not registered "
                         "(loading it lists the splits there are)")
     assert lines[1].startswith("mri_volumes/small_32/2.0.0 train: 9 examples in 4 shards")
+
+
+def test_tfds_build_file_format_array_record_gives_random_access(manual_dir, tmp_path, tfds_build):
+    """The issue's reproduction: `tfds build --file_format array_record` now writes real ArrayRecord shards."""
+    data_dir = tmp_path / "tfds_cli"
+    tfds_build(DATASET, manual_dir, data_dir, "--file_format", "array_record",
+               "--beam_pipeline_options=direct_num_workers=1,direct_running_mode=in_memory")
+    ids = {}
+    for split, want in expected_videos(manual_dir).items():
+        source = tfds.data_source(DATASET, split=split, data_dir=str(data_dir))  # raised "Corrupted Riegeli/records file"
+        ids[split] = sorted(source[i]["video_id"].decode() for i in range(len(source)))
+        assert ids[split] == want
+        ours = vidvol.data_source(DATASET, split, data_dir=data_dir)
+        assert ours[0]["video"].shape == (20, 64, 64, 3) and ours[0]["video"].dtype == "uint8"
+    path = os.path.join(str(data_dir), "hmdb51", "split1_20x64x64", "1.0.0")
+    assert not [n for n in os.listdir(path) if ".tfrecord" in n]
+    assert build.read_result(build.make_builder(DATASET, str(data_dir)), built=True).splits["train"]["examples"] == 6
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "riegeli"])
+def test_cli_refuses_a_file_format_it_cannot_honour_before_writing(manual_dir, tmp_path, capsys, file_format):
+    data_dir = tmp_path / "out"
+    code = build.main([DATASET, "--manual_dir", manual_dir, "--data_dir", str(data_dir), "--file_format", file_format,
+                       *IN_MEMORY])
+    assert code == 2
+    assert f"error: file_format '{file_format}' is not supported by vidvol builds" in capsys.readouterr().err
+    assert not data_dir.exists()
+    cmd = build.tfds_command(DATASET, manual_dir=manual_dir, data_dir="/d", flags=["--runner=direct"],
+                             file_format="array_record")
+    assert cmd[-2:] == ["--file_format", "array_record"]

@@ -19,6 +19,8 @@ import time
 import pytest
 import tensorflow as tf
 
+import array_record_testing
+
 from vidvol import samples
 from vidvol.beam_jobs import build
 from vidvol.beam_jobs import dask_cluster
@@ -74,6 +76,18 @@ def test_dask_build_equals_direct_build(cluster, dataset, manual, tmp_path):
     assert split_infos(on_dask.data_path) == split_infos(direct.data_path)
     assert skip_report(on_dask.data_path) == skip_report(direct.data_path)
     assert not glob.glob(os.path.join(on_dask.data_path, "*.tmp")) and not glob.glob(os.path.join(on_dask.data_path, "*.partial"))
+
+
+def test_dask_array_record_build_holds_the_direct_builds_records(cluster, tmp_path):
+    """`--file_format array_record` on Dask: the same records as the direct TFRecord build, shard for shard."""
+    dataset = "mri_volumes/small_32"
+    direct = build.build(dataset, manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path / "direct"),
+                         beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    on_dask = build.build(dataset, manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path / "dask"), runner="dask",
+                          beam_flags=[f"--dask_client_address={cluster.address}"], file_format="array_record")
+    assert on_dask.splits == direct.splits and skip_report(on_dask.data_path) == skip_report(direct.data_path)
+    assert array_record_testing.array_record_records(on_dask.data_path) == records(direct.data_path)
+    assert not [n for n in os.listdir(on_dask.data_path) if n.endswith((".tmp", ".partial", ".info.json"))]
 
 
 def test_tfds_build_cli_with_the_short_runner_name(cluster, tmp_path, tfds_build):

@@ -100,6 +100,18 @@ def test_portable_build_equals_direct_build(services, tmp_path):
         assert "with state DONE" in f.read()
 
 
+def test_portable_array_record_build_holds_the_direct_builds_records(services, tmp_path):
+    """`--file_format array_record` on the portable runner: the direct TFRecord build's records, shard for shard."""
+    import array_record_testing  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path via conftest)
+
+    direct = build.build(DATASET, manual_dir=make_dummy_data.DUMMY_DIR, data_dir=str(tmp_path / "direct"),
+                         beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    portable = build.build(DATASET, manual_dir=make_dummy_data.DUMMY_DIR, data_dir=str(tmp_path / "portable"),
+                           runner="portable", beam_flags=services.flags(num_workers=2), file_format="array_record")
+    assert portable.splits == direct.splits
+    assert array_record_testing.array_record_records(portable.data_path) == _records(direct.data_path)
+
+
 def test_a_service_that_dies_is_reported_with_its_log(tmp_path):
     log = str(tmp_path / "svc.log")
     with pytest.raises(RuntimeError, match=r"exited with 3 before serving(.|\n)*port in use, say"):

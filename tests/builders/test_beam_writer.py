@@ -1,4 +1,4 @@
-"""Streaming Beam writer: shard planning, skips, split infos and a real tfds read-back."""
+"""Streaming Beam writer: shard planning, skips, split infos, file formats and a real tfds read-back."""
 
 import json
 import os
@@ -46,8 +46,8 @@ class ToyBuilder(beam_writer.StreamingBeamBuilder, skip_registration=True):
         return beam_writer.ExamplesFromSources(sources, toy_example_fn)
 
 
-def _build(tmp_path, **config):
-    builder = ToyBuilder(data_dir=str(tmp_path))
+def _build(tmp_path, file_format=None, **config):
+    builder = ToyBuilder(data_dir=str(tmp_path), file_format=file_format)
     opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts, **config))
     return builder
@@ -206,3 +206,49 @@ def test_a_workers_write_failure_reaches_the_driver_from_its_message():
     assert "disk or the quota is full" in beam_writer.write_hint("ResourceExhaustedError: /x; No space left on device")
     assert "disk or the quota is full" in beam_writer.write_hint("OSError: [Errno 122] Disk quota exceeded")
     assert "not writable" in beam_writer.write_hint("PermissionDeniedError: /x; Permission denied")
+
+
+def test_array_record_shards_are_real_array_record_with_the_same_examples(tmp_path):
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+
+    records = _build(tmp_path / "tfrecord")
+    arrays = _build(tmp_path / "array_record", file_format="array_record")
+    for split in ("train", "test"):
+        a, b = records.info.splits[split], arrays.info.splits[split]
+        assert (a.shard_lengths, a.num_bytes) == (b.shard_lengths, b.num_bytes)
+        files = sorted(f for f in os.listdir(arrays.data_dir) if f.startswith(f"vidvol_toy-{split}."))
+        assert files == [f"vidvol_toy-{split}.array_record-{i:05d}-of-{len(b.shard_lengths):05d}"
+                         for i in range(len(b.shard_lengths))]
+        for name, length in zip(files, b.shard_lengths):  # ArrayRecord's own reader opens every shard
+            reader = array_record_module.ArrayRecordReader(os.path.join(arrays.data_dir, name))
+            assert reader.num_records() == length
+            reader.close()
+        # By index, in the same order as the TFRecord build read in file order, with the same values.
+        by_index = list(tfds.data_source("vidvol_toy", split=split, data_dir=str(tmp_path / "array_record")))
+        in_order = list(tfds.as_numpy(records.as_dataset(split=split, shuffle_files=False)))
+        assert [ex["name"] for ex in by_index] == [ex["name"] for ex in in_order]
+        for x, y in zip(by_index, in_order):
+            np.testing.assert_array_equal(x["x"], y["x"])
+    assert beam_writer.read_skip_report(arrays.data_dir) == beam_writer.read_skip_report(records.data_dir)
+    assert not [f for f in os.listdir(arrays.data_dir) if f.endswith((".partial", ".info.json", ".tmp"))]
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "riegeli"])
+def test_formats_the_streaming_writer_cannot_honour_fail_before_anything_is_written(tmp_path, file_format):
+    with pytest.raises(ValueError, match=rf"file_format '{file_format}' is not supported by vidvol builds .*'tfrecord' or 'array_record'"):
+        _build(tmp_path / "via_builder", file_format=file_format)
+    assert not os.path.exists(tmp_path / "via_builder")
+    builder = ToyBuilder(data_dir=str(tmp_path / "via_prepare"))
+    with pytest.raises(ValueError, match=rf"file_format '{file_format}' is not supported"):
+        builder.download_and_prepare(file_format=file_format)
+    assert not os.path.exists(tmp_path / "via_prepare")
+
+
+def test_array_record_needs_a_local_data_dir():
+    assert beam_writer.check_file_format(None) is tfds.core.FileFormat.TFRECORD
+    assert beam_writer.check_file_format("tfrecord", "gs://bucket/data") is tfds.core.FileFormat.TFRECORD
+    assert beam_writer.check_file_format("array_record", "/tmp/data") is tfds.core.FileFormat.ARRAY_RECORD
+    with pytest.raises(ValueError, match=r"gs://bucket/data: ArrayRecord files are written and read as local files only"):
+        beam_writer.check_file_format("array_record", "gs://bucket/data")
+    with pytest.raises(ValueError, match="not a valid FileFormat"):
+        beam_writer.check_file_format("csv")

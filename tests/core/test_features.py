@@ -1,4 +1,4 @@
-"""WholeNumberVolume and BoxMask: exact round trips through TFDS serialization, per example and per batch."""
+"""WholeNumberVolume and BoxMask: exact round trips through TFDS serialization, per example, per batch and NumPy-only."""
 
 from __future__ import annotations
 
@@ -15,14 +15,24 @@ from vidvol.builders import volume
 SHAPE = (6, 7, 5)
 
 
-def _round_trip(feature_dict: tfds.features.FeaturesDict, examples: list[dict]) -> tuple[list[dict], dict]:
-    """Serializes examples as TFDS writes them; returns per-example decodes and one batched decode."""
+def _round_trip(feature_dict: tfds.features.FeaturesDict, examples: list[dict]) -> tuple[list[dict], dict, list[bytes]]:
+    """Serializes examples as TFDS writes them; returns per-example decodes, one batched decode and the records.
+
+    Every record is also decoded as `tfds.data_source` decodes it (NumPy only, no TF graph), which
+    must give the same arrays as the per-example TF decode.
+    """
     serializer = example_serializer.ExampleSerializer(feature_dict.get_serialized_info())
     records = [serializer.serialize_example(feature_dict.encode_example(ex)) for ex in examples]
     parser = example_parser.ExampleParser(feature_dict.get_serialized_info())
     singles = [tfds.as_numpy(feature_dict.decode_example(parser.parse_example(tf.constant(r)))) for r in records]
     names = list(feature_dict.keys())
     batched = BatchParser(feature_dict, names, []).parse(tf.constant(records))
+    for record, single in zip(records, singles):
+        numpy_only = feature_dict.deserialize_example_np(record)
+        for name in names:
+            assert isinstance(numpy_only[name], np.ndarray) and numpy_only[name].flags.writeable
+            assert numpy_only[name].dtype == single[name].dtype, name
+            np.testing.assert_array_equal(numpy_only[name], single[name])
     return singles, tfds.as_numpy(batched), records
 
 

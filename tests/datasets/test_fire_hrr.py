@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
 from vidvol.builders import beam_writer
@@ -28,6 +29,11 @@ class FireHrrDummyTest(tfds.testing.DatasetBuilderTestCase):
     SPLITS = {"train": 1, "validation": 1, "test": 1}
     BUILDER_CONFIG_NAMES_TO_TEST = [fire.Builder.get_builder_config("161x135x240")]  # a named (unregistered) config
     SKIP_CHECKSUMS = True
+
+
+class FireHrrDummyArrayRecordTest(array_record_testing.ArrayRecordBuilderTest, FireHrrDummyTest):
+    """The same checks with the builder writing ArrayRecord shards (`--file_format array_record`), read back by index."""
+    pass
 
 
 # --------------------------------------------------------------------------------------------

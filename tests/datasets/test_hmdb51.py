@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol.builders import beam_writer
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
@@ -27,6 +28,11 @@ class Hmdb51DummyTest(tfds.testing.DatasetBuilderTestCase):
     SPLITS = {"train": 6, "test": 3}
     BUILDER_CONFIG_NAMES_TO_TEST = ["split1_20x64x64", hmdb.Builder.get_builder_config("split1_all_112x112")]
     SKIP_CHECKSUMS = True
+
+
+class Hmdb51DummyArrayRecordTest(array_record_testing.ArrayRecordBuilderTest, Hmdb51DummyTest):
+    """The same checks with the builder writing ArrayRecord shards (`--file_format array_record`), read back by index."""
+    BUILDER_CONFIG_NAMES_TO_TEST = ["split1_20x64x64"]  # the default config; the all-frames one is covered above
 
 
 def _copy_dummy(tmp_path) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
 from vidvol.builders import beam_writer
@@ -377,6 +378,11 @@ class MriVolumesDummyDataTest(tfds.testing.DatasetBuilderTestCase):
         mri.Builder.get_builder_config("small_32"), mri.Builder.get_builder_config("small_32_whole")]
     SPLITS = {"train": 4, "validation": 1, "test": 1}
     SKIP_CHECKSUMS = True
+
+
+class MriVolumesDummyDataArrayRecordTest(array_record_testing.ArrayRecordBuilderTest, MriVolumesDummyDataTest):
+    """The same checks with the builder writing ArrayRecord shards (`--file_format array_record`), read back by index."""
+    pass
 
 
 def test_dummy_data_matches_its_generator(tmp_path):

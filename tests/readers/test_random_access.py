@@ -1,0 +1,188 @@
+"""Random access over ArrayRecord shards: vidvol.data_source vs tfds.load, NumPy clip rules, Grain, PyTorch.
+
+Real builds of the committed dummy data (hmdb51 default config, mri_volumes small_32) in both file
+formats, in this process; the TFRecord build is the reference read by `tfds.load` / `vidvol.load`.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import vidvol
+from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
+from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
+from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
+from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.readers import clip_sampling
+from vidvol.readers import random_access
+
+HMDB = "hmdb51/split1_20x64x64"
+MRI = "mri_volumes/small_32"
+
+
+@pytest.fixture(scope="module")
+def hmdb_dirs(tmp_path_factory):
+    """hmdb51's default config built twice from the dummy data: {'tfrecord': data_dir, 'array_record': data_dir}."""
+    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
+
+    dirs = {}
+    for fmt in ("tfrecord", "array_record"):
+        dirs[fmt] = str(tmp_path_factory.mktemp(f"hmdb_{fmt}"))
+        builder = hmdb.Builder(data_dir=dirs[fmt], file_format=fmt)
+        builder.download_and_prepare(download_config=in_process_config(manual_dir=hmdb_dummy.DUMMY_DIR))
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def mri_dirs(tmp_path_factory):
+    """mri_volumes small_32 built twice from the dummy data."""
+    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
+
+    dirs = {}
+    for fmt in ("tfrecord", "array_record"):
+        dirs[fmt] = str(tmp_path_factory.mktemp(f"mri_{fmt}"))
+        builder = mri.Builder(data_dir=dirs[fmt], config="small_32", file_format=fmt)
+        builder.download_and_prepare(download_config=in_process_config(manual_dir=mri_dummy.DUMMY_DIR))
+    return dirs
+
+
+def _by(examples, key):
+    return {ex[key]: ex for ex in examples}
+
+
+def test_hmdb51_by_index_gives_tfds_load_tensors(hmdb_dirs):
+    for split in ("train", "test"):
+        ds = vidvol.data_source(HMDB, split, data_dir=hmdb_dirs["array_record"])
+        ours = _by(ds.__getitems__(list(range(len(ds)))), "video_id")
+        assert _by([ds[i] for i in range(len(ds))], "video_id").keys() == ours.keys()
+        loaded = _by(tfds.as_numpy(tfds.load(HMDB, split=split, data_dir=hmdb_dirs["tfrecord"])), "video_id")
+        stored = _by(tfds.as_numpy(tfds.load(HMDB, split=split, data_dir=hmdb_dirs["tfrecord"],
+                                             decoders={"video": tfds.decode.SkipDecoding()})), "video_id")
+        assert ours.keys() == loaded.keys() and len(ours) == len(ds) > 0
+        for vid, ex in ours.items():
+            ref = loaded[vid]
+            assert ex.keys() == ref.keys()
+            for name in ex:
+                assert type(ex[name]) is type(ref[name]), name
+                assert np.shape(ex[name]) == np.shape(ref[name]) and np.asarray(ex[name]).dtype == np.asarray(ref[name]).dtype
+                if name != "video":
+                    np.testing.assert_array_equal(ex[name], ref[name], err_msg=name)
+            # JPEG frames: exactly libjpeg's accurate IDCT of the stored frames (OpenCV's, TFDS's NumPy
+            # decoder); tf.io.decode_jpeg's default fast IDCT (tfds.load) is a few levels off.
+            accurate = np.stack([tf.io.decode_jpeg(f, dct_method="INTEGER_ACCURATE").numpy() for f in stored[vid]["video"]])
+            np.testing.assert_array_equal(ex["video"], accurate)
+            assert np.abs(ex["video"].astype(int) - ref["video"]).max() <= 12
+            assert np.abs(ex["video"].astype(int) - ref["video"]).mean() < 1.5
+    with pytest.raises(IndexError, match="out of range"):
+        ds[len(ds)]
+
+
+def test_mri_volumes_by_index_are_identical_to_tfds_load(mri_dirs):
+    ds = vidvol.data_source(MRI, "train", data_dir=mri_dirs["array_record"])
+    ours = _by(list(ds), "path")
+    loaded = _by(tfds.as_numpy(tfds.load(MRI, split="train", data_dir=mri_dirs["tfrecord"])), "path")
+    assert ours.keys() == loaded.keys() and len(ours) == 4
+    for key, ex in ours.items():
+        for name in ex:
+            assert np.asarray(ex[name]).dtype == np.asarray(loaded[key][name]).dtype, name
+            np.testing.assert_array_equal(ex[name], loaded[key][name], err_msg=name)
+        assert ex["volume"].dtype == np.float32 and ex["mask"].dtype == np.uint8 and ex["mask"].shape == (32, 32, 32)
+    copy = pickle.loads(pickle.dumps(ds))  # what a Grain or DataLoader worker process gets
+    np.testing.assert_array_equal(copy[1]["volume"], ds[1]["volume"])
+
+
+def test_wrong_format_errors_name_the_fix(hmdb_dirs):
+    with pytest.raises(random_access.RandomAccessError, match=r"stored as tfrecord.*--file_format array_record"):
+        vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["tfrecord"])
+    with pytest.raises(ValueError, match=r"stored as array_record.*vidvol.data_source"):
+        vidvol.load(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"])
+
+
+def test_numpy_clip_rules_are_the_tf_rules():
+    for spec in (clip_sampling.ClipWindow(3, 2, 3), clip_sampling.ClipWindow(4, 1, 1), clip_sampling.ClipWindow(5, 3, 4)):
+        for frames in (0, 1, 4, 11, 25, 60):
+            tf_idx, tf_valid = clip_sampling.even_clips(tf.constant(frames), spec)
+            np_idx, np_valid = clip_sampling.even_clips_np(frames, spec)
+            np.testing.assert_array_equal(np_idx, tf_idx.numpy())
+            np.testing.assert_array_equal(np_valid, tf_valid.numpy())
+            assert np_idx.dtype == np.int32
+    spec = clip_sampling.ClipWindow(clip_length=4, stride=3)
+    rng = np.random.default_rng(0)
+    starts = {int(clip_sampling.random_clip_np(15, spec, rng)[0][0]) for _ in range(300)}
+    assert starts == set(range(6))  # 15 frames, span 10: starts 0..5, as random_clip
+    short, valid = clip_sampling.random_clip_np(5, spec, rng)
+    np.testing.assert_array_equal(short, [0, 3, 4, 4])
+    np.testing.assert_array_equal(valid, [True, True, False, False])
+
+
+def test_grain_eval_batches_match_vidvol_load(hmdb_dirs):
+    kwargs = dict(clip_length=8, clip_stride=2, eval_clips=2)
+    grain_batches = list(vidvol.grain_dataset(HMDB, "test", 2, data_dir=hmdb_dirs["array_record"], **kwargs))
+    assert [len(b[1]) for b in grain_batches] == [2, 1]  # evaluation keeps the last partial batch
+    (x, mask), y = grain_batches[0]
+    assert x.shape == (2, 2, 8, 64, 64, 3) and x.dtype == np.float32 and mask.shape == (2, 2, 8) and mask.dtype == np.float32
+    ours = [((x[i], m[i]), y[i]) for (x, m), y in grain_batches for i in range(len(y))]
+    theirs = [((x[i], m[i]), y[i]) for (x, m), y in tfds.as_numpy(vidvol.load(HMDB, "test", 3, data_dir=hmdb_dirs["tfrecord"], **kwargs))
+              for i in range(len(y))]
+    assert sorted(int(e[1]) for e in ours) == sorted(int(e[1]) for e in theirs)
+    for (gx, gm), gy in ours:  # same clips, masks and labels; frames within the JPEG IDCT difference
+        diffs = [np.abs(gx - tx).max() if (gy == ty and np.array_equal(gm, tm)) else np.inf for (tx, tm), ty in theirs]
+        assert min(diffs) <= 12 / 255
+
+
+def test_grain_training_shuffles_reproducibly_and_draws_clips(hmdb_dirs):
+    def epoch(seed):
+        ds = vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, clip_length=6,
+                                  mean=0.5, std=0.25)
+        return list(ds)
+
+    a, b, c = epoch(1), epoch(1), epoch(2)
+    assert len(a) == 3 and all(len(y) == 2 for _, y in a)  # 6 training examples
+    labels = sorted(int(v) for _, y in a for v in y)
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
+    assert labels == sorted(int(source[i]["label"]) for i in range(len(source)))  # every example once
+    for ((xa, ma), ya), ((xb, mb), yb) in zip(a, b):
+        np.testing.assert_array_equal(xa, xb)
+        np.testing.assert_array_equal(ya, yb)
+    assert any(not np.array_equal(ya, yc) or not np.array_equal(xa, xc) for ((xa, _), ya), ((xc, _), yc) in zip(a, c))
+    (x, mask), _ = a[0]
+    assert x.shape == (2, 6, 64, 64, 3) and mask.shape == (2, 6)
+    assert x.min() >= -2.0 - 1e-6 and x.max() <= 2.0 + 1e-6  # (x / 255 - 0.5) / 0.25
+
+
+def test_torch_protocol_without_torch(hmdb_dirs):
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=7, clip_length=4)
+    assert len(ds) == 6
+    (x, mask), y = ds[0]
+    assert x.shape == (4, 64, 64, 3) and x.dtype == np.float32 and mask.shape == (4,) and np.asarray(y).dtype == np.int64
+    batch = ds.__getitems__([0, 3, 5])  # a DataLoader's batched fetch
+    assert len(batch) == 3
+    np.testing.assert_array_equal(batch[0][0][0], x)  # same (seed, epoch, index), same clip
+    copy = pickle.loads(pickle.dumps(ds))  # a worker process's copy
+    np.testing.assert_array_equal(copy[0][0][0], x)
+    clips = set()
+    for e in range(8):
+        ds.set_epoch(e)
+        clips.add(ds[0][0][0].tobytes())
+    assert len(clips) > 1  # a new clip draw per epoch
+    evaluation = vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"], clip_length=4, eval_clips=3)
+    (x, mask), _ = evaluation[1]
+    assert x.shape == (3, 4, 64, 64, 3) and mask.shape == (3, 4)
+
+
+def test_torch_dataloader(hmdb_dirs):
+    torch = pytest.importorskip("torch")  # the optional `vidvol[torch]` extra
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=0, clip_length=4)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+    batches = list(loader)
+    assert [len(y) for _, y in batches] == [4, 2]
+    (x, mask), y = batches[0]
+    assert isinstance(x, torch.Tensor) and x.shape == (4, 4, 64, 64, 3) and x.dtype == torch.float32
+    assert mask.shape == (4, 4) and y.dtype == torch.int64
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
+    assert sorted(int(v) for _, y in batches for v in y) == sorted(int(source[i]["label"]) for i in range(len(source)))
