@@ -141,7 +141,10 @@ def clip_example(source: ClipSource, spec: ClipSpec) -> Iterator[tuple[str, dict
                 raise ValueError(
                     f"{source.path}: [{source.start:g} s, {source.end:g} s) holds no frame at {info.fps:g} fps"
                 )
-            indices = _range_indices(path, info, spec, first, stop)
+            # An end up to one frame past the video is accepted (rounded timestamps): sample within the
+            # container's count then; the pass still runs to `stop`, so the real length decides the checks.
+            last = min(stop, info.num_frames) if info.num_frames > first else stop
+            indices = _range_indices(path, info, spec, first, last)
             decoded = video.decode_frames(
                 path, indices, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s,
                 stop_at=stop,

@@ -278,7 +278,7 @@ def _scan(
         cap.release()
     if index == 0:
         raise VideoDecodeError(f"{path}: no decodable frame (file opens but the first frame cannot be read)")
-    if info.num_frames and index != info.num_frames:
+    if info.num_frames and index != info.num_frames and (stop_at is None or index < stop_at):
         logger.info("%s: container reports %d frames, decoded %d", path, info.num_frames, index)
     return index, info
 
