@@ -681,6 +681,8 @@ def find_csv(manual_dir: str, csv_file: str | None) -> str | None:
             f"manual_dir {manual_dir} holds several video CSVs {[files.basename(p) for p in found]}; "
             "name one with the config's csv_file"
         )
+    if found:
+        logger.warning("Using the CSV list %s (its header names path and label); csv_file names another", found[0])
     return found[0] if found else None
 
 

@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 import vidvol
 from vidvol import samples
 from vidvol.builders import beam_writer
+from vidvol.builders import clips
 from vidvol.builders import video
 from vidvol.builders import video_folder as vf
 from vidvol.datasets.video_folder import make_dummy_data
@@ -229,6 +230,21 @@ def test_csv_time_ranges_frame_by_frame(tmp_path, build_in_process):
     assert video_spec.shape == (20, 64, 64, 3) and label_spec.dtype.name == "int64"
     (inputs, labels_batch), = list(vidvol.load("video_folder/clips", split="test", batch_size=3, data_dir=str(tmp_path / "out")).take(1))
     assert tuple(inputs[0].shape) == (3, 20, 64, 64, 3) and tuple(inputs[1].shape) == (3, 20) and labels_batch.shape == (3,)
+
+
+@pytest.mark.parametrize("sampling,num_frames", [("motion", 6), ("uniform", None)])
+def test_range_with_motion_sampling_and_every_frame(tmp_path, sampling, num_frames):
+    path = make_dummy_data.write_clip(str(tmp_path / "v.mkv"), 50, fps=25.0, height=64, width=80)
+    spec = clips.ClipSpec(num_frames=num_frames, height=64, width=64, sampling=sampling)
+    source = clips.ClipSource(path=path, key="v", features={}, origin="x.csv:2", start=0.8, end=1.6)  # frames 20..39
+    ((key, ex),) = list(clips.clip_example(source, spec))
+    kept = ex["frame_indices"][ex["mask"] == 1]
+    assert key == "v" and int(ex["num_frames"]) == 20 and np.all(np.diff(kept) > 0)
+    assert kept.min() >= 20 and kept.max() <= 39 and len(kept) == (num_frames or 20)
+    if num_frames is None:
+        assert kept.tolist() == list(range(20, 40))
+    frames = [cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR) for jpeg in ex["video"]]  # strip: black/white
+    assert [samples.decode_frame_index(f) for f, m in zip(frames, ex["mask"]) if m] == kept.tolist()
 
 
 def test_class_folder_layout_errors(tmp_path, caplog):
