@@ -1,6 +1,6 @@
 """vidvol: TFDS builders for large video and MRI collections, written through Apache Beam.
 
-`import vidvol` registers the `hmdb51`, `fire_hrr` and `mri_volumes` datasets with TFDS, installs
+`import vidvol` registers the `hmdb51`, `fire_hrr`, `mri_volumes` and `video_folder` datasets with TFDS, installs
 the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
 """
 

@@ -230,18 +230,22 @@ def _scan(
     *,
     max_frames: int | None,
     timeout_s: float,
+    stop_at: int | None = None,
 ) -> tuple[int, VideoInfo]:
     """Grab every frame of ``path`` once, hand wanted BGR frames to ``on_frame``; return the count.
 
     ``wanted`` is a sorted unique int64 array (None = every frame). ``on_frame`` receives
     ``(index, bgr_frame, pos_msec)``. Returns ``(num_decoded, info)``. Raises VideoDecodeError
-    when no frame decodes or the wall-clock ``timeout_s`` runs out.
+    when no frame decodes or the wall-clock ``timeout_s`` runs out. ``stop_at`` ends the pass
+    after that many grabs, silently: the caller needs no frame beyond it (a time range).
     """
     start = time.monotonic()
     cap = _open_capture(path, timeout_s)
     try:
         info = _info_from_capture(cap)
         budget = _default_max_frames(info.num_frames) if max_frames is None else int(max_frames)
+        if stop_at is not None:
+            budget = min(budget, int(stop_at)) if max_frames is not None else int(stop_at)
         next_wanted = 0  # position in ``wanted`` of the next index to keep
         index = 0
         while index < budget:
@@ -263,17 +267,18 @@ def _scan(
                     next_wanted += 1
             index += 1
         else:
-            logger.warning(
-                "%s: stopped after max_frames=%d grabs (container reports %d frames); length may be truncated",
-                path,
-                budget,
-                info.num_frames,
-            )
+            if stop_at is None or budget < stop_at:
+                logger.warning(
+                    "%s: stopped after max_frames=%d grabs (container reports %d frames); length may be truncated",
+                    path,
+                    budget,
+                    info.num_frames,
+                )
     finally:
         cap.release()
     if index == 0:
         raise VideoDecodeError(f"{path}: no decodable frame (file opens but the first frame cannot be read)")
-    if info.num_frames and index != info.num_frames:
+    if info.num_frames and index != info.num_frames and (stop_at is None or index < stop_at):
         logger.info("%s: container reports %d frames, decoded %d", path, info.num_frames, index)
     return index, info
 
@@ -321,13 +326,16 @@ def decode_frames(
     resize_mode: str = "resize",
     max_frames: int | None = None,
     timeout_s: float = 120.0,
+    stop_at: int | None = None,
 ) -> DecodedFrames:
     """Decode the wanted frames of a video in one sequential pass, as RGB, optionally resized.
 
     ``indices`` are sorted and deduplicated (None = every frame); wanted indices past the real
     end of the stream are simply absent from the result. The whole stream is grabbed so that
     ``num_decoded`` is the true length, bounded by ``max_frames`` grabs (default: container count
-    + 10% + 100, or 100k if unknown) and by ``timeout_s`` wall-clock seconds. Each kept frame is
+    + 10% + 100, or 100k if unknown) and by ``timeout_s`` wall-clock seconds. With ``stop_at``
+    (a clip cut out of a longer video) the pass ends after that many frames, and ``num_decoded``
+    is ``min(real length, stop_at)``. Each kept frame is
     resized immediately to ``size`` = (height, width) with :func:`resize_frame`. Timestamps are
     the decoder's positions when finite and increasing, else ``index / fps`` (NaN without fps).
     """
@@ -336,7 +344,8 @@ def decode_frames(
         _check_video_file(path)
         with files.local_copy(path) as local:
             return decode_frames(
-                local, indices, size=size, resize_mode=resize_mode, max_frames=max_frames, timeout_s=timeout_s
+                local, indices, size=size, resize_mode=resize_mode, max_frames=max_frames, timeout_s=timeout_s,
+                stop_at=stop_at,
             )
     if resize_mode not in RESIZE_MODES:
         raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
@@ -370,7 +379,7 @@ def decode_frames(
         kept_indices.append(index)
         kept_pos.append(pos_msec)
 
-    num_decoded, info = _scan(path, wanted, on_frame, max_frames=max_frames, timeout_s=timeout_s)
+    num_decoded, info = _scan(path, wanted, on_frame, max_frames=max_frames, timeout_s=timeout_s, stop_at=stop_at)
 
     n = len(kept_indices)
     if wanted is None:
@@ -414,6 +423,7 @@ def motion_indices(
     num_candidates: int | None = None,
     info: VideoInfo | None = None,
     timeout_s: float = 120.0,
+    frame_range: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """Return the ``num_samples`` frame indices that follow the largest visual changes, in time order.
 
@@ -423,17 +433,25 @@ def motion_indices(
     The top scores win, ties broken by earlier index (deterministic). Videos with no more than
     ``num_samples`` frames return every index; the frame count comes from ``info`` or a probe
     (a counting pass if the container does not report it), and is re-counted when the container
-    count overstates the real length.
+    count overstates the real length. ``frame_range = (first, stop)`` restricts everything to
+    frames ``first .. stop - 1`` (a clip cut out of a longer video; the pass ends at ``stop``).
     """
     path = os.fspath(path)
     if files.is_url(path):  # OpenCV needs a local file: fetch one for this call
         _check_video_file(path)
         with files.local_copy(path) as local:
-            return motion_indices(local, num_samples, num_candidates=num_candidates, info=info, timeout_s=timeout_s)
+            return motion_indices(
+                local, num_samples, num_candidates=num_candidates, info=info, timeout_s=timeout_s, frame_range=frame_range
+            )
     if num_samples < 0:
         raise ValueError(f"num_samples must be >= 0, got {num_samples}")
     if num_candidates is not None and num_candidates < num_samples:
         raise ValueError(f"num_candidates ({num_candidates}) must be >= num_samples ({num_samples})")
+    if frame_range is not None:
+        first, stop = (int(x) for x in frame_range)
+        if not 0 <= first < stop:
+            raise ValueError(f"frame_range must satisfy 0 <= first < stop, got {frame_range}")
+        return _motion_indices(path, num_samples, num_candidates, stop - first, timeout_s, retry=False, offset=first, stop_at=stop)
     info = info if info is not None else probe_video(path)
     num_frames = info.num_frames
     if num_frames <= 0:
@@ -442,12 +460,13 @@ def motion_indices(
 
 
 def _motion_indices(
-    path: str, num_samples: int, num_candidates: int | None, num_frames: int, timeout_s: float, *, retry: bool
+    path: str, num_samples: int, num_candidates: int | None, num_frames: int, timeout_s: float, *, retry: bool,
+    offset: int = 0, stop_at: int | None = None,
 ) -> np.ndarray:
-    """Score candidates over ``num_frames`` frames; recount once if the video is shorter."""
+    """Score candidates over ``num_frames`` frames from ``offset``; recount once if the video is shorter."""
     if num_frames <= num_samples:
-        return np.arange(num_frames, dtype=np.int64)
-    candidates = uniform_indices(num_frames, num_candidates or 4 * num_samples)
+        return np.arange(offset, offset + num_frames, dtype=np.int64)
+    candidates = uniform_indices(num_frames, num_candidates or 4 * num_samples) + offset
     found: list[int] = []
     scores: list[float] = []
     previous: list[np.ndarray | None] = [None]
@@ -459,7 +478,7 @@ def _motion_indices(
         previous[0] = thumb
         found.append(index)
 
-    num_decoded, _ = _scan(path, candidates, on_frame, max_frames=None, timeout_s=timeout_s)
+    num_decoded, _ = _scan(path, candidates, on_frame, max_frames=None, timeout_s=timeout_s, stop_at=stop_at)
     if len(found) < num_samples:
         if retry and num_decoded < num_frames:
             logger.info("%s: container count %d > decoded %d; re-sampling", path, num_frames, num_decoded)

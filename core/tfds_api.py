@@ -14,6 +14,12 @@ TFDS keeps a few things we need behind underscores or in modules it does not exp
 - `DownloadManager._manual_dir`: the manual_dir as given, before `dl_manager.manual_dir` checks it
   through tf.io.gfile (which has no s3:// here). Fallback: the public `dl_manager.manual_dir`,
   which serves local paths (and schemes tf.io.gfile has, such as gs://) but not s3://.
+- `DatasetInfo._features`: a dataset whose features depend on its input (`video_folder`: the class
+  names found in manual_dir, `start`/`end` only for a CSV with time ranges) sets them once the
+  input is read, before anything is written (`replace_features`). TFDS has no public setter
+  (tfds ImageFolder reads its folder in `__init__`, which a manual_dir build cannot); there is no
+  fallback, so `VIDVOL_TFDS_PUBLIC_ONLY` leaves it in use and a TFDS without it fails that build
+  with a clear error.
 
 `VIDVOL_TFDS_PUBLIC_ONLY=1` (read at import) forces every fallback, so tests can prove the public
 path gives the same data.
@@ -56,11 +62,16 @@ def _check() -> dict[str, bool]:
     found["download_and_prepare"] = prepare is not None and list(inspect.signature(prepare).parameters)[:3] == [
         "self", "dl_manager", "download_config",
     ]
+    try:
+        found["set_features"] = "self._features" in inspect.getsource(tfds.core.DatasetInfo.features.fget)
+    except (AttributeError, OSError, TypeError):
+        found["set_features"] = False
     return found
 
 
+_NO_FALLBACK = ("set_features",)
 _PUBLIC_ONLY = os.environ.get(PUBLIC_ONLY_ENV, "").lower() in ("1", "true", "yes")
-_FOUND = {name: ok and not _PUBLIC_ONLY for name, ok in _check().items()}
+_FOUND = {name: ok and (name in _NO_FALLBACK or not _PUBLIC_ONLY) for name, ok in _check().items()}
 if not all(_FOUND.values()):
     logger.info(
         "TFDS %s: using public fallbacks for %s", tfds.__version__, sorted(n for n, ok in _FOUND.items() if not ok)
@@ -126,3 +137,16 @@ def given_manual_dir(dl_manager: Any) -> str | None:
 
 
 DEFAULT_MAX_SHARD_SIZE = tfds.download.DownloadConfig().max_shard_size  # TFDS's default, to tell "not set"
+
+
+def replace_features(info: tfds.core.DatasetInfo, features: tfds.features.FeaturesDict) -> None:
+    """Sets the features of a builder's info once its input is read, before any example is written."""
+    if not available("set_features"):
+        raise RuntimeError(
+            f"tensorflow-datasets {tfds.__version__}: DatasetInfo keeps its features elsewhere than `_features`, and "
+            "video_folder sets the features it finds in manual_dir there; install a tensorflow-datasets version "
+            "within setup.cfg's range"
+        )
+    info._features = features  # pylint: disable=protected-access
+    if info.features is not features:
+        raise RuntimeError(f"tensorflow-datasets {tfds.__version__}: DatasetInfo.features did not take the new features")

@@ -22,7 +22,7 @@ def test_import_registers_our_builders():
     assert tfds.builder_cls("hmdb51") is hmdb51_dataset_builder.Builder
     registered = set(tfds.list_builders(with_community_datasets=False))
     assert "hmdb51" in registered
-    for name in ("fire_hrr", "mri_volumes"):
+    for name in ("fire_hrr", "mri_volumes", "video_folder"):
         if (REPO / "datasets" / name / f"{name}_dataset_builder.py").exists():
             assert name in registered
 

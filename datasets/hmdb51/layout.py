@@ -12,6 +12,7 @@ import re
 
 from vidvol.builders import archive
 from vidvol.builders import files
+from vidvol.builders import video_folder
 
 CLASS_NAMES_FILE = os.path.join(os.path.dirname(__file__), "class_names.txt")
 ORG_DIR = "hmdb51_org"
@@ -19,14 +20,13 @@ SPLITS_DIR = "testTrainMulti_7030_splits"
 ORG_RAR = "hmdb51_org.rar"
 SPLITS_RAR = "test_train_splits.rar"
 SPLIT_FILE_RE = re.compile(r"^(?P<cls>.+)_test_split(?P<k>[123])\.txt$")
-SPLIT_IDS = {"0": None, "1": "train", "2": "test"}
-# Containers OpenCV's bundled FFmpeg decodes; the official release is .avi only.
-VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
-
-
-def is_video_name(name: str) -> bool:
-    """Whether a file name has a video container extension vidvol decodes."""
-    return name.lower().endswith(VIDEO_EXTENSIONS)
+# The generic parts live in `vidvol.builders.video_folder` (shared with the `video_folder` dataset).
+SPLIT_IDS = video_folder.HMDB_SPLIT_IDS
+VIDEO_EXTENSIONS = video_folder.VIDEO_EXTENSIONS  # the official release is .avi only
+is_video_name = video_folder.is_video_name
+SplitEntry = video_folder.SplitEntry
+parse_split_file = video_folder.parse_hmdb_split_file
+check_classes = video_folder.check_classes
 
 EXPECTED_LAYOUT = f"""\
 Expected in manual_dir, either the extracted layout:
@@ -45,17 +45,6 @@ def class_names() -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class SplitEntry:
-    """One line of an official split file."""
-
-    video: str
-    class_name: str
-    subset: str  # "train" or "test"
-    split_file: str
-    line: int
-
-
-@dataclasses.dataclass(frozen=True)
 class Layout:
     """Where the class folders and the split files are."""
 
@@ -64,19 +53,8 @@ class Layout:
 
 
 def _class_dirs_in(folder: str, names: set[str]) -> dict[str, str]:
-    """Official-class subfolders of folder."""
-    if not files.isdir(folder):
-        return {}
-    found = {}
-    for d in sorted(files.listdir(folder)):
-        path = files.join(folder, d)
-        if d not in names or not files.isdir(path):
-            continue
-        # The official per-class archives hold `<class>/<video>.avi`, so extraction may nest one level.
-        if not any(is_video_name(f) for f in files.listdir(path)) and files.isdir(files.join(path, d)):
-            path = files.join(path, d)
-        found[d] = path
-    return found
+    """Official-class subfolders of folder (a per-class archive's `<class>/<class>/` nesting resolved)."""
+    return video_folder.class_folders_in(folder, names)
 
 
 def _find_splits_dir(root: str) -> str | None:
@@ -122,26 +100,6 @@ def find_layout(manual_dir: str, extract_dir: str) -> Layout:
     )
 
 
-def parse_split_file(path: str, class_name: str) -> list[SplitEntry]:
-    """Parses `<video>.<ext> <id>` lines; a malformed line is an error naming file and line."""
-    entries = []
-    with files.open_text(path, encoding="utf-8", errors="strict") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) != 2 or not is_video_name(parts[0]) or parts[1] not in SPLIT_IDS:
-                raise ValueError(
-                    f"{path}:{lineno}: expected `<video>.<ext> <id>` (ext one of {', '.join(VIDEO_EXTENSIONS)}) "
-                    f"with id 0, 1 or 2, got {line!r}"
-                )
-            subset = SPLIT_IDS[parts[1]]
-            if subset:
-                entries.append(SplitEntry(parts[0], class_name, subset, path, lineno))
-    return entries
-
-
 def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
     """All train/test entries of one official split, every class checked against the official names."""
     names = set(class_names())
@@ -161,25 +119,7 @@ def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
 
 def locate_videos(layout: Layout) -> dict[str, str]:
     """Video file name -> class folder it sits in (a name in two folders is an error)."""
-    where: dict[str, str] = {}
-    for cls, folder in layout.class_dirs.items():
-        for fname in files.listdir(folder):
-            if is_video_name(fname):
-                if fname in where:
-                    raise ValueError(f"{fname} appears in two class folders: {where[fname]} and {cls}")
-                where[fname] = cls
-    return where
-
-
-def check_classes(entries: list[SplitEntry], located: dict[str, str]) -> None:
-    """A video filed under another class than its split file names is an error, not a guess."""
-    for e in entries:
-        cls = located.get(e.video)
-        if cls is not None and cls != e.class_name:
-            raise ValueError(
-                f"{e.split_file}:{e.line}: {e.video} is listed for class {e.class_name!r} "
-                f"but sits in the {cls!r} class folder"
-            )
+    return video_folder.locate_videos(layout.class_dirs)
 
 
 def video_path(layout: Layout, entry: SplitEntry) -> str:

@@ -319,6 +319,24 @@ def test_motion_indices_when_container_overstates_length(scenes_avi: pathlib.Pat
     assert len(picked) == 4 and picked.max() < NUM_FRAMES and np.all(np.diff(picked) > 0)
 
 
+def test_motion_indices_within_a_frame_range(scenes_avi: pathlib.Path) -> None:
+    # Frames 15..34 hold the changes at 23 and 31: the range's first frame plus those two.
+    picked = video.motion_indices(str(scenes_avi), 3, num_candidates=20, frame_range=(15, 35))
+    np.testing.assert_array_equal(picked, [15, *SCENE_STARTS[1:]])
+    np.testing.assert_array_equal(video.motion_indices(str(scenes_avi), 8, frame_range=(36, 40)), [36, 37, 38, 39])
+    with pytest.raises(ValueError, match="frame_range"):
+        video.motion_indices(str(scenes_avi), 3, frame_range=(5, 5))
+
+
+def test_stop_at_ends_the_pass_silently(pattern_avi: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    decoded = video.decode_frames(str(pattern_avi), [3, 8, 30], stop_at=10)
+    assert decoded.num_decoded == 10 and decoded.indices.tolist() == [3, 8]  # 30 lies past the stop
+    assert [_read_pattern(f) for f in decoded.frames] == [3, 8]
+    assert "max_frames" not in caplog.text and "container reports" not in caplog.text
+    assert video.decode_frames(str(pattern_avi), [0], stop_at=500).num_decoded == NUM_FRAMES  # a shorter video
+
+
 # ------------------------------------------------------------------------------- resize_frame
 
 
