@@ -11,12 +11,12 @@ import csv
 import dataclasses
 import hashlib
 import logging
-import math
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
 
 from vidvol.builders import files
+from vidvol.builders.video_folder import label_names  # noqa: F401  (labels sort alike in every dataset)
 
 logger = logging.getLogger(__name__)
 
@@ -150,24 +150,6 @@ def _warn_straddling_subjects(rows: Iterable[Row]) -> None:
     mixed = sorted(s for s, splits in splits_of.items() if len(splits) > 1)
     if mixed:
         logger.warning("split column puts %d subjects into more than one split, e.g. %s", len(mixed), mixed[:5])
-
-
-def _as_number(value: str) -> float | None:
-    """The finite number a label spells, or None."""
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def label_names(values: Iterable[str]) -> list[str]:
-    """Distinct labels, sorted numerically when all are finite numbers ("2" < "10"), else as strings."""
-    distinct = set(values)
-    numbers = {v: _as_number(v) for v in distinct}
-    if distinct and all(n is not None for n in numbers.values()):
-        return sorted(distinct, key=lambda v: (numbers[v], v))
-    return sorted(distinct)
 
 
 def check_labels(rows: Iterable[Row], names: Sequence[str]) -> None:
