@@ -3,6 +3,7 @@
     python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
         [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
         [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
+        [--if_building wait|fail]
         [--BEAM_OPTION=VALUE ...]
 
 Every `--name=value` flag this parser does not know is a Beam pipeline option (`--flink_master=`,
@@ -20,7 +21,9 @@ and where the skip report is, on stderr, taken from what the workers wrote, so t
 on every runner (some, like Dask, report no metrics). `--dry_run` prints the checked options and
 the equivalent `tfds build` command. `--file_format array_record` writes ArrayRecord shards (random
 access: `vidvol.data_source`, Grain, PyTorch) instead of TFRecord (`vidvol.load`, `tfds.load`); a
-format the streaming writer cannot honour stops the build before anything is written.
+format the streaming writer cannot honour stops the build before anything is written. One build of
+a config writes into a data_dir at a time: a second one waits for it and reuses its dataset, or
+with `--if_building fail` exits at once with code 75 naming the running build (host, pid, start).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from vidvol import datasets as _datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
 from vidvol.builders import beam_writer
+from vidvol.builders import build_lock
 from vidvol.builders import build_log
 from vidvol.builders import files
 
@@ -60,6 +64,7 @@ class BuildResult:
     splits: dict[str, dict[str, int]]  # split -> examples, shards, num_bytes, skipped_inputs, masked_parts
     skipped: list[dict[str, str]]
     empty_splits: dict[str, str] = dataclasses.field(default_factory=dict)  # split left without example -> why
+    reused_from: str | None = None  # the concurrent build this one waited for and whose dataset it reuses
 
 
 def parse_dataset(spec: str) -> tuple[str, str | None, str | None]:
@@ -178,7 +183,11 @@ def build(
     files.check_data_dir(data_dir)
     builder = make_builder(dataset, data_dir, file_format)
     stale = incomplete_dirs(builder)
-    if stale and remove_incomplete:
+    running = _running_build(builder)
+    if stale and running:
+        logger.warning("A build of this config is running (%s); its folder %s is left alone",
+                       running, ", ".join(stale))
+    elif stale and remove_incomplete:
         for path in stale:
             logger.warning("Removing %s (left by an interrupted build)", path)
             tf.io.gfile.rmtree(path)
@@ -209,7 +218,17 @@ def build(
                                print_summary=False):
             logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
             builder.download_and_prepare(download_dir=download_dir, download_config=config)
-    return read_result(builder, built=True)
+    reused = getattr(builder, "reused_from", None)
+    return dataclasses.replace(read_result(builder, built=not reused), reused_from=reused)
+
+
+def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:
+    """Who holds this config's build lock, if a live build does (see vidvol.builders.build_lock)."""
+    path = build_lock.lock_path(builder.data_path)
+    holder = build_lock.read(path)
+    if holder is None or (holder and build_lock.stale_reason(holder, stale_s=build_lock.STALE_S)):
+        return None
+    return build_lock.describe(holder, path)
 
 
 def summary_lines(result: BuildResult) -> list[str]:
@@ -228,7 +247,10 @@ def summary_lines(result: BuildResult) -> list[str]:
         if s.get("masked_parts"):
             line += f", {s['masked_parts']} parts masked inside written examples"
         lines.append(line)
-    if not result.built:
+    if result.reused_from:
+        lines.append(f"{result.dataset}: prepared in {result.data_path} by the concurrent build this one waited for "
+                     f"({result.reused_from}); nothing rebuilt")
+    elif not result.built:
         lines.append(f"{result.dataset}: already prepared in {result.data_path}; nothing rebuilt (use --overwrite)")
     return lines
 
@@ -286,6 +308,10 @@ def make_parser() -> argparse.ArgumentParser:
                              "with --runner dask: a dask scheduler + one worker process per core")
     parser.add_argument("--remove_incomplete", action="store_true",
                         help="delete leftovers of interrupted builds of this config first")
+    parser.add_argument("--if_building", choices=build_lock.MODES, default=None,
+                        help="when another build of this config is writing into the same data_dir: wait for it and "
+                             "reuse its dataset (default), or fail at once (exit code 75); same as "
+                             f"{build_lock.ENV_MODE}=wait|fail")
     parser.add_argument("--dry_run", action="store_true", help="print the checked Beam options and the tfds command; build nothing")
     parser.add_argument("--verbose", action="store_true",
                         help=f"keep Beam's, TensorFlow's and the workers' output on the terminal (no build log); "
@@ -302,6 +328,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     return args, extra
 
 
+EXIT_BUILD_IN_PROGRESS = 75  # EX_TEMPFAIL: try again later
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: builds, then prints the JSON result (stdout) and, last, the per-split summary (stderr)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
@@ -309,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, beam_flags = parse_args(argv)
         if args.verbose:
             os.environ[build_log.VERBOSE_ENV] = "1"  # for this process's build session (and its workers)
+        if args.if_building:
+            os.environ[build_lock.ENV_MODE] = args.if_building
         if not build_log.is_verbose():  # INFO goes to the build log; outside it, what a quiet build shows
             for handler in logging.getLogger().handlers:
                 handler.setLevel(logging.WARNING)
@@ -317,6 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except beam_writer.BuildWriteError as e:  # disk full, quota, file size limit: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except build_lock.BuildInProgressError as e:  # another build of this config holds the lock (--if_building fail)
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BUILD_IN_PROGRESS
     except ValueError as e:  # bad flags, unknown options, missing runner options, bad inputs
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -350,7 +384,8 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         file_format=args.file_format,
     )
     print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
-                      "splits": result.splits, "empty_splits": result.empty_splits}, sort_keys=True), flush=True)
+                      "splits": result.splits, "empty_splits": result.empty_splits, "reused_from": result.reused_from},
+                     sort_keys=True), flush=True)
     # Last: what was built and what was skipped (stderr, so stdout's last line stays the JSON).
     lines = summary_lines(result)
     skips = skips_line(result) if result.built else None

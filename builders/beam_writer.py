@@ -43,6 +43,7 @@ from apache_beam.runners.runner import PipelineState
 
 from tensorflow_datasets.core import file_adapters
 
+from vidvol.builders import build_lock
 from vidvol.builders import build_log
 from vidvol.builders import files
 from vidvol.builders import integrity
@@ -271,6 +272,43 @@ def check_file_format(file_format: "str | file_adapters.FileFormat | None", data
                 "build file_format='tfrecord' there"
             )
     return fmt
+
+
+# TFDS build options (DownloadConfig fields) the streaming writer does not honour, with why and what to
+# use instead: a build that sets one fails before anything is written, rather than ignoring it.
+# Honoured: manual_dir, download_mode (reuse / --overwrite), max_examples_per_split, beam_runner,
+# beam_options, num_shards, max_shard_size, file_format (see check_file_format). Without effect on what
+# is written, so accepted: nondeterministic_order (vidvol's order is deterministic either way),
+# compute_stats (TFDS 4.9 computes no statistics), the download-only fields (extract_dir,
+# register_checksums, force_checksums_validation, try_download_gcs, verify_ssl,
+# override_max_simultaneous_downloads: vidvol's datasets download nothing).
+UNHONOURED_OPTIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "min_shard_size": (
+        lambda v: v != tfds_api.DEFAULT_MIN_SHARD_SIZE,
+        "shards are planned before anything is decoded from num_shards or max_shard_size; set one of those",
+    ),
+    "ignore_duplicates": (
+        bool,
+        "example keys are source ids, unique by construction; a duplicate is an error in the inputs and "
+        "fails the build naming it",
+    ),
+}
+
+
+def check_build_options(download_config: Any) -> None:
+    """ValueError listing every set TFDS build option in UNHONOURED_OPTIONS, before anything is written."""
+    if download_config is None:
+        return
+    refused = [
+        f"{name}={getattr(download_config, name)!r} ({why})"
+        for name, (is_set, why) in UNHONOURED_OPTIONS.items()
+        if hasattr(download_config, name) and is_set(getattr(download_config, name))
+    ]
+    if refused:
+        raise ValueError(
+            "vidvol builds do not honour these TFDS build options, so nothing was built: " + "; ".join(refused)
+            + ". Remove them (e.g. from --download_config) and build again."
+        )
 
 
 def write_records(file_format: "str | file_adapters.FileFormat", path: str, records: Iterable[tuple[str, bytes]]) -> None:
@@ -664,6 +702,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     MIN_SHARDS = DEFAULT_MIN_SHARDS
     _summary_results: Sequence[SplitResult] | None = None
+    reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
 
     def _display_name(self) -> str:
         return f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
@@ -672,14 +711,35 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """TFDS's download_and_prepare inside a build session (quiet terminal, build log, summary last).
 
         A dataset that is already prepared (and not being overwritten) is left to TFDS as is. A
-        `file_format` (here or the builder's) the streaming writer cannot honour fails first.
+        `file_format` (here or the builder's) the streaming writer cannot honour fails first, and so
+        does a TFDS build option it ignores (`check_build_options`). Only one build of a config
+        writes into a data_dir at a time (`vidvol.builders.build_lock`): a second one waits and
+        reuses the first one's dataset (`reused_from` says whose), or stops at once when
+        `VIDVOL_BUILD_LOCK=fail`.
         """
         mode = download_config.download_mode if download_config else None
-        prepared = tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
-        if prepared and not (mode is not None and mode.overwrite_dataset):
+        overwrite = mode is not None and mode.overwrite_dataset
+        if self._is_prepared() and not overwrite:
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
         check_file_format(kwargs.get("file_format") or self.info.file_format, self.data_dir)
+        check_build_options(download_config)
         name = self._display_name()
+        self.reused_from = None
+        with build_lock.hold(self.data_path, what=name) as lock:
+            if lock.waited_for is not None and self._is_prepared() and not overwrite:
+                # The build this one waited for prepared the dataset: reuse it, as TFDS reuses a prepared one.
+                self.reused_from = build_lock.describe(lock.waited_for, lock.path)
+                logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
+                self.info.read_from_directory(self.data_path)
+                return None
+            self._prepare_in_session(name, download_dir, download_config, **kwargs)
+        return None
+
+    def _is_prepared(self) -> bool:
+        return tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
+
+    def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
+        """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
         log_dir = os.fspath(self.data_path.parent)
         with build_log.session(name, log_dir, version=str(self.version)) as session:
             self._summary_results = None
@@ -697,7 +757,6 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 raise self._write_error(failure) from None
             if self._summary_results is not None:
                 session.add_summary(build_summary(name, self._summary_results, os.fspath(self.data_path)))
-        return None
 
     def _write_error(self, failure: Mapping[str, str]) -> BuildWriteError:
         """One clear error for a build whose writes failed, once TFDS removed its `incomplete.*` folder."""

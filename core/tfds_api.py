@@ -137,6 +137,7 @@ def given_manual_dir(dl_manager: Any) -> str | None:
 
 
 DEFAULT_MAX_SHARD_SIZE = tfds.download.DownloadConfig().max_shard_size  # TFDS's default, to tell "not set"
+DEFAULT_MIN_SHARD_SIZE = tfds.download.DownloadConfig().min_shard_size
 
 
 def replace_features(info: tfds.core.DatasetInfo, features: tfds.features.FeaturesDict) -> None:
