@@ -20,8 +20,9 @@ reused when `--inputs` points at a benchmark run's inputs folder) and DIR/cluste
    polled with psutil (`fire_memory.TreeMonitor`) during builds of N and 4N experiments.
 3. Driver scale (no decoding, no cluster): for 10k / 100k / 1M synthetic hmdb51-style
    `clips.ClipSource` records (Kinetics-700 is ~650k videos), each size in a fresh process: the
-   source list, shard planning (`num_shards_for` + `plan_shards`), pickling the ShardTask list
-   (Beam's `pickler.dumps`, plain cloudpickle), what `pipeline.run()` does on the driver before a
+   source list, shard planning (`num_shards_for` + `plan_shards`), writing the shard plan file
+   (`beam_writer.write_plan`: the sources go to a file, the pipeline carries one small ShardRef per
+   shard; a worker reads its shard's byte range back), what `pipeline.run()` does on the driver before a
    Dask worker gets anything (Beam pipeline construction, Beam's runner-API round trip, the
    DaskRunner's translation to a dask bag, distributed's serialization of the graph) and reading
    the workers' counts back (`collect_split` over synthetic `.info.json` sidecars). Time per phase
@@ -99,7 +100,8 @@ METHOD = [
     "Driver scale: synthetic hmdb51-style `ClipSource` records (Kinetics-like paths, 700 labels), shards sized as "
     "hmdb51's 16x224x224 config (~235 KiB per example, 128 MiB shards); each size in a fresh process, peak RSS "
     "(VmHWM) after each phase. *submit* is what `pipeline.run()` does on the driver with the DaskRunner before any task "
-    "runs: Beam pipeline construction (Create encodes every element), Beam's runner-API round trip (pickles, bz2 "
+    "runs: Beam pipeline construction (Create encodes every element: one `ShardRef` per shard, the sources being in "
+    "the plan file the driver writes first, *plan_file*), Beam's runner-API round trip (pickles, bz2 "
     "level 9), the DaskRunner's translation (`dask.bag.from_sequence` tokenizes every element), and distributed's "
     "serialization of the graph (`serialize(to_serialize(expr))`, as `Client.compute`). Shards are empty files; "
     "*collect* is `beam_writer.collect_split` over one `.info.json` per shard, as the workers write them.",
@@ -487,16 +489,17 @@ def synthetic_sources(n: int, root: str = "/data/kinetics700/train") -> list[tup
     return out
 
 
-def _shard_len(task: Any) -> int:
-    return len(task.sources)
+def _shard_len(ref: Any) -> int:
+    return ref.num_sources
 
 
-def beam_submit(tasks: Sequence[Any], split_times: dict[str, float]) -> dict[str, Any]:
+def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str, Any]:
     """What `pipeline.run()` does on the driver on Beam's DaskRunner before a worker gets a task; times each step.
 
-    The pipeline is `_run_pipeline`'s (Create(tasks) | Reshuffle | ParDo), with a trivial DoFn (the real
-    one pickles the same whatever the size); options as `runners._dask_options` makes them (one
-    partition per task), without a scheduler: the steps up to `Client.compute` sending the graph.
+    The pipeline is `_run_pipeline`'s (`beam_writer.shard_pipeline`: Create(shard refs) | Reshuffle |
+    ParDo), with a trivial DoFn (the real one pickles the same whatever the size); options as
+    `runners._dask_options` makes them (one partition per shard), without a scheduler: the steps up
+    to `Client.compute` sending the graph.
     """
     import apache_beam as beam  # pylint: disable=g-import-not-at-top
     import dask  # pylint: disable=g-import-not-at-top
@@ -508,6 +511,7 @@ def beam_submit(tasks: Sequence[Any], split_times: dict[str, float]) -> dict[str
     from distributed.protocol.serialize import serialize, to_serialize  # pylint: disable=g-import-not-at-top
 
     from vidvol.beam_jobs import dask_runner, runners  # pylint: disable=g-import-not-at-top
+    from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
 
     def step(name: str, start: float) -> float:
         split_times[name] = round(time.monotonic() - start, 3)
@@ -516,12 +520,9 @@ def beam_submit(tasks: Sequence[Any], split_times: dict[str, float]) -> dict[str
 
     t = time.monotonic()
     runner = dask_runner.DaskRunner()
-    options = PipelineOptions([f"--runner={runners.DASK_RUNNER}", f"--dask_npartitions={len(tasks)}"])
+    options = PipelineOptions([f"--runner={runners.DASK_RUNNER}", f"--dask_npartitions={len(refs)}"])
     pipeline = beam.Pipeline(runner=runner, options=options)
-    _ = (pipeline
-         | "ShardTasks" >> beam.Create(list(tasks), reshuffle=False)
-         | "Distribute" >> beam.Reshuffle()
-         | "WriteShards" >> beam.Map(_shard_len))
+    beam_writer.shard_pipeline(pipeline, refs, beam.Map(_shard_len))
     t = step("submit.beam_construct", t)
     proto = pipeline.to_runner_api(use_fake_coders=True)  # pipeline.run(): a non-FnAPI runner gets a round trip
     proto_bytes = proto.ByteSize()
@@ -592,9 +593,20 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     times["plan"] = round(time.monotonic() - t, 3)
     _note_rss(times, "plan")
 
+    # The driver writes every shard's sources to the build's plan file; the pipeline carries small refs.
+    t = time.monotonic()
+    plan_path = os.path.join(shard_dir, beam_writer.PLAN_NAME)
+    refs = beam_writer.write_plan(tasks, plan_path)
+    times["plan_file"] = round(time.monotonic() - t, 3)
+    _note_rss(times, "plan_file")
+    plan_mib = os.path.getsize(plan_path) / MIB
+    loaded = refs[len(refs) // 2].load()  # what a worker reads back: its shard's sources, equal to the plan's
+    assert loaded == tasks[len(refs) // 2], "the plan file did not give back the planned shard"
+
     submitted: dict[str, Any] = {}
     if submit:
-        submitted = beam_submit(tasks, times)
+        submitted = beam_submit(refs, times)
+    os.remove(plan_path)
 
     # The workers' side (not the driver's): one empty shard and one sidecar per task, as WriteShardFn leaves them.
     t = time.monotonic()
@@ -614,10 +626,10 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
 
     # The elements pickled on their own (last, so that their buffers do not count in the driver's peak).
     t = time.monotonic()
-    beam_pickled = len(pickler.dumps(tasks))
+    beam_pickled = len(pickler.dumps(refs))
     times["pickle.beam_pickler"] = round(time.monotonic() - t, 3)
     t = time.monotonic()
-    cloud_pickled = len(cloudpickle.dumps(tasks))
+    cloud_pickled = len(cloudpickle.dumps(refs))
     times["pickle.cloudpickle"] = round(time.monotonic() - t, 3)
     _note_rss(times, "pickle")
 
@@ -625,7 +637,7 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     keys_match = sorted(result.keys) == sorted(s[0] for s in sources)
     leftover = [p for p in os.listdir(shard_dir) if p.endswith((".info.json", ".partial"))]
     maxrss = times.pop("_maxrss")
-    driver_phases = ["sources", "plan"] + [k for k in times if k.startswith("submit.")] + ["collect"]
+    driver_phases = ["sources", "plan", "plan_file"] + [k for k in times if k.startswith("submit.")] + ["collect"]
     out = {
         "entries": n,
         "shards": num_shards,
@@ -637,6 +649,7 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
         "driver_total_s": round(sum(times[k] for k in driver_phases), 3),
         "driver_phases": driver_phases,
         "pickled_mib": {"beam_pickler": round(beam_pickled / MIB, 1), "cloudpickle": round(cloud_pickled / MIB, 1)},
+        "plan_file_mib": round(plan_mib, 1),
         **submitted,
         "rss_after_imports_mib": round(rss_imports / MIB, 1),
         "maxrss_after_mib": maxrss,
@@ -745,7 +758,9 @@ PHASE_WHY = {
     "sources": "building one frozen `ClipSource` dataclass (and its features dict) per video in Python",
     "plan": "`beam_writer.plan_shards` -> `stable_order`: one sha256 per source and a sort (n log n), plus a "
             "`collections.Counter` over the ids for the duplicate check",
-    "submit.beam_construct": "`beam.Create(tasks)`: `Create.expand` encodes every ShardTask with the inferred "
+    "plan_file": "`beam_writer.write_plan`: every shard's sources cloudpickled into the build's plan file, one "
+                 "record per shard, so that the pipeline carries one small `ShardRef` per shard instead of the sources",
+    "submit.beam_construct": "`beam.Create(refs)`: `Create.expand` encodes every ShardRef with the inferred "
                              "coder (FastPrimitivesCoder, pickling the dataclasses)",
     "submit.to_runner_api": "`Pipeline.run()` on a non-FnAPI runner (DaskRunner.is_fnapi_compatible() is False) "
                             "round-trips the pipeline through the runner API: `Create.to_runner_api_pickled` and the "

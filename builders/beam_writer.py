@@ -30,12 +30,14 @@ import json
 import logging
 import math
 import os
+import pickle
 import re
 import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
+import cloudpickle
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -327,6 +329,61 @@ class ShardTask:
     sources: tuple[Source, ...]
 
 
+PLAN_NAME = "shard_plan.pickles"  # in the build's incomplete folder while the pipeline runs
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRef:
+    """A ShardTask as the pipeline carries it: where its sources lie in the build's plan file, not the sources.
+
+    The driver writes every task's sources to one plan file (`write_plan`) and the pipeline's
+    elements are these small records, so the pipeline (Beam's runner-API proto, a Dask graph) stays
+    small however many sources a build has: a Kinetics-size build (~650k videos, ~1,800 shards)
+    does not ship every source record through Beam's and Dask's graph machinery. A worker reads its
+    shard's byte range of the plan file (local or gs://, like the shards themselves) and nothing else.
+    """
+
+    split: str
+    index: int
+    path: str
+    plan: str
+    offset: int
+    length: int
+    num_sources: int
+
+    def load(self) -> ShardTask:
+        with tf.io.gfile.GFile(self.plan, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(self.length)
+        if len(data) != self.length:
+            raise OSError(f"{self.plan}: the shard plan is shorter than expected (shard {self.index} of {self.split}); "
+                          "was the build's incomplete folder removed while it ran?")
+        return ShardTask(self.split, self.index, self.path, tuple(cloudpickle.loads(data)))
+
+
+def write_plan(tasks: Sequence[ShardTask], path: str) -> list[ShardRef]:
+    """Writes every task's sources to the plan file `path` (one pickle per task, back to back); their refs."""
+    refs = []
+    offset = 0
+    with tf.io.gfile.GFile(path, "wb") as f:
+        for t in tasks:
+            data = cloudpickle.dumps(t.sources, protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(data)
+            refs.append(ShardRef(t.split, t.index, t.path, path, offset, len(data), len(t.sources)))
+            offset += len(data)
+    return refs
+
+
+def shard_pipeline(pipeline: beam.Pipeline, refs: Sequence[ShardRef], write: beam.PTransform) -> beam.PCollection:
+    """The build's pipeline: the shard refs spread over the workers, each shard written whole by `write`."""
+    return (
+        pipeline
+        | "ShardTasks" >> beam.Create(list(refs), reshuffle=False)
+        | "Distribute" >> beam.Reshuffle()
+        | "WriteShards" >> write
+    )
+
+
 def stable_order(sources: Sequence[Source], salt: str) -> list[Source]:
     """Sources in a pseudo-random but reproducible order (mixes classes across shards)."""
 
@@ -458,8 +515,10 @@ class WriteShardFn(beam.DoFn):
             fn()
         self._serializer = tfds.core.ExampleSerializer(self._features.get_serialized_info())
 
-    def process(self, task: ShardTask):
+    def process(self, task: "ShardTask | ShardRef"):
         start = time.monotonic()
+        if isinstance(task, ShardRef):
+            task = task.load()
         keys: list[str] = []
         skips: list[dict[str, str]] = []
         sizes: list[int] = []
@@ -872,21 +931,22 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """
         fns = {split: gen.example_fn for split, gen in generators.items()}
         setup = [fn for gen in generators.values() for fn in gen.worker_setup]
+        plan = os.path.join(os.fspath(self.data_dir), PLAN_NAME)
+        refs = write_plan(all_tasks, plan)
         pipeline = beam.Pipeline(runner=runner, options=options)
-        _ = (
-            pipeline
-            | "ShardTasks" >> beam.Create(all_tasks, reshuffle=False)
-            | "Distribute" >> beam.Reshuffle()
-            | "WriteShards" >> beam.ParDo(WriteShardFn(self.info.features, fns, setup, self._file_format().value))
-        )
+        shard_pipeline(pipeline, refs, beam.ParDo(WriteShardFn(self.info.features, fns, setup, self._file_format().value)))
         by_split = tasks_by_split or {t.split: [x for x in all_tasks if x.split == t.split] for t in all_tasks}
         shards = {split: [(progress.progress_path(t.path), len(t.sources)) for t in ts] for split, ts in by_split.items()}
         session = build_log.current()
         states = [progress.SplitProgress(split, sum(n for _, n in items)) for split, items in shards.items()]
         display = (session.progress_display(states) if session is not None
                    else progress.LineDisplay(self._display_name(), lambda line: logger.info("%s", line)))
-        with progress.ProgressMonitor(shards, display):
-            state = pipeline.run().wait_until_finish()
+        try:
+            with progress.ProgressMonitor(shards, display):
+                state = pipeline.run().wait_until_finish()
+        finally:
+            with contextlib.suppress(tf.errors.NotFoundError):
+                tf.io.gfile.remove(plan)
         if state is not None and str(state) != PipelineState.DONE:
             raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
 

@@ -173,7 +173,7 @@ def test_two_concurrent_builds_one_builds_the_other_reuses_and_fail_mode_stops(t
     fail` exits 75 naming the holder."""
     manual, data_dir = tmp_path / "manual", tmp_path / "data"
     samples.write_mri_volumes(str(manual), num_subjects=11, shape=(12, 12, 12))
-    data_path = data_dir / "mri_volumes" / "small_32" / "1.0.0"
+    data_path = tfds.builder(DATASET, data_dir=str(data_dir)).data_path
     gate = build_lock.BuildLock(build_lock.lock_path(data_path), what="test gate")
     gate.acquire()
     try:
@@ -209,7 +209,7 @@ def test_two_concurrent_builds_one_builds_the_other_reuses_and_fail_mode_stops(t
     reuse_err = errs[results.index(reused[0])]
     assert "by the concurrent build this one waited for" in reuse_err and f"pid {builder_pid}" in reuse_err
     parent = data_path.parent
-    assert sorted(os.listdir(parent)) == ["1.0.0"] + sorted(n for n in os.listdir(parent) if n.startswith("build-")), \
+    assert sorted(os.listdir(parent)) == [data_path.name] + sorted(n for n in os.listdir(parent) if n.startswith("build-")), \
         os.listdir(parent)  # no lock and no incomplete.* folder left; build logs only
     n = built[0]["splits"]["train"]["examples"]
     assert len(list(tfds.load(DATASET, split="train", data_dir=str(data_dir), download=False))) == n > 0
