@@ -45,6 +45,8 @@ import time
 from types import TracebackType
 from typing import Sequence
 
+from vidvol.beam_jobs import local_cluster
+
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
@@ -75,32 +77,6 @@ def driver_pythonpath(extra: Sequence[str] = ()) -> list[str]:
         if os.path.isdir(path) and path not in out and not (path + os.sep).startswith(prefixes):
             out.append(path)
     return out
-
-
-def _tail(path: str, size: int = 3000) -> str:
-    """Last `size` characters of a log file (for error messages)."""
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-size:]
-    except OSError as e:
-        return f"<cannot read {path}: {e}>"
-
-
-def _stop_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM the process group led by `proc`; SIGKILL the group if `proc` lingers past `timeout`."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        pgid = proc.pid  # the leader is gone; children in its group may remain
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        logger.warning("pid %d ignored SIGTERM for %.0f s; killing its group", proc.pid, timeout)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-    proc.wait()
 
 
 async def _identity(address: str, timeout: float) -> dict:
@@ -239,7 +215,7 @@ class LocalDaskCluster:
         for name, proc in [("scheduler", self._scheduler), *((f"worker-{i}", p) for i, p in enumerate(self._workers))]:
             if proc is not None and proc.poll() is not None:
                 log = os.path.join(self.log_dir, f"{name}.log")
-                raise RuntimeError(f"dask {name} exited with {proc.returncode} during startup; {log}:\n{_tail(log)}")
+                raise RuntimeError(f"dask {name} exited with {proc.returncode} during startup; {log}:\n{local_cluster.log_tail(log)}")
 
     def _wait_for_scheduler_file(self, path: str, deadline: float) -> str:
         while time.monotonic() < deadline:
@@ -251,7 +227,7 @@ class LocalDaskCluster:
                     return address
             time.sleep(0.1)
         log = os.path.join(self.log_dir, "scheduler.log")
-        raise TimeoutError(f"dask scheduler wrote no {path} within {self.startup_timeout:.0f} s; {log}:\n{_tail(log)}")
+        raise TimeoutError(f"dask scheduler wrote no {path} within {self.startup_timeout:.0f} s; {log}:\n{local_cluster.log_tail(log)}")
 
     def _wait_for_workers(self, deadline: float) -> None:
         from distributed import Client  # pylint: disable=g-import-not-at-top
@@ -278,9 +254,9 @@ class LocalDaskCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)  # all at once, then wait for each
         for proc in self._workers:
-            _stop_group(proc, self.stop_timeout)
+            local_cluster.stop_process_group(proc, self.stop_timeout)
         if self._scheduler is not None:
-            _stop_group(self._scheduler, self.stop_timeout)
+            local_cluster.stop_process_group(self._scheduler, self.stop_timeout)
         self._workers = []
         self._scheduler = None
 

@@ -76,7 +76,7 @@ def _accepts(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def _tail(path: str, size: int = 3000) -> str:
+def log_tail(path: str, size: int = 3000) -> str:
     """Last `size` characters of a log file (for error messages)."""
     try:
         with open(path, errors="replace") as f:
@@ -90,15 +90,19 @@ def wait_for_port(proc: subprocess.Popen, port: int, *, log_path: str, timeout: 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode} before serving; log {log_path}:\n{_tail(log_path)}")
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode} before serving; log {log_path}:\n{log_tail(log_path)}")
         if _accepts(host, port):
             return
         time.sleep(0.2)
-    raise RuntimeError(f"{proc.args} did not serve {host}:{port} within {timeout:.0f} s; log {log_path}:\n{_tail(log_path)}")
+    raise RuntimeError(f"{proc.args} did not serve {host}:{port} within {timeout:.0f} s; log {log_path}:\n{log_tail(log_path)}")
 
 
-def stop_process_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """SIGTERM the process group led by `proc`, SIGKILL it if it lingers (and its strays either way)."""
+def stop_process_group(proc: subprocess.Popen, timeout: float = 10.0, *, name: str = "") -> None:
+    """SIGTERM the process group led by `proc`, SIGKILL it if it lingers (and its strays either way).
+
+    Every local service vidvol starts (job service, worker pool, dask scheduler and workers, and the
+    tests' S3 server) runs in its own process group and is stopped here.
+    """
     try:
         pgid = os.getpgid(proc.pid)
     except ProcessLookupError:
@@ -108,7 +112,7 @@ def stop_process_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        logger.warning("%s ignored SIGTERM for %.0f s; killing its process group", proc.args, timeout)
+        logger.warning("%s ignored SIGTERM for %.0f s; killing its process group", name or proc.args, timeout)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     proc.wait()

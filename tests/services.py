@@ -25,7 +25,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import urllib.error
 import urllib.request
 from types import TracebackType
 from typing import Sequence
+
+from vidvol.beam_jobs import local_cluster
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +70,6 @@ def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _tail(path: str, size: int = 3000) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-size:]
-    except OSError as e:
-        return f"<cannot read {path}: {e}>"
 
 
 class SeaweedS3:
@@ -189,7 +182,7 @@ class SeaweedS3:
         """Until the S3 port answers HTTP (an unsigned request gets 403 once identities are loaded)."""
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"weed mini exited with {self._proc.returncode}; {self.log_path}:\n{_tail(self.log_path)}")
+                raise RuntimeError(f"weed mini exited with {self._proc.returncode}; {self.log_path}:\n{local_cluster.log_tail(self.log_path)}")
             try:
                 urllib.request.urlopen(self.endpoint_url + "/", timeout=2).close()
                 return
@@ -198,7 +191,7 @@ class SeaweedS3:
             except OSError:
                 time.sleep(0.2)
         raise TimeoutError(f"weed mini S3 did not answer at {self.endpoint_url} in {self.startup_timeout:.0f} s; "
-                           f"{self.log_path}:\n{_tail(self.log_path)}")
+                           f"{self.log_path}:\n{local_cluster.log_tail(self.log_path)}")
 
     def client(self):
         """A botocore S3 client for this server (botocore comes with s3fs's aiobotocore; no boto3 needed)."""
@@ -220,15 +213,7 @@ class SeaweedS3:
         """SIGTERM weed's process group, SIGKILL after `stop_timeout`; removes its /tmp sockets and temp dir."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                logger.warning("weed mini ignored SIGTERM for %.0f s; killing it", self.stop_timeout)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            local_cluster.stop_process_group(proc, self.stop_timeout, name="weed mini")
         for port in self.ports.values():
             for path in _socket_paths(port):
                 with contextlib.suppress(FileNotFoundError):
