@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import glob
 import json
 import logging
@@ -100,8 +101,8 @@ METHOD = [
     "Driver scale: synthetic hmdb51-style `ClipSource` records (Kinetics-like paths, 700 labels), shards sized as "
     "hmdb51's 16x224x224 config (~235 KiB per example, 128 MiB shards); each size in a fresh process, peak RSS "
     "(VmHWM) after each phase. *submit* is what `pipeline.run()` does on the driver with the DaskRunner before any task "
-    "runs: Beam pipeline construction (Create encodes every element: one `ShardRef` per shard, the sources being in "
-    "the plan file the driver writes first, *plan_file*), Beam's runner-API round trip (pickles, bz2 "
+    "runs: Beam pipeline construction (Create encodes the shard numbers, the DoFn holds one `ShardRef` per shard, "
+    "the sources being in the plan file the driver writes first, *plan_file*), Beam's runner-API round trip (pickles, bz2 "
     "level 9), the DaskRunner's translation (`dask.bag.from_sequence` tokenizes every element), and distributed's "
     "serialization of the graph (`serialize(to_serialize(expr))`, as `Client.compute`). Shards are empty files; "
     "*collect* is `beam_writer.collect_split` over one `.info.json` per shard, as the workers write them.",
@@ -489,8 +490,8 @@ def synthetic_sources(n: int, root: str = "/data/kinetics700/train") -> list[tup
     return out
 
 
-def _shard_len(ref: Any) -> int:
-    return ref.num_sources
+def _shard_len(refs: Sequence[Any], index: int) -> int:
+    return refs[index].num_sources
 
 
 def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str, Any]:
@@ -522,7 +523,7 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     runner = dask_runner.DaskRunner()
     options = PipelineOptions([f"--runner={runners.DASK_RUNNER}", f"--dask_npartitions={len(refs)}"])
     pipeline = beam.Pipeline(runner=runner, options=options)
-    beam_writer.shard_pipeline(pipeline, refs, beam.Map(_shard_len))
+    beam_writer.shard_pipeline(pipeline, len(refs), beam.Map(functools.partial(_shard_len, tuple(refs))))
     t = step("submit.beam_construct", t)
     proto = pipeline.to_runner_api(use_fake_coders=True)  # pipeline.run(): a non-FnAPI runner gets a round trip
     proto_bytes = proto.ByteSize()
@@ -760,8 +761,8 @@ PHASE_WHY = {
             "`collections.Counter` over the ids for the duplicate check",
     "plan_file": "`beam_writer.write_plan`: every shard's sources cloudpickled into the build's plan file, one "
                  "record per shard, so that the pipeline carries one small `ShardRef` per shard instead of the sources",
-    "submit.beam_construct": "`beam.Create(refs)`: `Create.expand` encodes every ShardRef with the inferred "
-                             "coder (FastPrimitivesCoder, pickling the dataclasses)",
+    "submit.beam_construct": "`beam.Create(range(shards))` and the DoFn holding one `ShardRef` per shard: "
+                             "`Create.expand` encodes the shard numbers, the DoFn is pickled once",
     "submit.to_runner_api": "`Pipeline.run()` on a non-FnAPI runner (DaskRunner.is_fnapi_compatible() is False) "
                             "round-trips the pipeline through the runner API: `Create.to_runner_api_pickled` and the "
                             "pickled DoFn of Create's `FlatMap(lambda _: serialized_values)` each carry every encoded "

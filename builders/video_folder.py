@@ -31,7 +31,7 @@ import math
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from vidvol.builders import files
 
@@ -187,65 +187,59 @@ class SplitEntry:
     label_index: int | None = None  # UCF101 trainlist's index (1-based), if the line has one
 
 
-def parse_hmdb_split_file(path: str, class_name: str) -> list[SplitEntry]:
-    """Parses HMDB51's `<video>.<ext> <id>` lines; a malformed line is an error naming file and line."""
-    entries = []
+def list_lines(path: str) -> Iterator[tuple[int, str, list[str]]]:
+    """`(line number, stripped line, whitespace-split fields)` of each non-blank line of a list file (strict UTF-8)."""
     with files.open_text(path, encoding="utf-8", errors="strict") as f:
         for lineno, raw in enumerate(f, start=1):
             line = raw.strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) != 2 or not is_video_name(parts[0]) or parts[1] not in HMDB_SPLIT_IDS:
-                raise ValueError(
-                    f"{path}:{lineno}: expected `<video>.<ext> <id>` (ext one of {', '.join(VIDEO_EXTENSIONS)}) "
-                    f"with id 0, 1 or 2, got {line!r}"
-                )
-            subset = HMDB_SPLIT_IDS[parts[1]]
-            if subset:
-                entries.append(SplitEntry(parts[0], class_name, subset, path, lineno))
+            if line:
+                yield lineno, line, line.split()
+
+
+def parse_hmdb_split_file(path: str, class_name: str) -> list[SplitEntry]:
+    """Parses HMDB51's `<video>.<ext> <id>` lines; a malformed line is an error naming file and line."""
+    entries = []
+    for lineno, line, parts in list_lines(path):
+        if len(parts) != 2 or not is_video_name(parts[0]) or parts[1] not in HMDB_SPLIT_IDS:
+            raise ValueError(
+                f"{path}:{lineno}: expected `<video>.<ext> <id>` (ext one of {', '.join(VIDEO_EXTENSIONS)}) "
+                f"with id 0, 1 or 2, got {line!r}"
+            )
+        subset = HMDB_SPLIT_IDS[parts[1]]
+        if subset:
+            entries.append(SplitEntry(parts[0], class_name, subset, path, lineno))
     return entries
 
 
 def parse_ucf_list(path: str, subset: str) -> list[SplitEntry]:
     """Parses UCF101's `<class>/<video>.<ext> [<label index>]` lines; a malformed line is an error naming file and line."""
     entries = []
-    with files.open_text(path, encoding="utf-8", errors="strict") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if not line:
-                continue
-            parts = line.split()
-            rel = parts[0].replace("\\", "/")
-            cls, _, video = rel.rpartition("/")
-            index = parts[1] if len(parts) == 2 else None
-            if (
-                len(parts) not in (1, 2) or not cls or "/" in cls or not is_video_name(video)
-                or (index is not None and not index.isdigit())
-            ):
-                raise ValueError(
-                    f"{path}:{lineno}: expected `<class>/<video>.<ext>` (ext one of {', '.join(VIDEO_EXTENSIONS)}), "
-                    f"optionally followed by an integer label index, got {line!r}"
-                )
-            entries.append(SplitEntry(video, cls, subset, path, lineno, int(index) if index is not None else None))
+    for lineno, line, parts in list_lines(path):
+        rel = parts[0].replace("\\", "/")
+        cls, _, video = rel.rpartition("/")
+        index = parts[1] if len(parts) == 2 else None
+        if (
+            len(parts) not in (1, 2) or not cls or "/" in cls or not is_video_name(video)
+            or (index is not None and not index.isdigit())
+        ):
+            raise ValueError(
+                f"{path}:{lineno}: expected `<class>/<video>.<ext>` (ext one of {', '.join(VIDEO_EXTENSIONS)}), "
+                f"optionally followed by an integer label index, got {line!r}"
+            )
+        entries.append(SplitEntry(video, cls, subset, path, lineno, int(index) if index is not None else None))
     return entries
 
 
 def parse_class_index(path: str) -> list[str]:
     """UCF101's `classInd.txt` (`<index> <class>` lines, 1..N) -> class names in index order."""
     by_index: dict[int, tuple[str, int]] = {}
-    with files.open_text(path, encoding="utf-8", errors="strict") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) != 2 or not parts[0].isdigit():
-                raise ValueError(f"{path}:{lineno}: expected `<index> <class>`, got {line!r}")
-            index = int(parts[0])
-            if index in by_index:
-                raise ValueError(f"{path}:{lineno}: index {index} already given at line {by_index[index][1]}")
-            by_index[index] = (parts[1], lineno)
+    for lineno, line, parts in list_lines(path):
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise ValueError(f"{path}:{lineno}: expected `<index> <class>`, got {line!r}")
+        index = int(parts[0])
+        if index in by_index:
+            raise ValueError(f"{path}:{lineno}: index {index} already given at line {by_index[index][1]}")
+        by_index[index] = (parts[1], lineno)
     if sorted(by_index) != list(range(1, len(by_index) + 1)):
         raise ValueError(f"{path}: indices must run 1..N without gaps, got {sorted(by_index)[:10]}...")
     names = [by_index[i][0] for i in range(1, len(by_index) + 1)]

@@ -65,7 +65,7 @@ def test_driver_scale_counts_read_back_equal_the_sources(driver_run):
 def test_driver_scale_output_structure(driver_run):
     out, section, elapsed = driver_run
     (row,) = section["driver"]["rows"]
-    phases = ["sources", "plan", "submit.beam_construct", "submit.to_runner_api", "submit.from_runner_api",
+    phases = ["sources", "plan", "plan_file", "submit.beam_construct", "submit.to_runner_api", "submit.from_runner_api",
               "submit.dask_translate", "submit.graph_serialize", "collect"]
     assert row["driver_phases"] == phases
     times = row["times_s"]
@@ -84,7 +84,7 @@ def test_driver_scale_output_structure(driver_run):
     assert section["driver_notes"] and "scaling" not in section and "memory" not in section
     text = (out / "CLUSTER.md").read_text()
     assert "### Driver at scale" in text and f"{SIZE:,}" in text
-    assert elapsed < 30, f"the tiny driver-scale run took {elapsed:.0f} s"
+    assert row["plan_file_mib"] > 0  # the sources went to the plan file, not into the pipeline
 
 
 def test_attempt_watch_follows_attempts_through_the_rename(tmp_path):
