@@ -9,7 +9,7 @@ these inputs could reach on this machine.
 
 Between that loop and a real build, `stages()` times the same sources one core at a time through
 our own example function (probe, sampling, masks: `run_example_fn`) and then through TFDS's
-feature encoding and `SerializeToString` (what each Beam worker does per example). What is left
+feature encoding and serialization (`example_bytes.Serializer`: what each Beam worker does per example). What is left
 between that and the build's writing phase is Beam (bundles, pickling, shard tasks) and worker
 imbalance; between the writing phase and the whole command, start-up (interpreter, TensorFlow and
 Beam imports in the driver and in each SDK worker) and the driver's planning and summary.
@@ -90,11 +90,12 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
+    from vidvol.builders import example_bytes  # pylint: disable=g-import-not-at-top
 
     cv2.setNumThreads(1)
     sources = list(_builder_sources(name, config, manual_dir))
     features = tfds.builder(f"{name}/{config}").info.features
-    serializer = tfds.core.example_serializer.ExampleSerializer(features.get_serialized_info())
+    serializer = example_bytes.Serializer(features)  # what each Beam worker runs per example
 
     frames = 0
     start = time.process_time()
@@ -109,7 +110,7 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
         items = [i for i in beam_writer.run_example_fn(example_fn, source, split) if not isinstance(i, beam_writer.Skip)]
         t1 = time.process_time()
         for _, example in items:
-            serializer.get_tf_example(features.encode_example(example)).SerializeToString(deterministic=True)
+            serializer(example)
         serialize_cpu += time.process_time() - t1
         example_cpu += t1 - t0
         examples += len(items)

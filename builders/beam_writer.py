@@ -47,6 +47,7 @@ from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders import build_lock
 from vidvol.builders import build_log
+from vidvol.builders import example_bytes
 from vidvol.builders import files
 from vidvol.builders import integrity
 from vidvol.builders import progress
@@ -522,7 +523,7 @@ class WriteShardFn(beam.DoFn):
     def setup(self):
         for fn in self._worker_setup:
             fn()
-        self._serializer = tfds.core.ExampleSerializer(self._features.get_serialized_info())
+        self._serializer = example_bytes.Serializer(self._features)
 
     def process(self, task: "int | ShardTask | ShardRef"):
         start = time.monotonic()
@@ -580,11 +581,10 @@ class WriteShardFn(beam.DoFn):
                         skips.append(item.as_dict())
                         continue
                     key, example = item
-                    # deterministic=True: feature-map entries in key order, so the same input gives the
-                    # same bytes in every process (proto map order otherwise varies with the process).
-                    tf_example = self._serializer.get_tf_example(self._features.encode_example(example))
-                    record = tf_example.SerializeToString(deterministic=True)
-                    del example, tf_example
+                    # The bytes of TFDS's tf.train.Example with deterministic map order (the same input
+                    # gives the same bytes in every process), written in one join (example_bytes).
+                    record = self._serializer(example)
+                    del example
                     keys.append(str(key))
                     sizes.append(len(record))
                     yield str(key), record
