@@ -327,18 +327,22 @@ class Bench:
         """The cluster section's sizes: this run's fire inputs and build runs, the mode's driver-scale sizes."""
         s = self.s
         base = cluster.FULL if s.mode == "full" else cluster.QUICK
+        counts = (s.fire_counts[-1], s.fire_counts[-1] * s.scaling_repeat) if s.scaling_repeat > 1 else tuple(s.fire_counts)
         return dataclasses.replace(base, mode=s.mode, fire_config=s.fire_config, fire=dict(s.fire), runs=s.build_runs,
                                    scaling_experiments=s.fire_counts[-1], scaling_repeat=s.scaling_repeat,
-                                   memory_counts=tuple(s.fire_counts))
+                                   memory_counts=counts)
 
     def cluster_all(self) -> dict[str, Any]:
         """Dask builds (1 vs 2 workers, worker memory) on build_all's manual folders, then the driver at scale."""
         start = time.monotonic()
         s = self.s
+        settings = self.cluster_settings()
+        scaling_manual = self.path("manual", f"fire_{s.fire_counts[-1]}_x{s.scaling_repeat}")
+        repeated = s.fire_counts[-1] * s.scaling_repeat
         section = cluster.measure_section(
-            self.path("cluster"), self.cluster_settings(),
-            scaling_manual=self.path("manual", f"fire_{s.fire_counts[-1]}_x{s.scaling_repeat}"),
-            memory_manuals={n: self.path("manual", f"fire_{n}") for n in s.fire_counts})
+            self.path("cluster"), settings, scaling_manual=scaling_manual,
+            memory_manuals={n: scaling_manual if n == repeated and s.scaling_repeat > 1 else self.path("manual", f"fire_{n}")
+                            for n in settings.memory_counts})
         self._phase("cluster", start)
         return section
 
