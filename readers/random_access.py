@@ -71,7 +71,11 @@ class DataSource:
 
     `features`: the features decoded (default all). `decode_frames=False` leaves video features as
     arrays of encoded frames (what `SupervisedExamples` wants: it decodes only a clip's frames).
-    Picklable: a copy (a Grain or DataLoader worker process) reopens the shards itself.
+    Picklable: a copy (a Grain or DataLoader worker process) reopens the shards itself. A *forked*
+    copy cannot (PyTorch's default DataLoader workers on Linux: opening an ArrayRecord reader in a
+    child forked after TensorFlow and ArrayRecord started their threads crashes the child with a
+    segmentation fault), so its first access raises `RandomAccessError` saying to use
+    `multiprocessing_context="spawn"` (or "forkserver"), where the copy arrives pickled.
     """
 
     def __init__(
@@ -101,15 +105,28 @@ class DataSource:
         self._records = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
         self._threads = num_threads or DEFAULT_THREADS
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+
+    def _in_this_process(self) -> None:
+        """A clear error, not a segmentation fault, in a forked child (see the class docstring)."""
+        if self._pid != os.getpid():
+            raise RandomAccessError(
+                f"{self.info.full_name} {self.split!r}: this data source was copied into process {os.getpid()} by "
+                "fork, where ArrayRecord readers crash; create the PyTorch DataLoader with "
+                "multiprocessing_context='spawn' (or 'forkserver') so that each worker gets a pickled copy that "
+                "reopens the shards"
+            )
 
     def __len__(self) -> int:
         return len(self._records)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        self._in_this_process()
         return self.decode(self._records[self._index(index)])
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Several examples: records read together, decoded in a thread pool."""
+        self._in_this_process()
         records = self._records.__getitems__([self._index(i) for i in indices])
         if len(records) <= 1:
             return [self.decode(r) for r in records]

@@ -178,7 +178,7 @@ def test_torch_protocol_without_torch(hmdb_dirs):
 def test_torch_dataloader(hmdb_dirs):
     torch = pytest.importorskip("torch")  # the optional `vidvol[torch]` extra
     ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=0, clip_length=4)
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, multiprocessing_context="spawn")
     batches = list(loader)
     assert [len(y) for _, y in batches] == [4, 2]
     (x, mask), y = batches[0]
@@ -186,3 +186,6 @@ def test_torch_dataloader(hmdb_dirs):
     assert mask.shape == (4, 4) and y.dtype == torch.int64
     source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
     assert sorted(int(v) for _, y in batches for v in y) == sorted(int(source[i]["label"]) for i in range(len(source)))
+    forked = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(Exception, match="multiprocessing_context='spawn'"):  # a clear error, not a segfault
+        list(forked)
