@@ -1,0 +1,312 @@
+"""Direct volume reads: a volume's stored bytes go from the shard file into the output, nothing in between.
+
+Through TensorFlow's TFRecord reader a 128^3 MRI example is copied four times before it is a
+float32 volume (file buffer -> record string -> parsed feature string -> `decode_raw` tensor ->
+cast). For local TFRecord shards of a dataset with one `WholeNumberVolume`, `vidvol.load` instead:
+
+1. indexes each shard once (`index_shard`: the TFRecord framing and the `tf.train.Example`
+   wire format are walked with a few small reads per record, the volume bytes skipped): where
+   each record and its volume bytes lie, and the record without them (a valid, small
+   `tf.train.Example` holding every other feature);
+2. streams those index entries through the same file order, interleave, shuffle and batching as
+   the serialized records would take (so batches equal `tfds.load`'s under a seed);
+3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
+   volumes in one `tf.numpy_function` (`VolumeReads`): `os.preadv` puts each record's volume bytes
+   straight into the batch array (the record's other bytes into small buffers), its CRC32C is
+   checked as TensorFlow's reader checks it, and the int16 batch goes to TensorFlow without a
+   copy; a float output is one `tf.cast` of it. That is the work of the benchmark's volume limit
+   (`os.pread` + `astype(float32)`), plus the checksum.
+
+Anything else (remote files, videos, variable shapes, per-example parsing, an index that does
+not walk) takes the TensorFlow path, which gives the same tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Sequence
+
+import google_crc32c
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vidvol.core import artifacts
+from vidvol.readers import shards
+
+logger = logging.getLogger(__name__)
+
+_HEADER, _FOOTER = 12, 4  # TFRecord framing: u64 length + u32 masked crc; data; u32 masked crc
+_WINDOW = 1 << 16
+_ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
+
+
+class IndexError_(ValueError):
+    """A shard's records do not walk as expected (the TensorFlow path reads it instead, or it is damaged)."""
+
+
+def _mask(crc: int) -> int:
+    """TFRecord's masked CRC32C."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(buf: bytes, at: int) -> tuple[int, int]:
+    """(value, position after it) of a protobuf varint in buf at `at`."""
+    value, shift = 0, 0
+    while True:
+        if at >= len(buf):
+            raise IndexError_("varint runs past the bytes read")
+        byte = buf[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise IndexError_("varint too long")
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+class _Window:
+    """Reads of a file through one cached window (records' small parts are read a few KiB at a time)."""
+
+    def __init__(self, f):
+        self.f, self.start, self.buf = f, 0, b""
+
+    def get(self, pos: int, n: int) -> bytes:
+        if not (self.start <= pos and pos + n <= self.start + len(self.buf)):
+            self.f.seek(pos)
+            self.start, self.buf = pos, self.f.read(max(n, _WINDOW))
+        return self.buf[pos - self.start: pos - self.start + n]
+
+
+@dataclasses.dataclass
+class ShardIndex:
+    """Where one shard's records and their volume bytes lie, and each record without its volume."""
+
+    path: str
+    small: list[bytes]  # each record as a tf.train.Example without the volume's bytes entry
+    starts: np.ndarray  # int64: file offset of each record (its length header)
+    lengths: np.ndarray  # int64: each record's serialized length
+    data_at: np.ndarray  # int64: offset of the volume bytes inside the record's serialized bytes
+    data_len: np.ndarray  # int64: bytes of the stored volume
+    int16: np.ndarray  # bool: the volume is stored as int16 (else float32)
+
+
+def _int64_value(entry: bytes, at: int) -> int:
+    """The first value of an Int64List feature whose Feature message starts at `at` in a map entry."""
+    if entry[at:at + 1] != b"\x12":
+        raise IndexError_("int64 feature without a value")
+    _, at = _varint(entry, at + 1)
+    if entry[at:at + 1] != b"\x1a":
+        raise IndexError_("not an int64_list feature")
+    _, at = _varint(entry, at + 1)
+    if entry[at:at + 1] == b"\x0a":  # packed
+        _, at = _varint(entry, at + 1)
+        return _varint(entry, at)[0]
+    if entry[at:at + 1] == b"\x08":
+        return _varint(entry, at + 1)[0]
+    raise IndexError_("empty int64_list")
+
+
+def index_shard(path: str, volume: str) -> ShardIndex:
+    """Walks one TFRecord file of `tf.train.Example`s, finding the bytes of `volume` ("volume/data") and its flag."""
+    target, flag_key = f"{volume}/data".encode(), f"{volume}/int16".encode()
+    small, starts, lengths, data_at, data_len, int16 = [], [], [], [], [], []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        win = _Window(f)
+        pos = 0
+        while pos < size:
+            header = win.get(pos, _HEADER)
+            if len(header) < _HEADER:
+                raise IndexError_(f"truncated record header at byte {pos}")
+            length = int.from_bytes(header[:8], "little")
+            if _mask(google_crc32c.value(header[:8])) != int.from_bytes(header[8:12], "little"):
+                raise IndexError_(f"corrupted record length at byte {pos}")
+            d0 = pos + _HEADER
+            if d0 + length + _FOOTER > size:
+                raise IndexError_(f"record at byte {pos} runs past the end of the file")
+            head = win.get(d0, 12)
+            if not head or head[0] != 0x0A:
+                raise IndexError_(f"record at byte {pos} is not a tf.train.Example")
+            flen, p = _varint(head, 1)
+            p, end = d0 + p, d0 + length
+            if p + flen != end:
+                raise IndexError_(f"record at byte {pos}: unexpected Example layout")
+            kept, found, flag = [], None, None
+            while p < end:
+                entry_head = win.get(p, 16 + len(target))
+                if entry_head[0] != 0x0A:
+                    raise IndexError_(f"record at byte {pos}: unexpected Features layout")
+                elen, q = _varint(entry_head, 1)
+                entry_end = p + q + elen
+                eh = win.get(p + q, min(elen, 32 + len(target)))
+                if eh[:1] != b"\x0a":
+                    raise IndexError_(f"record at byte {pos}: feature entry without a leading key")
+                klen, k = _varint(eh, 1)
+                if eh[k:k + klen] == target:
+                    at, value = k + klen, None
+                    for tag in (0x12, 0x0A, 0x0A):  # Feature value -> bytes_list -> first bytes value
+                        if eh[at:at + 1] != bytes([tag]):
+                            raise IndexError_(f"record at byte {pos}: {volume} data is not a single bytes value")
+                        value, at = _varint(eh, at + 1)
+                    found = (p + q + at - d0, value)
+                    if p + q + at + value > entry_end:
+                        raise IndexError_(f"record at byte {pos}: {volume} data runs past its entry")
+                else:
+                    entry = win.get(p, entry_end - p)
+                    kept.append(entry)
+                    if eh[k:k + klen] == flag_key:
+                        flag = _int64_value(entry, q + k + klen)
+                p = entry_end
+            if found is None or flag is None:
+                raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
+            body = b"".join(kept)
+            small.append(b"\x0a" + _encode_varint(len(body)) + body)
+            starts.append(pos)
+            lengths.append(length)
+            data_at.append(found[0])
+            data_len.append(found[1])
+            int16.append(flag == 1)
+            pos = d0 + length + _FOOTER
+    as_array = lambda v: np.asarray(v, np.int64)  # noqa: E731
+    return ShardIndex(path, small, as_array(starts), as_array(lengths), as_array(data_at), as_array(data_len),
+                      np.asarray(int16, bool))
+
+
+class VolumeReads:
+    """`tf.numpy_function` body: a batch of int16-stored volumes read from their shards into one int16 array."""
+
+    def __init__(self, paths: Sequence[str], shape: Sequence[int], verify: str):
+        self.paths, self.shape, self.verify = list(paths), tuple(int(d) for d in shape), verify
+        self.nbytes = int(np.prod(self.shape)) * 2
+
+    def __call__(self, files, starts, lengths, data_at) -> np.ndarray:
+        batch = len(files)
+        raw = np.empty(batch * self.nbytes + _ALIGN, np.uint8)
+        shift = (-raw.ctypes.data) % _ALIGN
+        out = raw[shift: shift + batch * self.nbytes].view("<i2").reshape((batch,) + self.shape)
+        for i in range(batch):
+            self._read_one(out[i], int(files[i]), int(starts[i]), int(lengths[i]), int(data_at[i]))
+        return out
+
+    def _read_one(self, target: np.ndarray, file: int, start: int, length: int, at: int) -> None:
+        """One record: its volume bytes straight into `target`, the rest into small buffers; length and CRC checked."""
+        path = self.paths[file]
+        header, before = bytearray(_HEADER), bytearray(at)
+        after = bytearray(length - at - self.nbytes + _FOOTER)
+        view = memoryview(target.reshape(-1)).cast("B")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            got = os.preadv(fd, [header, before, view, after], start)
+        finally:
+            os.close(fd)
+        where = f"{path}: the record at byte {start}"
+        if got != _HEADER + length + _FOOTER or int.from_bytes(header[:8], "little") != length:
+            raise ValueError(f"{where} could not be read whole ({got} of {_HEADER + length + _FOOTER} bytes): the file "
+                             f"changed or was cut short since it was indexed. {self.verify}")
+        crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(bytes(before)), view),
+                                   bytes(after[:-_FOOTER]))
+        if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
+            raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
+
+
+def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | None:
+    from vidvol.readers import output  # pylint: disable=g-import-not-at-top
+
+    volumes = [n for n in names if output.is_volume(builder.info.features[n])]
+    return volumes[0] if len(volumes) == 1 else None
+
+
+def plan_direct(builder: tfds.core.DatasetBuilder, split: str, names: Sequence[str], read_config: tfds.ReadConfig
+                ) -> tuple[str, list[ShardIndex]] | None:
+    """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged)."""
+    volume = _volume(builder, names)
+    if volume is None or not shards.checked_reader_applies(builder, read_config):
+        return None
+    instructions = shards.file_instructions(builder, split)
+    paths = [os.fspath(f.filename) for f in instructions]
+    if any("://" in p for p in paths):
+        return None
+    indexes = []
+    for f, path in zip(instructions, paths):
+        try:
+            index = index_shard(path, volume)
+        except (IndexError_, OSError) as e:
+            logger.info("%s: direct volume reads off (%s); reading through TensorFlow's TFRecord reader", path, e)
+            return None
+        if len(index.small) != f.examples_in_shard:
+            logger.info("%s: %d records, the build recorded %d; reading through TensorFlow's TFRecord reader, "
+                        "which names the damage", path, len(index.small), f.examples_in_shard)
+            return None
+        if not index.int16.all():
+            logger.info("%s: volumes stored as float32; reading through TensorFlow's TFRecord reader", path)
+            return None
+        indexes.append(index)
+    return volume, indexes
+
+
+def read_entries(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool,
+                 indexes: Sequence[ShardIndex]) -> tf.data.Dataset:
+    """Index entries (small record, file, offsets) in exactly the order the serialized records would come."""
+    instructions = shards.file_instructions(builder, split)
+    begins = np.cumsum([0] + [len(ix.small) for ix in indexes])[:-1]
+    columns = {
+        "record": tf.constant([r for ix in indexes for r in ix.small], tf.string),
+        "file": tf.constant(np.concatenate([np.full(len(ix.small), i, np.int64) for i, ix in enumerate(indexes)])),
+        "start": tf.constant(np.concatenate([ix.starts for ix in indexes])),
+        "length": tf.constant(np.concatenate([ix.lengths for ix in indexes])),
+        "data_at": tf.constant(np.concatenate([ix.data_at for ix in indexes])),
+    }
+
+    def one_file(instruction: dict[str, tf.Tensor]) -> tf.data.Dataset:
+        first = instruction["begin"] + instruction["skip"]
+        rows = tf.data.Dataset.range(first, first + instruction["take"])
+        return rows.map(lambda i: {k: v[i] for k, v in columns.items()})
+
+    return shards.interleave_files(instructions, read_config, shuffle_files, one_file,
+                                   extra={"begin": np.asarray(begins, np.int64)})
+
+
+def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
+    """'Check every shard: <verify command>' for this dataset."""
+    has_config = builder.builder_config is not None
+    spec = artifacts.dataset_spec(builder.name, builder.builder_config.name if has_config else None)
+    return f"Check every shard: {artifacts.verify_command(spec, artifacts.data_dir_of(builder.data_path, has_config))}"
+
+
+def volume_batch(batch: dict[str, tf.Tensor], reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
+    """The batch's volumes as `dtype`: int16 as stored (no copy), floats one cast of it."""
+    stored = tf.numpy_function(reads, [batch["file"], batch["start"], batch["length"], batch["data_at"]],
+                               Tout=tf.int16, stateful=False, name="read_volumes")
+    stored.set_shape((batch_size,) + reads.shape)
+    return stored if dtype == "int16" else tf.cast(stored, dtype)
+
+
+class DirectParser:
+    """Parses a batch of index entries: the small records with TFDS's specs, the volume from its shard."""
+
+    def __init__(self, builder: tfds.core.DatasetBuilder, volume: str, indexes: Sequence[ShardIndex],
+                 small_parser, dtype: str, batch_size: int | None):
+        self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
+        shape = builder.info.features[volume].shape
+        self.reads = VolumeReads([ix.path for ix in indexes], shape, verify_hint(builder))
+
+    def parse(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        out = dict(self.small_parser.parse(batch["record"])) if self.small_parser is not None else {}
+        out[self.volume] = volume_batch(batch, self.reads, self.dtype, self.batch_size)
+        return out
