@@ -23,6 +23,7 @@ not walk) takes the TensorFlow path, which gives the same tensors.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -39,7 +40,8 @@ from vidvol.readers import shards
 logger = logging.getLogger(__name__)
 
 _HEADER, _FOOTER = 12, 4  # TFRecord framing: u64 length + u32 masked crc; data; u32 masked crc
-_WINDOW = 1 << 16
+_WINDOW = 1 << 12  # bytes read at a time while indexing: a record's small features fit
+_INDEX_CACHE_SIZE = 4096  # shard indexes kept per process, keyed by path, size and mtime
 _ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
 
 
@@ -120,6 +122,23 @@ def _int64_value(entry: bytes, at: int) -> int:
     if entry[at:at + 1] == b"\x08":
         return _varint(entry, at + 1)[0]
     raise IndexError_("empty int64_list")
+
+
+_index_cache: "collections.OrderedDict[tuple, ShardIndex]" = collections.OrderedDict()
+
+
+def cached_index(path: str, volume: str) -> ShardIndex:
+    """`index_shard`, remembered while the file keeps its size and mtime (each `load` of a split reuses it)."""
+    st = os.stat(path)
+    key = (path, volume, st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _index_cache:
+        _index_cache.move_to_end(key)
+        return _index_cache[key]
+    index = index_shard(path, volume)
+    _index_cache[key] = index
+    while len(_index_cache) > _INDEX_CACHE_SIZE:
+        _index_cache.popitem(last=False)
+    return index
 
 
 def index_shard(path: str, volume: str) -> ShardIndex:
@@ -245,7 +264,7 @@ def plan_direct(builder: tfds.core.DatasetBuilder, split: str, names: Sequence[s
     indexes = []
     for f, path in zip(instructions, paths):
         try:
-            index = index_shard(path, volume)
+            index = cached_index(path, volume)
         except (IndexError_, OSError) as e:
             logger.info("%s: direct volume reads off (%s); reading through TensorFlow's TFRecord reader", path, e)
             return None
@@ -255,6 +274,10 @@ def plan_direct(builder: tfds.core.DatasetBuilder, split: str, names: Sequence[s
             return None
         if not index.int16.all():
             logger.info("%s: volumes stored as float32; reading through TensorFlow's TFRecord reader", path)
+            return None
+        expected = 2 * int(np.prod(builder.info.features[volume].shape))
+        if np.any(index.data_len != expected):
+            logger.info("%s: a stored volume is not %d bytes; reading through TensorFlow's TFRecord reader", path, expected)
             return None
         indexes.append(index)
     return volume, indexes

@@ -187,7 +187,7 @@ class Dequantization:
     @property
     def is_identity(self) -> bool:
         """Whether the output needs no scaling (float outputs, or volumes whose stored ints are the values)."""
-        return np.all(np.asarray(self.scale) == 1.0) and np.all(np.asarray(self.offset) == 0.0)
+        return bool(np.all(np.asarray(self.scale) == 1.0) and np.all(np.asarray(self.offset) == 0.0))
 
     def layer(self, dtype: str = "float32", name: str | None = None):
         """A `vidvol.layers.Dequantize` applying this scale and offset, computing in `dtype`."""
