@@ -106,7 +106,7 @@ class WholeNumberVolume(_FixedShapeFeature):
             check = tf.debugging.Assert(tf.reduce_all(tf.equal(int16, 1)), [
                 "a volume is stored as float32 (its values are not all whole numbers in int16 range: a "
                 "normalized or resampled config), so it cannot be returned as int16; use "
-                "output_dtype='float32' (or 'bfloat16'/'float16') for this dataset"])
+                "output_dtype float32 (or bfloat16, float16) for this dataset"])
             with tf.control_dependencies([check]):
                 return tf.reshape(tf.io.decode_raw(data, tf.int16), shape)
 

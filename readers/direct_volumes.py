@@ -24,7 +24,9 @@ not walk) takes the TensorFlow path, which gives the same tensors.
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
+import glob
 import logging
 import os
 from typing import Sequence
@@ -47,6 +49,33 @@ _ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is t
 
 class IndexError_(ValueError):
     """A shard's records do not walk as expected (the TensorFlow path reads it instead, or it is damaged)."""
+
+
+def _crc_library():
+    """google-crc32c's bundled libcrc32c through ctypes (GIL released, any buffer, no copy), or None."""
+    folder = os.path.join(os.path.dirname(os.path.dirname(google_crc32c.__file__)), "google_crc32c.libs")
+    for path in sorted(glob.glob(os.path.join(folder, "libcrc32c*.so*"))):
+        try:
+            lib = ctypes.CDLL(path)
+            fn = lib.crc32c_extend
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes, fn.restype = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t), ctypes.c_uint32
+        return fn
+    return None
+
+
+_crc_extend_c = _crc_library()
+
+
+def crc32c_extend(crc: int, buffer) -> int:
+    """CRC32C of `buffer` (bytes, bytearray, memoryview or array) continuing `crc`, without copying it."""
+    data = np.frombuffer(buffer, np.uint8)
+    if not data.size:
+        return crc
+    if _crc_extend_c is not None:
+        return int(_crc_extend_c(crc, data.ctypes.data, data.size))
+    return google_crc32c.extend(crc, data.tobytes())  # the extension takes only bytes: a copy
 
 
 def _mask(crc: int) -> int:
@@ -238,8 +267,7 @@ class VolumeReads:
         if got != _HEADER + length + _FOOTER or int.from_bytes(header[:8], "little") != length:
             raise ValueError(f"{where} could not be read whole ({got} of {_HEADER + length + _FOOTER} bytes): the file "
                              f"changed or was cut short since it was indexed. {self.verify}")
-        crc = google_crc32c.extend(google_crc32c.extend(google_crc32c.value(bytes(before)), view),
-                                   bytes(after[:-_FOOTER]))
+        crc = crc32c_extend(crc32c_extend(crc32c_extend(0, before), view), memoryview(after)[:-_FOOTER])
         if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
             raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
 
