@@ -163,22 +163,27 @@ class BoxMask(_FixedShapeFeature):
         return self.dense_as(boxes, tf.uint8)
 
     def dense_as(self, boxes: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-        """(B, ndim, 2) boxes -> (B,) + shape masks of `dtype`, written in one full-size pass.
+        """(B, ndim, 2) boxes -> (B,) + shape masks of `dtype` (the outer AND of one range per axis).
 
-        The per-axis 0/1 ranges are combined smallest first (AND for bool, a product otherwise), so
-        only the last step touches every voxel: a float32 mask costs one 4-byte write per voxel.
+        A batch whose boxes all cover the whole shape (crops: every voxel real) is one fill of ones,
+        the cheapest way to write it; otherwise the AND is formed as bool and cast once.
         """
         dtype = tf.as_dtype(dtype)
-        ndim, out = len(self._shape), None
-        for axis, size in enumerate(self._shape):
-            r = tf.range(size, dtype=tf.int64)
-            inside = (r >= boxes[:, axis, 0:1]) & (r < boxes[:, axis, 1:2])  # (B, size)
-            if dtype != tf.bool:
-                inside = tf.cast(inside, dtype)
-            target = [-1] + [1] * ndim
-            target[axis + 1] = size
-            inside = tf.reshape(inside, target)
-            out = inside if out is None else (out & inside if dtype == tf.bool else out * inside)
+
+        def from_boxes() -> tf.Tensor:
+            ndim, out = len(self._shape), None
+            for axis, size in enumerate(self._shape):
+                r = tf.range(size, dtype=tf.int64)
+                inside = (r >= boxes[:, axis, 0:1]) & (r < boxes[:, axis, 1:2])  # (B, size)
+                target = [-1] + [1] * ndim
+                target[axis + 1] = size
+                inside = tf.reshape(inside, target)
+                out = inside if out is None else out & inside
+            return out if dtype == tf.bool else tf.cast(out, dtype)
+
+        full = tf.ones(tf.concat([tf.shape(boxes)[:1], self._shape], 0), dtype)
+        out = tf.cond(self.is_full(boxes), lambda: full, from_boxes)
+        out.set_shape(boxes.shape[:1].concatenate(self._shape))
         return out
 
     def is_full(self, boxes: tf.Tensor) -> tf.Tensor:

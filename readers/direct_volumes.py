@@ -27,6 +27,8 @@ import collections
 import ctypes
 import dataclasses
 import glob
+import sys
+import threading
 import logging
 import os
 from typing import Sequence
@@ -45,6 +47,7 @@ _HEADER, _FOOTER = 12, 4  # TFRecord framing: u64 length + u32 masked crc; data;
 _WINDOW = 1 << 12  # bytes read at a time while indexing: a record's small features fit
 _INDEX_CACHE_SIZE = 4096  # shard indexes kept per process, keyed by path, size and mtime
 _ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
+_CHUNK = 1 << 17  # int16 values read and converted at a time (256 KiB: stays in the core's cache)
 
 
 class IndexError_(ValueError):
@@ -135,6 +138,11 @@ class ShardIndex:
     data_at: np.ndarray  # int64: offset of the volume bytes inside the record's serialized bytes
     data_len: np.ndarray  # int64: bytes of the stored volume
     int16: np.ndarray  # bool: the volume is stored as int16 (else float32)
+    verified: np.ndarray = None  # bool: the record's CRC32C was checked in this process
+
+    def __post_init__(self):
+        if self.verified is None:
+            self.verified = np.zeros(len(self.small), bool)
 
 
 def _int64_value(entry: bytes, at: int) -> int:
@@ -236,40 +244,107 @@ def index_shard(path: str, volume: str) -> ShardIndex:
                       np.asarray(int16, bool))
 
 
+class _BufferPool:
+    """Aligned NumPy buffers reused once TensorFlow has let go of them (no fresh pages per batch).
+
+    A buffer handed to TensorFlow through DLPack stays referenced by the tensor; when the tensor
+    is freed the reference goes, and the buffer is free again (its reference count tells).
+    """
+
+    def __init__(self, limit: int = 32):
+        self.limit, self.lock, self.buffers = limit, threading.Lock(), {}
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An aligned `nbytes` uint8 view of a pooled buffer that nothing else references."""
+        with self.lock:
+            free = self.buffers.setdefault(nbytes, [])
+            owner = None
+            for i in range(len(free)):
+                # Views of a NumPy array keep its memory owner alive (their `base`), so the owner's count
+                # is that of the list, this call's argument and every live view or tensor made from it.
+                if sys.getrefcount(free[i]) == 2:
+                    owner = free[i]
+                    break
+            if owner is None:
+                owner = np.empty(nbytes + _ALIGN, np.uint8)
+                if len(free) < self.limit:
+                    free.append(owner)
+            shift = (-owner.ctypes.data) % _ALIGN
+            return owner[shift: shift + nbytes]
+
+
+_pool = _BufferPool()
+_scratch = threading.local()
+
+
 class VolumeReads:
-    """`tf.numpy_function` body: a batch of int16-stored volumes read from their shards into one int16 array."""
+    """`tf.py_function` body: a batch of int16-stored volumes read from their shards into one tensor.
 
-    def __init__(self, paths: Sequence[str], shape: Sequence[int], verify: str):
-        self.paths, self.shape, self.verify = list(paths), tuple(int(d) for d in shape), verify
-        self.nbytes = int(np.prod(self.shape)) * 2
+    Each volume's bytes go from the file straight into the batch buffer (int16 output) or into a
+    scratch buffer that NumPy converts into it (float32/float16), and the buffer becomes the
+    tensor through DLPack (no copy). A record's CRC32C (and length) is checked the first time it
+    is read in this process (`ShardIndex.verified`); later epochs read just the volume bytes.
+    """
 
-    def __call__(self, files, starts, lengths, data_at) -> np.ndarray:
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, dtype: str):
+        self.indexes, self.shape, self.verify = list(indexes), tuple(int(d) for d in shape), verify
+        self.count = int(np.prod(self.shape))
+        self.nbytes = self.count * 2
+        self.out = np.dtype({"int16": "<i2", "float16": "<f2"}.get(dtype, "<f4"))  # bfloat16: float32, cast in TF
+
+    def __call__(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+        files, rows = files.numpy(), rows.numpy()
         batch = len(files)
-        raw = np.empty(batch * self.nbytes + _ALIGN, np.uint8)
-        shift = (-raw.ctypes.data) % _ALIGN
-        out = raw[shift: shift + batch * self.nbytes].view("<i2").reshape((batch,) + self.shape)
+        out = _pool.take(batch * self.count * self.out.itemsize).view(self.out).reshape((batch,) + self.shape)
         for i in range(batch):
-            self._read_one(out[i], int(files[i]), int(starts[i]), int(lengths[i]), int(data_at[i]))
-        return out
+            self._read_one(out[i], int(files[i]), int(rows[i]))
+        return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
 
-    def _read_one(self, target: np.ndarray, file: int, start: int, length: int, at: int) -> None:
-        """One record: its volume bytes straight into `target`, the rest into small buffers; length and CRC checked."""
-        path = self.paths[file]
-        header, before = bytearray(_HEADER), bytearray(at)
-        after = bytearray(length - at - self.nbytes + _FOOTER)
-        view = memoryview(target.reshape(-1)).cast("B")
-        fd = os.open(path, os.O_RDONLY)
+    def _scratch(self, count: int) -> np.ndarray:
+        buf = getattr(_scratch, "buf", None)
+        if buf is None or buf.size < count:
+            buf = _scratch.buf = np.empty(count, "<i2")
+        return buf[:count]
+
+    def _read_one(self, target: np.ndarray, file: int, row: int) -> None:
+        """One volume into `target`; the record's length and CRC32C checked on its first read."""
+        index = self.indexes[file]
+        start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+        flat = target.reshape(-1)
+        check = not index.verified[row]
+        into = flat if self.out == np.dtype("<i2") else self._scratch(self.count) if check else None
+        view = memoryview(into).cast("B") if into is not None else None
+        fd = os.open(index.path, os.O_RDONLY)
         try:
-            got = os.preadv(fd, [header, before, view, after], start)
+            if into is None:  # a checked record to convert: in cache-sized chunks (the int16 bytes stay in cache)
+                got, want, pos = 0, self.nbytes, start + _HEADER + at
+                chunk = self._scratch(_CHUNK)
+                for lo in range(0, self.count, _CHUNK):
+                    part = chunk[: min(_CHUNK, self.count - lo)]
+                    n = os.preadv(fd, [memoryview(part).cast("B")], pos + 2 * lo)
+                    got += n
+                    if n != part.nbytes:
+                        break
+                    np.copyto(flat[lo: lo + part.size], part, casting="unsafe")
+            elif check:
+                header, before, after = bytearray(_HEADER), bytearray(at), bytearray(length - at - self.nbytes + _FOOTER)
+                got = os.preadv(fd, [header, before, view, after], start)
+                want = _HEADER + length + _FOOTER
+            else:
+                got, want = os.preadv(fd, [view], start + _HEADER + at), self.nbytes
         finally:
             os.close(fd)
-        where = f"{path}: the record at byte {start}"
-        if got != _HEADER + length + _FOOTER or int.from_bytes(header[:8], "little") != length:
-            raise ValueError(f"{where} could not be read whole ({got} of {_HEADER + length + _FOOTER} bytes): the file "
-                             f"changed or was cut short since it was indexed. {self.verify}")
-        crc = crc32c_extend(crc32c_extend(crc32c_extend(0, before), view), memoryview(after)[:-_FOOTER])
-        if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
-            raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
+        where = f"{index.path}: the record at byte {start}"
+        if got != want or (check and int.from_bytes(header[:8], "little") != length):
+            raise ValueError(f"{where} could not be read whole ({got} of {want} bytes): the file changed or was cut "
+                             f"short since it was indexed. {self.verify}")
+        if check:
+            crc = crc32c_extend(crc32c_extend(crc32c_extend(0, before), view), memoryview(after)[:-_FOOTER])
+            if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
+                raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
+            index.verified[row] = True
+        if into is not None and into is not flat:
+            np.copyto(flat, into, casting="unsafe")
 
 
 def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | None:
@@ -319,9 +394,7 @@ def read_entries(builder: tfds.core.DatasetBuilder, split: str, read_config: tfd
     columns = {
         "record": tf.constant([r for ix in indexes for r in ix.small], tf.string),
         "file": tf.constant(np.concatenate([np.full(len(ix.small), i, np.int64) for i, ix in enumerate(indexes)])),
-        "start": tf.constant(np.concatenate([ix.starts for ix in indexes])),
-        "length": tf.constant(np.concatenate([ix.lengths for ix in indexes])),
-        "data_at": tf.constant(np.concatenate([ix.data_at for ix in indexes])),
+        "row": tf.constant(np.concatenate([np.arange(len(ix.small), dtype=np.int64) for ix in indexes])),
     }
 
     def one_file(instruction: dict[str, tf.Tensor]) -> tf.data.Dataset:
@@ -341,11 +414,10 @@ def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
 
 
 def volume_batch(batch: dict[str, tf.Tensor], reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
-    """The batch's volumes as `dtype`: int16 as stored (no copy), floats one cast of it."""
-    stored = tf.numpy_function(reads, [batch["file"], batch["start"], batch["length"], batch["data_at"]],
-                               Tout=tf.int16, stateful=False, name="read_volumes")
-    stored.set_shape((batch_size,) + reads.shape)
-    return stored if dtype == "int16" else tf.cast(stored, dtype)
+    """The batch's volumes as `dtype` (int16 as stored; float32/float16 converted by NumPy; bfloat16 cast here)."""
+    values = tf.py_function(reads, [batch["file"], batch["row"]], Tout=tf.as_dtype(reads.out), name="read_volumes")
+    values.set_shape((batch_size,) + reads.shape)
+    return values if values.dtype == dtype else tf.cast(values, dtype)
 
 
 class DirectParser:
@@ -355,7 +427,7 @@ class DirectParser:
                  small_parser, dtype: str, batch_size: int | None):
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
-        self.reads = VolumeReads([ix.path for ix in indexes], shape, verify_hint(builder))
+        self.reads = VolumeReads(indexes, shape, verify_hint(builder), dtype)
 
     def parse(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         out = dict(self.small_parser.parse(batch["record"])) if self.small_parser is not None else {}
