@@ -2,23 +2,27 @@
 
 Through TensorFlow's TFRecord reader a 128^3 MRI example is copied four times before it is a
 float32 volume (file buffer -> record string -> parsed feature string -> `decode_raw` tensor ->
-cast). For local TFRecord shards of a dataset with one `WholeNumberVolume`, `vidvol.load` instead:
+cast). For local TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16,
+`vidvol.load` instead:
 
-1. indexes each shard once (`index_shard`: the TFRecord framing and the `tf.train.Example`
-   wire format are walked with a few small reads per record, the volume bytes skipped): where
-   each record and its volume bytes lie, and the record without them (a valid, small
-   `tf.train.Example` holding every other feature);
+1. indexes each shard once per process (`index_shard`: the TFRecord framing and the
+   `tf.train.Example` wire format are walked with a few small reads per record, the volume
+   bytes skipped): where each record and its volume bytes lie, and the record without them (a
+   valid, small `tf.train.Example` holding every other feature);
 2. streams those index entries through the same file order, interleave, shuffle and batching as
    the serialized records would take (so batches equal `tfds.load`'s under a seed);
 3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
-   volumes in one `tf.numpy_function` (`VolumeReads`): `os.preadv` puts each record's volume bytes
-   straight into the batch array (the record's other bytes into small buffers), its CRC32C is
-   checked as TensorFlow's reader checks it, and the int16 batch goes to TensorFlow without a
-   copy; a float output is one `tf.cast` of it. That is the work of the benchmark's volume limit
-   (`os.pread` + `astype(float32)`), plus the checksum.
+   volumes in one `tf.py_function` (`VolumeReads`): `os.preadv` puts each volume's bytes straight
+   into the batch buffer (int16 output), or reads them in cache-sized chunks that NumPy converts
+   into it (float32/float16), and the buffer becomes the tensor through DLPack, without a copy.
+   That is the work of the benchmark's volume limit (`os.pread` + `astype(float32)`).
 
-Anything else (remote files, videos, variable shapes, per-example parsing, an index that does
-not walk) takes the TensorFlow path, which gives the same tensors.
+Integrity: the first time a record is read in a process its whole record is read and its length
+and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
+`verify` command); later epochs read only the volume bytes (the index is kept while the file's
+size, mtime and inode stay the same). Anything else (remote files, float32-stored volumes,
+videos, variable shapes, per-example parsing, a file whose records do not walk) takes the
+TensorFlow path, which gives the same tensors.
 """
 
 from __future__ import annotations
