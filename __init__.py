@@ -17,6 +17,16 @@ from vidvol.builders import beam_writer as _beam_writer  # noqa: E402
 _beam_writer.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
 
 from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)
+from vidvol.readers import dequantize_params  # noqa: E402,F401  (output_dtype: scale/offset for the device)
 
 # Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.
 from vidvol.readers import data_source, grain_dataset, torch_dataset  # noqa: E402,F401
+
+
+def __getattr__(name: str):
+    """`vidvol.layers` (Keras layers such as `vidvol.layers.Dequantize`), imported on first use: Keras only when asked for."""
+    if name == "layers":
+        import importlib  # pylint: disable=g-import-not-at-top
+
+        return importlib.import_module("vidvol.layers")
+    raise AttributeError(f"module 'vidvol' has no attribute {name!r}")

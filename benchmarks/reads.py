@@ -11,6 +11,9 @@ A job over JPEG frames can name its shard files (`limit_files`): then, right bef
 run, the same process times the decode limit of those stored frames (`baselines.decode_rate`, one
 core, x cores), and each run's ratio to the limit measured next to it is reported too. Paired
 that way, a machine that slows down or speeds up between measurements moves both sides alike.
+A job over MRI volumes names its shards in `volume_limit_files` instead: its limit is the stored
+int16 bytes read from the page cache and converted to a float32 volume with NumPy
+(`baselines.volume_rate`, one core, x cores). `output_dtype` / `mask_dtype` choose the loader's mode.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class ReadJob:
     warmup_batches: int = 2
     limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored JPEG frames set the limit
     limit_max_frames: int = 2000
+    output_dtype: str = "float32"  # vidvol.load(output_dtype=...)
+    mask_dtype: str | None = "float32"  # vidvol.load(mask_dtype=...); None leaves the mask out
+    volume_limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored volumes set the limit
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -68,7 +74,17 @@ def loader_dataset(job: ReadJob) -> tf.data.Dataset:
     from vidvol import readers  # pylint: disable=g-import-not-at-top  (registers the datasets too)
 
     return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
-                        data_dir=job.data_dir, repeat=True)
+                        data_dir=job.data_dir, repeat=True, **dtype_options(job))
+
+
+def dtype_options(job: ReadJob) -> dict[str, Any]:
+    """`output_dtype` / `mask_dtype` keywords of a loader job (none when they are the defaults)."""
+    out: dict[str, Any] = {}
+    if job.output_dtype != "float32":
+        out["output_dtype"] = job.output_dtype
+    if job.mask_dtype != "float32":
+        out["mask_dtype"] = job.mask_dtype
+    return out
 
 
 def make_dataset(job: ReadJob) -> tf.data.Dataset:
@@ -131,10 +147,14 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     monitor = fire_memory.TreeMonitor(os.getpid(), interval)
     monitor.start()
     frames = baselines.stored_jpeg_frames(job.limit_files, max_frames=job.limit_max_frames) if job.limit_files else None
+    if job.volume_limit_files:  # MRI: stored int16 bytes -> float32 volume, NumPy, one core (one "frame" = a volume)
+        frames = baselines.stored_volume_spans(job.volume_limit_files)
     runs, limits = [], []
     try:
         for _ in range(job.runs):
-            if frames is not None:
+            if job.volume_limit_files:
+                limits.append(baselines.volume_rate(frames, min_seconds=job.min_seconds / 2))
+            elif frames is not None:
                 limits.append(baselines.decode_rate(frames, min_seconds=job.min_seconds / 2))
             runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores))
@@ -158,6 +178,8 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
         "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),  # KiB on Linux
         **(paired_limit(runs, limits, frames, job.frames_per_example, cores) if frames is not None else {}),
+        **({"output_dtype": job.output_dtype, "mask_dtype": job.mask_dtype}
+           if (job.output_dtype, job.mask_dtype) != ("float32", "float32") else {}),
     }
 
 
@@ -171,7 +193,8 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
     return {"limit": {
         "frames_per_s_one_core": round(statistics.median(one), 1), "frames_per_s_one_core_runs": [round(f, 1) for f in one],
         "cpu_frames_per_s_one_core": round(statistics.median(cpu_one), 1), "cores": cores, "frames_sampled": len(frames),
-        "mean_stored_frame_bytes": int(sum(map(len, frames)) / len(frames)),
+        "mean_stored_frame_bytes": int(sum(len(f) if isinstance(f, bytes) else f[-1] for f in frames) / len(frames)),
+        "kind": "bytes -> float32 volume (NumPy)" if frames and not isinstance(frames[0], bytes) else "JPEG decode",
         "examples_per_s": round(statistics.median(one) * cores / frames_per_example, 3),
         "cpu_examples_per_s": round(statistics.median(cpu_one) * cores / frames_per_example, 3),
         "of_limit_runs": [round(x, 4) for x in ratios], "of_limit": round(statistics.median(ratios), 4),

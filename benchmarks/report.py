@@ -116,20 +116,25 @@ def markdown(results: Mapping[str, Any]) -> str:
             "Each pipeline streams model-ready batches from warm files (page cache) over `.repeat()`ed epochs after "
             "a few warm-up batches, in its own process (full mode). *Limit*: `cv2.imdecode` (libjpeg-turbo) of the "
             "frames exactly as stored in our TFRecords, in a tight loop on one core, times the cores, timed before each "
-            "loader run in the same process (ratios: median of the per-run ratios). *Cores busy*: "
+            "loader run in the same process (ratios: median of the per-run ratios). *Volume limit* (MRI): the stored "
+            "int16 volume bytes read from the page cache (`os.pread`) and converted to a new float32 volume with NumPy, "
+            "in a tight loop on one core, times the cores. Rows with an `output_dtype` are the loader in that mode, "
+            "against the same baseline run. *Cores busy*: "
             "CPU seconds of the reading process per second; *others*: cores the rest of the machine kept busy meanwhile.",
             ""]
     rows = []
     for name, r in results["read"].items():
         fpe = r["frames_per_example"]
-        for key, label in (("loader", "vidvol.load"), ("baseline", r["baseline_name"])):
+        for key, label in (("loader", r.get("loader_label", "vidvol.load")), ("baseline", r["baseline_name"])):
             if key in r:
                 p = r[key]
                 rows.append([name, label, _rate(p["examples_per_s"]), ", ".join(_rate(x) for x in p["examples_per_s_runs"]),
                              _rate(p["examples_per_s"] * fpe) if fpe > 1 else "", f"{p['peak_rss_mib']:.0f}"])
         if "limit" in r:
             lim = r["limit"]
-            rows.append([name, f"decode limit ({lim['cores']} x {_rate(lim['frames_per_s_one_core'])} frames/s)",
+            what = ("volume limit" if lim.get("kind", "").startswith("bytes") else "decode limit")
+            unit = "volumes/s" if what == "volume limit" else "frames/s"
+            rows.append([name, f"{what} ({lim['cores']} x {_rate(lim['frames_per_s_one_core'])} {unit})",
                          _rate(lim["examples_per_s"]), ", ".join(_rate(x * lim["cores"] / fpe) for x in lim["frames_per_s_one_core_runs"]),
                          _rate(lim["examples_per_s"] * fpe), _rate(lim["cpu_examples_per_s"]), ""])
     for row in rows:
@@ -146,7 +151,8 @@ def markdown(results: Mapping[str, Any]) -> str:
                    "cores busy (others)", "peak RSS MiB"], rows)
     ratio_rows = []
     for name, r in results["read"].items():
-        ratio_rows.append([name, r["unit"], f"{_fmt(r['x_baseline'], 'x')} ({_fmt(r['x_baseline_cpu'], 'x')})",
+        ratio_rows.append([name + (f" ({r['loader_label']})" if "loader_label" in r else ""), r["unit"],
+                           f"{_fmt(r['x_baseline'], 'x')} ({_fmt(r['x_baseline_cpu'], 'x')})",
                            f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})" if "of_limit" in r else "n/a"])
     out += _table(["dataset", "example", "loader / baseline (cpu-normalized)", "loader / decode limit (cpu-normalized)"],
                   ratio_rows)
@@ -197,7 +203,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         ["dataset", "pipeline", "before MiB", "peak MiB", "batch"],
         [[name, label, f"{r[key]['rss_before_mib']:.0f}", f"{r[key]['peak_rss_mib']:.0f}", r[key]["batch_size"]]
          for name, r in results["read"].items()
-         for key, label in (("loader", "vidvol.load"), ("baseline", r["baseline_name"])) if key in r],
+         for key, label in (("loader", r.get("loader_label", "vidvol.load")), ("baseline", r["baseline_name"])) if key in r],
     )
     out += ["## Method", ""] + [f"- {line}" for line in results.get("method", [])] + [""]
     if results.get("notes"):

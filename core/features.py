@@ -87,15 +87,37 @@ class WholeNumberVolume(_FixedShapeFeature):
 
     def decode_batch_example(self, tfexample_data: dict[str, tf.Tensor]) -> tf.Tensor:
         """A batch in one `decode_raw` when its examples share a storage dtype (else one by one)."""
+        return self.decode_batch_example_as(tfexample_data, tf.float32)
+
+    def decode_example_as(self, tfexample_data: dict[str, tf.Tensor], dtype: tf.DType) -> tf.Tensor:
+        """One volume as `dtype`: float32/float16/bfloat16 (a cast of the stored values) or int16 (as stored).
+
+        int16 needs the example stored as int16 (whole numbers); one stored as float32 stops the read
+        with an InvalidArgumentError naming the fix (a float output dtype).
+        """
+        return self.decode_batch_example_as(tf.nest.map_structure(lambda t: t[tf.newaxis], tfexample_data), dtype)[0]
+
+    def decode_batch_example_as(self, tfexample_data: dict[str, tf.Tensor], dtype: tf.DType) -> tf.Tensor:
+        """A batch as `dtype` in one `decode_raw` per storage dtype; see `decode_example_as`."""
+        dtype = tf.as_dtype(dtype)
         data, int16 = tfexample_data["data"], tfexample_data["int16"]
         shape = tf.concat([tf.shape(data), self._shape], 0)
+        if dtype == tf.int16:
+            check = tf.debugging.Assert(tf.reduce_all(tf.equal(int16, 1)), [
+                "a volume is stored as float32 (its values are not all whole numbers in int16 range: a "
+                "normalized or resampled config), so it cannot be returned as int16; use "
+                "output_dtype float32 (or bfloat16, float16) for this dataset"])
+            with tf.control_dependencies([check]):
+                return tf.reshape(tf.io.decode_raw(data, tf.int16), shape)
 
-        def decode(dtype: tf.DType) -> tf.Tensor:
-            return tf.reshape(tf.cast(tf.io.decode_raw(data, dtype), tf.float32), shape)
+        def decode(stored: tf.DType) -> tf.Tensor:
+            values = tf.io.decode_raw(data, stored)
+            return tf.reshape(values if stored == dtype else tf.cast(values, dtype), shape)
 
         def one_by_one() -> tf.Tensor:
-            spec = tf.TensorSpec(self._shape, tf.float32)
-            return tf.map_fn(self.decode_example, {"data": data, "int16": int16}, fn_output_signature=spec)
+            spec = tf.TensorSpec(self._shape, dtype)
+            return tf.map_fn(lambda e: tf.cast(self.decode_example(e), dtype), {"data": data, "int16": int16},
+                             fn_output_signature=spec)
 
         return tf.case(
             [(tf.reduce_all(tf.equal(int16, 1)), lambda: decode(tf.int16)),
@@ -137,16 +159,37 @@ class BoxMask(_FixedShapeFeature):
         return self.box_of(example_data)
 
     def dense(self, boxes: tf.Tensor) -> tf.Tensor:
-        """(B, ndim, 2) boxes -> (B,) + shape uint8 masks (the outer AND of one range per axis)."""
-        ndim, out = len(self._shape), None
-        for axis, size in enumerate(self._shape):
-            r = tf.range(size, dtype=tf.int64)
-            inside = (r >= boxes[:, axis, 0:1]) & (r < boxes[:, axis, 1:2])  # (B, size)
-            target = [-1] + [1] * ndim
-            target[axis + 1] = size
-            inside = tf.reshape(inside, target)
-            out = inside if out is None else out & inside
-        return tf.cast(out, tf.uint8)
+        """(B, ndim, 2) boxes -> (B,) + shape uint8 masks (the outer product of one 0/1 range per axis)."""
+        return self.dense_as(boxes, tf.uint8)
+
+    def dense_as(self, boxes: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        """(B, ndim, 2) boxes -> (B,) + shape masks of `dtype` (the outer AND of one range per axis).
+
+        A batch whose boxes all cover the whole shape (crops: every voxel real) is one fill of ones,
+        the cheapest way to write it; otherwise the AND is formed as bool and cast once.
+        """
+        dtype = tf.as_dtype(dtype)
+
+        def from_boxes() -> tf.Tensor:
+            ndim, out = len(self._shape), None
+            for axis, size in enumerate(self._shape):
+                r = tf.range(size, dtype=tf.int64)
+                inside = (r >= boxes[:, axis, 0:1]) & (r < boxes[:, axis, 1:2])  # (B, size)
+                target = [-1] + [1] * ndim
+                target[axis + 1] = size
+                inside = tf.reshape(inside, target)
+                out = inside if out is None else out & inside
+            return out if dtype == tf.bool else tf.cast(out, dtype)
+
+        full = tf.ones(tf.concat([tf.shape(boxes)[:1], self._shape], 0), dtype)
+        out = tf.cond(self.is_full(boxes), lambda: full, from_boxes)
+        out.set_shape(boxes.shape[:1].concatenate(self._shape))
+        return out
+
+    def is_full(self, boxes: tf.Tensor) -> tf.Tensor:
+        """Whether every (ndim, 2) box of a batch covers the whole shape (its mask is all ones)."""
+        full = tf.constant([[0, n] for n in self._shape], tf.int64)
+        return tf.reduce_all(tf.equal(tf.cast(boxes, tf.int64), full))
 
     def decode_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         return self.dense(tfexample_data[tf.newaxis])[0]

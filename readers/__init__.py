@@ -3,10 +3,12 @@
 `api` is the public surface; `stages` the named pipeline stages; `plan` what is read and decoded
 where; `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
 per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator;
-`random_access` the by-index readers over ArrayRecord shards (`data_source`, Grain, PyTorch).
+`output` the output dtypes (`output_dtype`, masks, `dequantize_params`); `random_access` the
+by-index readers over ArrayRecord shards (`data_source`, Grain, PyTorch).
 """
 
 from vidvol.readers.api import DatasetNotPreparedError
+from vidvol.readers.api import dequantize_params
 from vidvol.readers.api import Tuning
 from vidvol.readers.api import distribute
 from vidvol.readers.api import example_bytes
@@ -15,6 +17,8 @@ from vidvol.readers.api import load
 from vidvol.readers.api import load_labels
 from vidvol.readers.api import supervised_keys
 from vidvol.readers.clip_sampling import ClipWindow
+from vidvol.readers.output import OUTPUT_DTYPES
+from vidvol.readers.output import Dequantization
 from vidvol.readers.random_access import DataSource
 from vidvol.readers.random_access import RandomAccessError
 from vidvol.readers.random_access import data_source
@@ -28,8 +32,8 @@ from vidvol.readers.sizing import default_memory_budget
 from vidvol.readers.sizing import shuffle_buffer_size
 
 __all__ = [
-    "ClipWindow", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "MAX_CYCLE_LENGTH",
-    "RandomAccessError", "ShardingError", "Tuning", "data_source", "default_cycle_length", "default_memory_budget",
-    "distribute", "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size",
+    "ClipWindow", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "Dequantization",
+    "MAX_CYCLE_LENGTH", "OUTPUT_DTYPES", "RandomAccessError", "ShardingError", "Tuning", "data_source",
+    "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute", "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size",
     "supervised_keys", "torch_dataset",
 ]

@@ -12,6 +12,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.readers import allocator
+from vidvol.readers import direct_volumes
+from vidvol.readers import output
 from vidvol.readers import shards
 from vidvol.readers import sizing
 from vidvol.readers import stages
@@ -41,6 +43,9 @@ class Tuning:
       parse_per_batch: when every feature read has a fixed stored shape and nothing runs per example,
         shuffle serialized records and parse each batch in one call (same values and, under a seed,
         the same order as TFDS's per-example parse). False always reads through `builder.as_dataset`.
+      direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
+        bytes straight from the file into the batch (`readers.direct_volumes`: indexed once, CRC32C
+        checked; same tensors and order). False: through TensorFlow's TFRecord reader.
     """
 
     shuffle_buffer_bytes: int = sizing.DEFAULT_SHUFFLE_BUFFER_BYTES
@@ -48,6 +53,7 @@ class Tuning:
     memory_budget_bytes: int | None = None
     deterministic: bool | None = None
     parse_per_batch: bool = True
+    direct_reads: bool = True
 
 
 def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLike | None = None) -> tfds.core.DatasetBuilder:
@@ -150,7 +156,8 @@ def load(
     input_context: tf.distribute.InputContext | None = None,
     drop_remainder: bool | None = None,
     repeat: bool = False,
-    mask_dtype: tf.DType = tf.float32,
+    mask_dtype: tf.DType | str | None = tf.float32,
+    output_dtype: tf.DType | str = "float32",
     tuning: Tuning | None = None,
     **tuning_fields: Any,
 ) -> tf.data.Dataset:
@@ -174,7 +181,12 @@ def load(
       input_context: `tf.distribute.InputContext`; each pipeline reads a disjoint set of shard files.
       drop_remainder: default `training`.
       repeat: repeat forever (each pass reshuffled).
-      mask_dtype: dtype of the non-frame inputs (masks) in the supervised output.
+      mask_dtype: dtype of the non-frame inputs (masks) in the supervised output: float32, bfloat16,
+        float16, uint8 or bool; None leaves the `mask` input out (for data whose every voxel/frame is
+        real: a mask with a 0 stops the read with an error naming the fix).
+      output_dtype: dtype of video frames and volumes: "float32" (default), "bfloat16", "float16",
+        or the stored integers ("uint8" frames, "int16" MRI volumes) to dequantize on the device with
+        `dequantize_params(...)` / `vidvol.layers.Dequantize` (then no `resize`, `mean`, `std` here).
       tuning: performance knobs (`Tuning`); its fields may also be given as keywords
         (`cycle_length=4`), which override `tuning`.
     """
@@ -184,6 +196,8 @@ def load(
     if unknown:
         raise TypeError(f"load() got unexpected keyword arguments {unknown}")
     tuning = dataclasses.replace(tuning or Tuning(), **tuning_fields)
+    out_dtype = output.output_dtype_name(output_dtype)
+    mask_dt = output.mask_dtype_of(mask_dtype)
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
     allocator.warn_if_not_pooled()
@@ -193,7 +207,14 @@ def load(
     deterministic = (seed is not None or not training) if tuning.deterministic is None else tuning.deterministic
     clip = ClipWindow(clip_length, clip_stride, eval_clips) if clip_length is not None else None
     names, in_names, tgt = _output_names(info, features, inputs, target)
+    output.check_output_dtype(info, names, out_dtype, resize=resize, mean=mean, std=std)
+    omit_mask = mask_dt is None and in_names is not None and output.MASK in in_names
+    if omit_mask and len(in_names) == 1:
+        raise ValueError(f"{info.full_name}: mask_dtype=None leaves the mask out, and it is the only input; "
+                         "pass mask_dtype='uint8' (or another dtype), or other inputs=")
     plan = ReadPlan.make(info, names, clip, training, batch_size if drop_remainder else None)
+    plan = plan.with_decoders(output.feature_decoders(
+        info, names, out_dtype, mask_dt, decode_mask=in_names is not None and output.MASK in in_names))
 
     # What this pipeline reads, and how big its buffers may be (a missing or empty split: an error naming it).
     instructions = shards.file_instructions(builder, split)
@@ -210,7 +231,7 @@ def load(
     if lean:
         plan = dataclasses.replace(plan, decode_in_batch=False)
     parser = (
-        BatchParser.for_features(info.features, plan.names, plan.videos)
+        BatchParser.for_features(info.features, plan.names, plan.videos, plan.feature_decoders)
         if tuning.parse_per_batch and not plan.needs_example_map else None
     )
     options = tf.data.Options()
@@ -221,7 +242,18 @@ def load(
 
     # The stages.
     read_config = _read_config(options, seed, cycle, input_context, repeat)
-    ds = stages.read(builder, split, plan, read_config, shuffle_files=training, parser=parser)
+    direct = None
+    if tuning.direct_reads and parser is not None and not plan.videos and not lean:
+        direct = direct_volumes.plan_direct(builder, split, plan.names, read_config)
+    if direct is not None:  # volumes straight from the shard files; the other features parsed per batch
+        volume, indexes = direct
+        others = [n for n in plan.names if n != volume]
+        small = BatchParser.for_features(info.features, others, (), plan.feature_decoders) if others else None
+        parser = direct_volumes.DirectParser(builder, volume, indexes, small, out_dtype,
+                                             batch_size if drop_remainder else None)
+        ds = direct_volumes.read_entries(builder, split, read_config, training, indexes)
+    else:
+        ds = stages.read(builder, split, plan, read_config, shuffle_files=training, parser=parser)
     random_clips = training and clip is not None
     if random_clips:
         ds = stages.attach_seeds(ds, seed)
@@ -236,7 +268,8 @@ def load(
     decode_calls = sizing.lean_decode_parallelism(element_bytes, budget) if lean else AUTOTUNE
     ds = stages.select_clips(ds, plan, random_clips, decode_calls, deterministic)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    finish = stages.finisher(plan, in_names, tgt, mean, std, tuple(resize) if resize else None, mask_dtype)
+    finish = stages.finisher(plan, in_names, tgt, mean, std, tuple(resize) if resize else None, mask_dt, out_dtype,
+                             full_mask=(lambda m: output.full_mask_check(info, m)) if omit_mask else None)
     if lean:
         ds = stages.finish_lean(ds, finish)
     else:
@@ -245,11 +278,44 @@ def load(
     logger.info(
         "%s %s: %d examples in %d files (this pipeline), cycle_length %d, shuffle buffer %d examples, "
         "parse per %s, decode %s, batch %d (%.0f MiB as float32)%s%s",
-        info.full_name, split, my_examples, my_files, cycle, buffer, "batch" if parser is not None else "example",
+        info.full_name, split, my_examples, my_files, cycle, buffer,
+        ("batch, direct volume reads" if direct is not None else "batch") if parser is not None else "example",
         "per batch" if plan.decode_in_batch else f"per example, parallelism {decode_calls}", batch_size,
         float_batch_bytes / 2**20, ", lean memory mode" if lean else "", ", training" if training else "",
     )
     return ds
+
+
+def dequantize_params(
+    name: str | tfds.core.DatasetBuilder,
+    output_dtype: tf.DType | str | None = None,
+    *,
+    feature: str | None = None,
+    mean: float | Sequence[float] = 0.0,
+    std: float | Sequence[float] = 1.0,
+    data_dir: str | os.PathLike | None = None,
+) -> output.Dequantization:
+    """Scale and offset that turn `load(name, ..., output_dtype=output_dtype)`'s frames or volume into its float32 output.
+
+    `x * scale + offset` (per channel for per-channel `mean`/`std`) equals what `load` returns with
+    `output_dtype="float32", mean=mean, std=std`, within float rounding; `.layer()` is the Keras
+    layer that applies it on the accelerator (`vidvol.layers.Dequantize`). `output_dtype` None: the
+    stored integers ("uint8" frames: scale 1/(255 std), offset -mean/std; "int16" MRI volumes: the
+    stored integers are the values, scale 1, offset 0). `feature`: default the first video or volume
+    among the builder's supervised inputs.
+    """
+    builder = get_builder(name, data_dir)
+    info = builder.info
+    if feature is None:
+        try:
+            candidates = supervised_keys(info)[0]
+        except ValueError:
+            candidates = tuple(info.features)
+        data = output.data_features(info, candidates) or output.data_features(info, tuple(info.features))
+        if not data:
+            raise ValueError(f"{info.full_name} has no video or volume feature: nothing to dequantize")
+        feature = data[0]
+    return output.dequantization(info, feature, output_dtype, mean=mean, std=std)
 
 
 def distribute(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -15,11 +15,14 @@ class BatchParser:
 
     TFDS's reader parses each example in its own map call; for features whose stored shape is fully
     known one call per batch is far cheaper (figures in the README). The specs are TFDS's own, the
-    values go through the features' `decode_batch_example`, except video frames (kept encoded).
+    values go through the features' `decode_batch_example` (or the `decoders` given for some,
+    already set up on their features), except video frames (kept encoded).
     """
 
-    def __init__(self, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str]):
+    def __init__(self, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str],
+                 decoders: Mapping[str, tfds.decode.Decoder] | None = None):
         self.features, self.names, self.videos = features, tuple(names), tuple(videos)
+        self.decoders = dict(decoders or {})
         self.infos = {n: features[n].get_serialized_info() for n in self.names}
         for name, info in self.infos.items():
             parts = info.values() if isinstance(info, dict) else [info]
@@ -31,12 +34,13 @@ class BatchParser:
         self.specs = specs
 
     @classmethod
-    def for_features(cls, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str]) -> "BatchParser | None":
+    def for_features(cls, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str],
+                     decoders: Mapping[str, tfds.decode.Decoder] | None = None) -> "BatchParser | None":
         """A parser when every feature read has a fixed stored shape (and TFDS's specs are reachable), else None."""
         if not tfds_api.available("read_files"):
             return None
         try:
-            return cls(features, names, videos)
+            return cls(features, names, videos, decoders)
         except ValueError:
             return None
 
@@ -55,5 +59,10 @@ class BatchParser:
                 value = {part: restore(f"{name}/{part}", i) for part, i in info.items()}
             else:
                 value = restore(name, info)
-            out[name] = value if name in self.videos else self.features[name].decode_batch_example(value)
+            if name in self.videos:
+                out[name] = value
+            elif name in self.decoders:
+                out[name] = self.decoders[name].decode_batch_example(value)
+            else:
+                out[name] = self.features[name].decode_batch_example(value)
         return out

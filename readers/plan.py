@@ -57,6 +57,8 @@ class ReadPlan:
     clip: clip_sampling.ClipWindow | None
     training: bool
     decode_in_batch: bool  # decode a whole (static-size) batch of frames in one call, else per example
+    # Decoders replacing some non-video features' own (volumes to the output dtype, masks to the mask dtype).
+    feature_decoders: Mapping[str, tfds.decode.Decoder] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def make(
@@ -134,10 +136,17 @@ class ReadPlan:
         )
         return stored_bytes + decoded if self.videos else max(stored_bytes, decoded)
 
+    def with_decoders(self, decoders: Mapping[str, tfds.decode.Decoder]) -> "ReadPlan":
+        """This plan with `decoders` (set up on their features) used for those features, per batch and per example."""
+        for name, decoder in decoders.items():
+            decoder.setup(feature=self.features[name])
+        return dataclasses.replace(self, feature_decoders=dict(decoders))
+
     def decoders(self) -> tfds.decode.PartialDecoding:
         """Parse only the features read; keep video frames encoded."""
         return tfds.decode.PartialDecoding(
-            {name: True for name in self.names}, decoders={v: frames.KeepEncoded() for v in self.videos}
+            {name: True for name in self.names},
+            decoders={**self.feature_decoders, **{v: frames.KeepEncoded() for v in self.videos}},
         )
 
     @property

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -137,20 +137,6 @@ def read_records(
     _check_files_exist(builder, instructions, tail)
     do_skip = any(f.skip > 0 for f in instructions)
     do_take = any(not f.takes_all for f in instructions)
-    inputs = {
-        "filepath": [os.fspath(f.filename) for f in instructions],
-        "examples": tf.constant([f.examples_in_shard for f in instructions], tf.int64),
-        "skip": tf.constant([f.skip for f in instructions], tf.int64),
-        "take": tf.constant([f.take for f in instructions], tf.int64),
-    }
-    ds = tf.data.Dataset.from_tensor_slices(inputs)
-    context = read_config.input_context
-    if context:
-        ds = ds.shard(num_shards=context.num_input_pipelines, index=context.input_pipeline_id)
-    if shuffle_files:
-        ds = ds.shuffle(len(instructions), seed=read_config.shuffle_seed,
-                        reshuffle_each_iteration=read_config.shuffle_reshuffle_each_iteration)
-    deterministic = not (shuffle_files and read_config.shuffle_seed is None and read_config.options.deterministic is None)
 
     def one_file(instruction: dict[str, tf.Tensor]) -> tf.data.Dataset:
         records = _checked_file(instruction["filepath"], instruction["examples"], tail)
@@ -160,6 +146,33 @@ def read_records(
             records = records.take(instruction["take"])
         return records
 
+    return interleave_files(instructions, read_config, shuffle_files, one_file)
+
+
+def interleave_files(
+    instructions: Sequence[Any], read_config: tfds.ReadConfig, shuffle_files: bool,
+    one_file: Callable[[dict[str, tf.Tensor]], tf.data.Dataset], extra: Mapping[str, Sequence[Any]] | None = None,
+) -> tf.data.Dataset:
+    """TFDS's file-level order over `instructions`: input-context sharding, seeded file shuffle, interleave.
+
+    `one_file(instruction)` gives one file's elements; an instruction holds `filepath`, `examples`,
+    `skip`, `take` and the `extra` columns (one value per instruction).
+    """
+    inputs = {
+        "filepath": [os.fspath(f.filename) for f in instructions],
+        "examples": tf.constant([f.examples_in_shard for f in instructions], tf.int64),
+        "skip": tf.constant([f.skip for f in instructions], tf.int64),
+        "take": tf.constant([f.take for f in instructions], tf.int64),
+        **{k: tf.constant(v) for k, v in (extra or {}).items()},
+    }
+    ds = tf.data.Dataset.from_tensor_slices(inputs)
+    context = read_config.input_context
+    if context:
+        ds = ds.shard(num_shards=context.num_input_pipelines, index=context.input_pipeline_id)
+    if shuffle_files:
+        ds = ds.shuffle(len(instructions), seed=read_config.shuffle_seed,
+                        reshuffle_each_iteration=read_config.shuffle_reshuffle_each_iteration)
+    deterministic = not (shuffle_files and read_config.shuffle_seed is None and read_config.options.deterministic is None)
     ds = ds.interleave(
         one_file, cycle_length=read_config.interleave_cycle_length, block_length=read_config.interleave_block_length,
         num_parallel_calls=read_config.num_parallel_calls_for_interleave_files, deterministic=deterministic,

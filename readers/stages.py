@@ -13,6 +13,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.readers import output
 from vidvol.readers import shards
 from vidvol.readers.batch_parser import BatchParser
 from vidvol.readers.plan import ReadPlan
@@ -93,23 +94,42 @@ def finisher(
     mean: Any,
     std: Any,
     resize: tuple[int, int] | None,
-    mask_dtype: tf.DType,
+    mask_dtype: tf.DType | None,
+    output_dtype: str = "float32",
+    full_mask: Callable[[tf.Tensor], tf.Operation] | None = None,
 ) -> Callable[[Mapping[str, tf.Tensor]], Any]:
-    """The per-batch finish: frames to normalized float32, other inputs to `mask_dtype`, output structure."""
+    """The per-batch finish: frames to `output_dtype`, other inputs to `mask_dtype`, output structure.
+
+    Frames: float32 normalized (float16/bfloat16: that, cast), or the stored integers untouched.
+    Volumes come out of their decoder in `output_dtype` already. `mask_dtype=None` leaves the
+    `mask` input out after `full_mask(mask)` (an assertion that it is all ones) has run.
+    """
 
     def frames(name: str, x: tf.Tensor) -> tf.Tensor:
+        if output_dtype not in ("float32", "bfloat16", "float16"):
+            return x  # the stored integers; dequantized on the device
         scale = float(np.iinfo(plan.features[name].np_dtype).max)
         y = as_float(x, scale, mean, std)
-        return resize_frames(y, resize) if resize else y
+        y = resize_frames(y, resize) if resize else y
+        return y if output_dtype == "float32" else tf.cast(y, output_dtype)
+
+    def other(name: str, x: tf.Tensor) -> tf.Tensor:
+        if name in plan.feature_decoders and name != output.MASK:
+            return x  # a volume, already in output_dtype
+        if x.dtype == tf.string or mask_dtype is None:
+            return x
+        return tf.cast(x, mask_dtype)
 
     def finish(batch: Mapping[str, tf.Tensor]):
         out = {n: (frames(n, batch[n]) if n in plan.videos else batch[n]) for n in plan.names}
         if inputs is None:
             return out
-        xs = tuple(
-            out[n] if (n in plan.videos or out[n].dtype == tf.string) else tf.cast(out[n], mask_dtype)
-            for n in inputs
-        )
+        kept = [n for n in inputs if not (mask_dtype is None and n == output.MASK)]
+        xs = [out[n] if n in plan.videos else other(n, out[n]) for n in kept]
+        if len(kept) < len(inputs) and full_mask is not None:
+            with tf.control_dependencies([full_mask(out[output.MASK])]):
+                xs[0] = tf.identity(xs[0])
+        xs = tuple(xs)
         return (xs if len(xs) > 1 else xs[0]), out[target]
 
     return tf.autograph.experimental.do_not_convert(finish)

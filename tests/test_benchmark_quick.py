@@ -32,7 +32,10 @@ pytestmark = pytest.mark.slow
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-READS = ("hmdb51", "fire_hrr", "mri_volumes_32", "mri_volumes_40x40x24")
+READS = ("hmdb51", "hmdb51_uint8", "fire_hrr", "mri_volumes_32", "mri_volumes_32_float32", "mri_volumes_32_int16",
+         "mri_volumes_40x40x24")
+DTYPE_ROWS = {"hmdb51_uint8": "hmdb51", "mri_volumes_32_float32": "mri_volumes_32",  # output_dtype row -> the row
+              "mri_volumes_32_int16": "mri_volumes_32"}  # whose baseline run it is compared with
 MRI_DUMMY = REPO / "datasets" / "mri_volumes" / "dummy_data"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
@@ -80,14 +83,19 @@ def test_quick_run_writes_every_section(quick):
     assert all(r["examples_per_s"] > 0 and r["of_sequential"] > 0 for r in ra["results"].values())
     assert len(ra["targets"]) == 2 and "Random access (ArrayRecord)" in (out / "RESULTS.md").read_text()
     for name, r in results["read"].items():
-        for key in ("loader", "baseline"):
+        for key in ("loader", "baseline") if name not in DTYPE_ROWS else ("loader",):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]
             assert r[key]["peak_rss_mib"] >= r[key]["rss_before_mib"] > 0
-        assert math.isclose(r["x_baseline"], r["loader"]["examples_per_s"] / r["baseline"]["examples_per_s"])
-    for name in ("hmdb51", "fire_hrr"):
+        baseline = results["read"][DTYPE_ROWS.get(name, name)]["baseline"]  # output_dtype rows: their float32 row's
+        assert math.isclose(r["x_baseline"], r["loader"]["examples_per_s"] / baseline["examples_per_s"])
+    assert results["read"]["hmdb51_uint8"]["loader"]["output_dtype"] == "uint8"
+    assert results["read"]["mri_volumes_32_int16"]["loader"]["mask_dtype"] is None
+    for name in ("hmdb51", "hmdb51_uint8", "fire_hrr", "mri_volumes_32", "mri_volumes_32_float32", "mri_volumes_32_int16"):
         limit = results["read"][name]["limit"]
         assert limit["frames_per_s_one_core"] > 0 and limit["cores"] == len(os.sched_getaffinity(0))
         assert 0 < results["read"][name]["of_limit"]
+    assert results["read"]["mri_volumes_32"]["limit"]["kind"].startswith("bytes")
+    assert results["read"]["mri_volumes_32"]["limit"]["mean_stored_frame_bytes"] == 2 * 32**3  # int16 32^3
     for w in (1, 2):
         assert results["build_scaling"][f"workers_{w}"]["examples_per_s"] > 0
     assert set(results["build_memory"]["results"]) == {"1", "2"}
@@ -98,7 +106,7 @@ def test_quick_run_writes_every_section(quick):
     nc = results["no_config"]
     assert nc["config"] == "split1_20x64x64" and nc["ratio"] > 0
     names = [t["name"] for t in results["targets"]]
-    assert len(names) == 12 and all(isinstance(t["pass"], bool) for t in results["targets"])
+    assert len(names) == 15 and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)

@@ -1,4 +1,4 @@
-"""The package's imports point down: core < builders | readers < datasets < beam_jobs < the `vidvol` facade < apps (CLI, demo, preview).
+"""The package's imports point down: core | samples | layers < builders | readers < datasets < beam_jobs < the `vidvol` facade < apps (CLI, demo, preview).
 
 Every import statement in the package (module level or inside functions) is read with `ast`; an
 import of a vidvol module from a higher layer, or between the build side (`builders`) and the
@@ -15,7 +15,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root is the `vidvol` package
 # Layer of each top-level part of the package; a part may import its own modules and lower layers.
 LAYERS = {
-    "core": 0, "samples": 0,
+    "core": 0, "samples": 0, "layers": 0,  # layers: Keras layers for the device, importing no other vidvol module
     "builders": 1, "readers": 1,
     "datasets": 2,
     "beam_jobs": 3,

@@ -1,0 +1,439 @@
+"""Direct volume reads: a volume's stored bytes go from the shard file into the output, nothing in between.
+
+Through TensorFlow's TFRecord reader a 128^3 MRI example is copied four times before it is a
+float32 volume (file buffer -> record string -> parsed feature string -> `decode_raw` tensor ->
+cast). For local TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16,
+`vidvol.load` instead:
+
+1. indexes each shard once per process (`index_shard`: the TFRecord framing and the
+   `tf.train.Example` wire format are walked with a few small reads per record, the volume
+   bytes skipped): where each record and its volume bytes lie, and the record without them (a
+   valid, small `tf.train.Example` holding every other feature);
+2. streams those index entries through the same file order, interleave, shuffle and batching as
+   the serialized records would take (so batches equal `tfds.load`'s under a seed);
+3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
+   volumes in one `tf.py_function` (`VolumeReads`): `os.preadv` puts each volume's bytes straight
+   into the batch buffer (int16 output), or reads them in cache-sized chunks that NumPy converts
+   into it (float32/float16), and the buffer becomes the tensor through DLPack, without a copy.
+   That is the work of the benchmark's volume limit (`os.pread` + `astype(float32)`).
+
+Integrity: the first time a record is read in a process its whole record is read and its length
+and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
+`verify` command); later epochs read only the volume bytes (the index is kept while the file's
+size, mtime and inode stay the same). Anything else (remote files, float32-stored volumes,
+videos, variable shapes, per-example parsing, a file whose records do not walk) takes the
+TensorFlow path, which gives the same tensors.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import glob
+import sys
+import threading
+import logging
+import os
+from typing import Sequence
+
+import google_crc32c
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from vidvol.core import artifacts
+from vidvol.readers import shards
+
+logger = logging.getLogger(__name__)
+
+_HEADER, _FOOTER = 12, 4  # TFRecord framing: u64 length + u32 masked crc; data; u32 masked crc
+_WINDOW = 1 << 12  # bytes read at a time while indexing: a record's small features fit
+_INDEX_CACHE_SIZE = 4096  # shard indexes kept per process, keyed by path, size and mtime
+_ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
+_CHUNK = 1 << 17  # int16 values read and converted at a time (256 KiB: stays in the core's cache)
+
+
+class IndexError_(ValueError):
+    """A shard's records do not walk as expected (the TensorFlow path reads it instead, or it is damaged)."""
+
+
+def _crc_library():
+    """google-crc32c's bundled libcrc32c through ctypes (GIL released, any buffer, no copy), or None."""
+    folder = os.path.join(os.path.dirname(os.path.dirname(google_crc32c.__file__)), "google_crc32c.libs")
+    for path in sorted(glob.glob(os.path.join(folder, "libcrc32c*.so*"))):
+        try:
+            lib = ctypes.CDLL(path)
+            fn = lib.crc32c_extend
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes, fn.restype = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t), ctypes.c_uint32
+        return fn
+    return None
+
+
+_crc_extend_c = _crc_library()
+
+
+def crc32c_extend(crc: int, buffer) -> int:
+    """CRC32C of `buffer` (bytes, bytearray, memoryview or array) continuing `crc`, without copying it."""
+    data = np.frombuffer(buffer, np.uint8)
+    if not data.size:
+        return crc
+    if _crc_extend_c is not None:
+        return int(_crc_extend_c(crc, data.ctypes.data, data.size))
+    return google_crc32c.extend(crc, data.tobytes())  # the extension takes only bytes: a copy
+
+
+def _mask(crc: int) -> int:
+    """TFRecord's masked CRC32C."""
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(buf: bytes, at: int) -> tuple[int, int]:
+    """(value, position after it) of a protobuf varint in buf at `at`."""
+    value, shift = 0, 0
+    while True:
+        if at >= len(buf):
+            raise IndexError_("varint runs past the bytes read")
+        byte = buf[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise IndexError_("varint too long")
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+class _Window:
+    """Reads of a file through one cached window (records' small parts are read a few KiB at a time)."""
+
+    def __init__(self, f):
+        self.f, self.start, self.buf = f, 0, b""
+
+    def get(self, pos: int, n: int) -> bytes:
+        if not (self.start <= pos and pos + n <= self.start + len(self.buf)):
+            self.f.seek(pos)
+            self.start, self.buf = pos, self.f.read(max(n, _WINDOW))
+        return self.buf[pos - self.start: pos - self.start + n]
+
+
+@dataclasses.dataclass
+class ShardIndex:
+    """Where one shard's records and their volume bytes lie, and each record without its volume."""
+
+    path: str
+    small: list[bytes]  # each record as a tf.train.Example without the volume's bytes entry
+    starts: np.ndarray  # int64: file offset of each record (its length header)
+    lengths: np.ndarray  # int64: each record's serialized length
+    data_at: np.ndarray  # int64: offset of the volume bytes inside the record's serialized bytes
+    data_len: np.ndarray  # int64: bytes of the stored volume
+    int16: np.ndarray  # bool: the volume is stored as int16 (else float32)
+    verified: np.ndarray = None  # bool: the record's CRC32C was checked in this process
+
+    def __post_init__(self):
+        if self.verified is None:
+            self.verified = np.zeros(len(self.small), bool)
+
+
+def _int64_value(entry: bytes, at: int) -> int:
+    """The first value of an Int64List feature whose Feature message starts at `at` in a map entry."""
+    if entry[at:at + 1] != b"\x12":
+        raise IndexError_("int64 feature without a value")
+    _, at = _varint(entry, at + 1)
+    if entry[at:at + 1] != b"\x1a":
+        raise IndexError_("not an int64_list feature")
+    _, at = _varint(entry, at + 1)
+    if entry[at:at + 1] == b"\x0a":  # packed
+        _, at = _varint(entry, at + 1)
+        return _varint(entry, at)[0]
+    if entry[at:at + 1] == b"\x08":
+        return _varint(entry, at + 1)[0]
+    raise IndexError_("empty int64_list")
+
+
+_index_cache: "collections.OrderedDict[tuple, ShardIndex]" = collections.OrderedDict()
+
+
+def cached_index(path: str, volume: str) -> ShardIndex:
+    """`index_shard`, remembered while the file keeps its size and mtime (each `load` of a split reuses it)."""
+    st = os.stat(path)
+    key = (path, volume, st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _index_cache:
+        _index_cache.move_to_end(key)
+        return _index_cache[key]
+    index = index_shard(path, volume)
+    _index_cache[key] = index
+    while len(_index_cache) > _INDEX_CACHE_SIZE:
+        _index_cache.popitem(last=False)
+    return index
+
+
+def index_shard(path: str, volume: str) -> ShardIndex:
+    """Walks one TFRecord file of `tf.train.Example`s, finding the bytes of `volume` ("volume/data") and its flag."""
+    target, flag_key = f"{volume}/data".encode(), f"{volume}/int16".encode()
+    small, starts, lengths, data_at, data_len, int16 = [], [], [], [], [], []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        win = _Window(f)
+        pos = 0
+        while pos < size:
+            header = win.get(pos, _HEADER)
+            if len(header) < _HEADER:
+                raise IndexError_(f"truncated record header at byte {pos}")
+            length = int.from_bytes(header[:8], "little")
+            if _mask(google_crc32c.value(header[:8])) != int.from_bytes(header[8:12], "little"):
+                raise IndexError_(f"corrupted record length at byte {pos}")
+            d0 = pos + _HEADER
+            if d0 + length + _FOOTER > size:
+                raise IndexError_(f"record at byte {pos} runs past the end of the file")
+            head = win.get(d0, 12)
+            if not head or head[0] != 0x0A:
+                raise IndexError_(f"record at byte {pos} is not a tf.train.Example")
+            flen, p = _varint(head, 1)
+            p, end = d0 + p, d0 + length
+            if p + flen != end:
+                raise IndexError_(f"record at byte {pos}: unexpected Example layout")
+            kept, found, flag = [], None, None
+            while p < end:
+                entry_head = win.get(p, 16 + len(target))
+                if entry_head[0] != 0x0A:
+                    raise IndexError_(f"record at byte {pos}: unexpected Features layout")
+                elen, q = _varint(entry_head, 1)
+                entry_end = p + q + elen
+                eh = win.get(p + q, min(elen, 32 + len(target)))
+                if eh[:1] != b"\x0a":
+                    raise IndexError_(f"record at byte {pos}: feature entry without a leading key")
+                klen, k = _varint(eh, 1)
+                if eh[k:k + klen] == target:
+                    at, value = k + klen, None
+                    for tag in (0x12, 0x0A, 0x0A):  # Feature value -> bytes_list -> first bytes value
+                        if eh[at:at + 1] != bytes([tag]):
+                            raise IndexError_(f"record at byte {pos}: {volume} data is not a single bytes value")
+                        value, at = _varint(eh, at + 1)
+                    found = (p + q + at - d0, value)
+                    if p + q + at + value > entry_end:
+                        raise IndexError_(f"record at byte {pos}: {volume} data runs past its entry")
+                else:
+                    entry = win.get(p, entry_end - p)
+                    kept.append(entry)
+                    if eh[k:k + klen] == flag_key:
+                        flag = _int64_value(entry, q + k + klen)
+                p = entry_end
+            if found is None or flag is None:
+                raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
+            body = b"".join(kept)
+            small.append(b"\x0a" + _encode_varint(len(body)) + body)
+            starts.append(pos)
+            lengths.append(length)
+            data_at.append(found[0])
+            data_len.append(found[1])
+            int16.append(flag == 1)
+            pos = d0 + length + _FOOTER
+    as_array = lambda v: np.asarray(v, np.int64)  # noqa: E731
+    return ShardIndex(path, small, as_array(starts), as_array(lengths), as_array(data_at), as_array(data_len),
+                      np.asarray(int16, bool))
+
+
+class _BufferPool:
+    """Aligned NumPy buffers reused once TensorFlow has let go of them (no fresh pages per batch).
+
+    A buffer handed to TensorFlow through DLPack stays referenced by the tensor; when the tensor
+    is freed the reference goes, and the buffer is free again (its reference count tells).
+    """
+
+    def __init__(self, limit: int = 32):
+        self.limit, self.lock, self.buffers = limit, threading.Lock(), {}
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An aligned `nbytes` uint8 view of a pooled buffer that nothing else references."""
+        with self.lock:
+            free = self.buffers.setdefault(nbytes, [])
+            owner = None
+            for i in range(len(free)):
+                # Views of a NumPy array keep its memory owner alive (their `base`), so the owner's count
+                # is that of the list, this call's argument and every live view or tensor made from it.
+                if sys.getrefcount(free[i]) == 2:
+                    owner = free[i]
+                    break
+            if owner is None:
+                owner = np.empty(nbytes + _ALIGN, np.uint8)
+                if len(free) < self.limit:
+                    free.append(owner)
+            shift = (-owner.ctypes.data) % _ALIGN
+            return owner[shift: shift + nbytes]
+
+
+_pool = _BufferPool()
+_scratch = threading.local()
+
+
+class VolumeReads:
+    """`tf.py_function` body: a batch of int16-stored volumes read from their shards into one tensor.
+
+    Each volume's bytes go from the file straight into the batch buffer (int16 output) or into a
+    scratch buffer that NumPy converts into it (float32/float16), and the buffer becomes the
+    tensor through DLPack (no copy). A record's CRC32C (and length) is checked the first time it
+    is read in this process (`ShardIndex.verified`); later epochs read just the volume bytes.
+    """
+
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, dtype: str):
+        self.indexes, self.shape, self.verify = list(indexes), tuple(int(d) for d in shape), verify
+        self.count = int(np.prod(self.shape))
+        self.nbytes = self.count * 2
+        self.out = np.dtype({"int16": "<i2", "float16": "<f2"}.get(dtype, "<f4"))  # bfloat16: float32, cast in TF
+
+    def __call__(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+        files, rows = files.numpy(), rows.numpy()
+        batch = len(files)
+        out = _pool.take(batch * self.count * self.out.itemsize).view(self.out).reshape((batch,) + self.shape)
+        for i in range(batch):
+            self._read_one(out[i], int(files[i]), int(rows[i]))
+        return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
+
+    def _scratch(self, count: int) -> np.ndarray:
+        buf = getattr(_scratch, "buf", None)
+        if buf is None or buf.size < count:
+            buf = _scratch.buf = np.empty(count, "<i2")
+        return buf[:count]
+
+    def _read_one(self, target: np.ndarray, file: int, row: int) -> None:
+        """One volume into `target`; the record's length and CRC32C checked on its first read."""
+        index = self.indexes[file]
+        start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+        flat = target.reshape(-1)
+        check = not index.verified[row]
+        into = flat if self.out == np.dtype("<i2") else self._scratch(self.count) if check else None
+        view = memoryview(into).cast("B") if into is not None else None
+        fd = os.open(index.path, os.O_RDONLY)
+        try:
+            if into is None:  # a checked record to convert: in cache-sized chunks (the int16 bytes stay in cache)
+                got, want, pos = 0, self.nbytes, start + _HEADER + at
+                chunk = self._scratch(_CHUNK)
+                for lo in range(0, self.count, _CHUNK):
+                    part = chunk[: min(_CHUNK, self.count - lo)]
+                    n = os.preadv(fd, [memoryview(part).cast("B")], pos + 2 * lo)
+                    got += n
+                    if n != part.nbytes:
+                        break
+                    np.copyto(flat[lo: lo + part.size], part, casting="unsafe")
+            elif check:
+                header, before, after = bytearray(_HEADER), bytearray(at), bytearray(length - at - self.nbytes + _FOOTER)
+                got = os.preadv(fd, [header, before, view, after], start)
+                want = _HEADER + length + _FOOTER
+            else:
+                got, want = os.preadv(fd, [view], start + _HEADER + at), self.nbytes
+        finally:
+            os.close(fd)
+        where = f"{index.path}: the record at byte {start}"
+        if got != want or (check and int.from_bytes(header[:8], "little") != length):
+            raise ValueError(f"{where} could not be read whole ({got} of {want} bytes): the file changed or was cut "
+                             f"short since it was indexed. {self.verify}")
+        if check:
+            crc = crc32c_extend(crc32c_extend(crc32c_extend(0, before), view), memoryview(after)[:-_FOOTER])
+            if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
+                raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
+            index.verified[row] = True
+        if into is not None and into is not flat:
+            np.copyto(flat, into, casting="unsafe")
+
+
+def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | None:
+    from vidvol.readers import output  # pylint: disable=g-import-not-at-top
+
+    volumes = [n for n in names if output.is_volume(builder.info.features[n])]
+    return volumes[0] if len(volumes) == 1 else None
+
+
+def plan_direct(builder: tfds.core.DatasetBuilder, split: str, names: Sequence[str], read_config: tfds.ReadConfig
+                ) -> tuple[str, list[ShardIndex]] | None:
+    """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged)."""
+    volume = _volume(builder, names)
+    if volume is None or not shards.checked_reader_applies(builder, read_config):
+        return None
+    instructions = shards.file_instructions(builder, split)
+    paths = [os.fspath(f.filename) for f in instructions]
+    if any("://" in p for p in paths):
+        return None
+    indexes = []
+    for f, path in zip(instructions, paths):
+        try:
+            index = cached_index(path, volume)
+        except (IndexError_, OSError) as e:
+            logger.info("%s: direct volume reads off (%s); reading through TensorFlow's TFRecord reader", path, e)
+            return None
+        if len(index.small) != f.examples_in_shard:
+            logger.info("%s: %d records, the build recorded %d; reading through TensorFlow's TFRecord reader, "
+                        "which names the damage", path, len(index.small), f.examples_in_shard)
+            return None
+        if not index.int16.all():
+            logger.info("%s: volumes stored as float32; reading through TensorFlow's TFRecord reader", path)
+            return None
+        expected = 2 * int(np.prod(builder.info.features[volume].shape))
+        if np.any(index.data_len != expected):
+            logger.info("%s: a stored volume is not %d bytes; reading through TensorFlow's TFRecord reader", path, expected)
+            return None
+        indexes.append(index)
+    return volume, indexes
+
+
+def read_entries(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool,
+                 indexes: Sequence[ShardIndex]) -> tf.data.Dataset:
+    """Index entries (small record, file, offsets) in exactly the order the serialized records would come."""
+    instructions = shards.file_instructions(builder, split)
+    begins = np.cumsum([0] + [len(ix.small) for ix in indexes])[:-1]
+    columns = {
+        "record": tf.constant([r for ix in indexes for r in ix.small], tf.string),
+        "file": tf.constant(np.concatenate([np.full(len(ix.small), i, np.int64) for i, ix in enumerate(indexes)])),
+        "row": tf.constant(np.concatenate([np.arange(len(ix.small), dtype=np.int64) for ix in indexes])),
+    }
+
+    def one_file(instruction: dict[str, tf.Tensor]) -> tf.data.Dataset:
+        first = instruction["begin"] + instruction["skip"]
+        rows = tf.data.Dataset.range(first, first + instruction["take"])
+        return rows.map(lambda i: {k: v[i] for k, v in columns.items()})
+
+    return shards.interleave_files(instructions, read_config, shuffle_files, one_file,
+                                   extra={"begin": np.asarray(begins, np.int64)})
+
+
+def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
+    """'Check every shard: <verify command>' for this dataset."""
+    has_config = builder.builder_config is not None
+    spec = artifacts.dataset_spec(builder.name, builder.builder_config.name if has_config else None)
+    return f"Check every shard: {artifacts.verify_command(spec, artifacts.data_dir_of(builder.data_path, has_config))}"
+
+
+def volume_batch(batch: dict[str, tf.Tensor], reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
+    """The batch's volumes as `dtype` (int16 as stored; float32/float16 converted by NumPy; bfloat16 cast here)."""
+    values = tf.py_function(reads, [batch["file"], batch["row"]], Tout=tf.as_dtype(reads.out), name="read_volumes")
+    values.set_shape((batch_size,) + reads.shape)
+    return values if values.dtype == dtype else tf.cast(values, dtype)
+
+
+class DirectParser:
+    """Parses a batch of index entries: the small records with TFDS's specs, the volume from its shard."""
+
+    def __init__(self, builder: tfds.core.DatasetBuilder, volume: str, indexes: Sequence[ShardIndex],
+                 small_parser, dtype: str, batch_size: int | None):
+        self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
+        shape = builder.info.features[volume].shape
+        self.reads = VolumeReads(indexes, shape, verify_hint(builder), dtype)
+
+    def parse(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        out = dict(self.small_parser.parse(batch["record"])) if self.small_parser is not None else {}
+        out[self.volume] = volume_batch(batch, self.reads, self.dtype, self.batch_size)
+        return out
