@@ -101,6 +101,8 @@ class _FootageScene:
     OCTAVE_CONTRAST = 16.0
     EDGES = 40  # hard-edged shapes (furniture, doors, posters) drawn into the set
     NOISE_SIGMA = 5.0  # sensor noise, grey levels
+    NOISE_CHROMA = 1.0  # share of the noise that differs between colour channels
+    GRAIN_PX = 0.0  # sensor noise correlation (Gaussian sigma, pixels of a 320-wide frame)
 
     def __init__(self, height: int, width: int, seed: int):
         rng = np.random.default_rng([seed, 0xF00])
@@ -124,7 +126,11 @@ class _FootageScene:
         self.cloth = np.clip(self._texture(rng, height, width, scale, base=rng.uniform(40, 220, 3)), 0, 255).astype(np.uint8)
         self.path = rng.uniform(0, 2 * np.pi, 8)  # phases of the camera and figure motions
         self.speed = rng.uniform(0.6, 1.4, 4)
-        sensor = rng.normal(0.0, self.NOISE_SIGMA, (height + 32, width + 32, 3))
+        sensor = rng.normal(0.0, 1.0, (height + 32, width + 32, 3)).astype(np.float32)
+        sensor = self.NOISE_CHROMA * sensor + (1 - self.NOISE_CHROMA) * sensor[..., :1]  # mostly luminance
+        if self.GRAIN_PX > 0:  # grain a few pixels wide: it survives downscaling, as a camera's does
+            sensor = cv2.GaussianBlur(sensor, (0, 0), self.GRAIN_PX * scale)
+        sensor *= self.NOISE_SIGMA / max(float(sensor.std()), 1e-6)
         self.noise_up = np.clip(np.rint(sensor), 0, 255).astype(np.uint8)  # split by sign: cv2.add/subtract saturate
         self.noise_down = np.clip(np.rint(-sensor), 0, 255).astype(np.uint8)
 
@@ -165,11 +171,15 @@ class _FootageScene:
             for y0, length in ((cy - bh // 2, bh), (cy + bh - 2, int(1.2 * bh))):
                 end = (int(cx + side * bw + length * np.sin(swing)), int(y0 + length * np.cos(swing)))
                 cv2.line(mask, (cx + side * bw // 2, y0), end, 255, max(2, bw // 2), lineType=cv2.LINE_AA)
-        shift = (index * 3) % max(1, w // 2)
-        cloth = np.roll(self.cloth, shift, axis=1)
-        alpha = (mask.astype(np.float32) / 255.0)[..., None]
-        img = (img * (1 - alpha) + cloth * alpha) * (1.0 + 0.04 * np.sin(t / 7.0 + p[7]))  # light flicker
-        img = np.clip(img, 0, 255).astype(np.uint8)
+        ys, xs = np.nonzero(mask[::4, ::4])  # blend the figure's bounding box only
+        if len(ys):
+            y0, y1 = max(0, 4 * int(ys.min()) - 4), min(h, 4 * int(ys.max()) + 8)
+            x0, x1 = max(0, 4 * int(xs.min()) - 4), min(w, 4 * int(xs.max()) + 8)
+            shift = (index * 3) % max(1, w // 2)  # the figure's clothes move with it
+            cloth = self.cloth[y0:y1, (np.arange(x0, x1) - shift) % w]
+            alpha = (mask[y0:y1, x0:x1].astype(np.float32) / 255.0)[..., None]
+            img[y0:y1, x0:x1] = (img[y0:y1, x0:x1] * (1 - alpha) + cloth * alpha).astype(np.uint8)
+        img = cv2.convertScaleAbs(img, alpha=1.0 + 0.04 * np.sin(t / 7.0 + p[7]))  # light flicker
         oy, ox = (index * 13) % 32, (index * 7) % 32
         img = cv2.add(img, self.noise_up[oy: oy + h, ox: ox + w])
         return cv2.subtract(img, self.noise_down[oy: oy + h, ox: ox + w])
