@@ -10,11 +10,18 @@ sampling behave as on real footage, plus two strips that survive lossy coding an
   2**INDEX_BITS (`decode_frame_index` reads it back, also after a resize to any size);
 - a colour key along the bottom eighth: pure red, green and blue thirds, left to right in RGB,
   so a BGR/RGB mix-up is visible (`colour_key_ok`).
+
+`content="footage"` frames look like camera footage instead and carry no strips: a textured set
+with detail at every scale and hard edges, seen by a hand-held camera (pan, shake, slow zoom), a
+textured figure moving across it, flickering light and sensor noise. Stored as small JPEG frames
+(64x64, quality 90) they are about as large and as slow to decode as frames of real videos (the
+benchmark's hmdb51 inputs; `benchmarks/RESULTS.md` lists the stored KiB per frame and the decode rate).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import math
 import os
@@ -39,7 +46,7 @@ HMDB51_CLASSES: tuple[str, ...] = (
 )
 
 INDEX_BITS = 10
-CONTENTS = ("textured", "flat")
+CONTENTS = ("textured", "flat", "footage")
 HMDB51_SPLITS_DIR = "testTrainMulti_7030_splits"
 HMDB51_ORG_DIR = "hmdb51_org"
 # Codecs that store any frame size; the MPEG-4 family needs even heights and widths.
@@ -85,11 +92,116 @@ def _textured_background(index: int, height: int, width: int, seed: int) -> np.n
     return frame
 
 
+class _FootageScene:
+    """A textured set, a moving figure and sensor noise of one sample video; `frame(i)` renders frame i cheaply."""
+
+    # Detail per octave (equal contrast at every scale, as in natural images), edges, noise: chosen so
+    # that 64x64 quality-90 JPEG frames of these videos match real footage in size and decode time.
+    OCTAVE_CELLS = (2, 4, 8, 16, 32, 64, 128)  # texture lattice spacing in pixels of a 320-wide frame
+    OCTAVE_CONTRAST = 16.0
+    EDGES = 40  # hard-edged shapes (furniture, doors, posters) drawn into the set
+    NOISE_SIGMA = 5.0  # sensor noise, grey levels
+    NOISE_CHROMA = 1.0  # share of the noise that differs between colour channels
+    GRAIN_PX = 0.0  # sensor noise correlation (Gaussian sigma, pixels of a 320-wide frame)
+
+    def __init__(self, height: int, width: int, seed: int):
+        rng = np.random.default_rng([seed, 0xF00])
+        self.height, self.width = height, width
+        scale = width / 320.0
+        self.margin = (max(4, int(0.18 * height)), max(4, int(0.18 * width)))
+        big_h, big_w = height + 2 * self.margin[0], width + 2 * self.margin[1]
+        self.set = self._texture(rng, big_h, big_w, scale, base=rng.uniform(60, 190, 3))
+        for _ in range(self.EDGES):
+            colour = rng.uniform(0, 255, 3)
+            alpha = rng.uniform(0.3, 0.8)
+            x0, y0 = int(rng.integers(0, big_w)), int(rng.integers(0, big_h))
+            w, h = int(rng.integers(4, max(5, big_w // 5))), int(rng.integers(4, max(5, big_h // 4)))
+            patch = self.set[y0:y0 + h, x0:x0 + w]
+            patch[:] = (1 - alpha) * patch + alpha * colour
+            if rng.uniform() < 0.5:  # a line (a frame edge, a cable)
+                pt = (int(rng.integers(0, big_w)), int(rng.integers(0, big_h)))
+                cv2.line(self.set, (x0, y0), pt, tuple(float(c) for c in rng.uniform(0, 255, 3)),
+                         max(1, int(rng.integers(1, 4) * scale)), lineType=cv2.LINE_AA)
+        self.set_u8 = np.clip(self.set, 0, 255).astype(np.uint8)
+        self.cloth = np.clip(self._texture(rng, height, width, scale, base=rng.uniform(40, 220, 3)), 0, 255).astype(np.uint8)
+        self.path = rng.uniform(0, 2 * np.pi, 8)  # phases of the camera and figure motions
+        self.speed = rng.uniform(0.6, 1.4, 4)
+        sensor = rng.normal(0.0, 1.0, (height + 32, width + 32, 3)).astype(np.float32)
+        sensor = self.NOISE_CHROMA * sensor + (1 - self.NOISE_CHROMA) * sensor[..., :1]  # mostly luminance
+        if self.GRAIN_PX > 0:  # grain a few pixels wide: it survives downscaling, as a camera's does
+            sensor = cv2.GaussianBlur(sensor, (0, 0), self.GRAIN_PX * scale)
+        sensor *= self.NOISE_SIGMA / max(float(sensor.std()), 1e-6)
+        self.noise_up = np.clip(np.rint(sensor), 0, 255).astype(np.uint8)  # split by sign: cv2.add/subtract saturate
+        self.noise_down = np.clip(np.rint(-sensor), 0, 255).astype(np.uint8)
+
+    def _texture(self, rng: np.random.Generator, height: int, width: int, scale: float, base: np.ndarray) -> np.ndarray:
+        """Float RGB texture: coloured value noise with equal contrast per octave, around `base`."""
+        out = np.empty((height, width, 3), np.float32)
+        out[:] = base
+        for cell in self.OCTAVE_CELLS:
+            cell_px = max(1.0, cell * scale)
+            gh, gw = int(height / cell_px) + 2, int(width / cell_px) + 2
+            grid = rng.normal(0.0, self.OCTAVE_CONTRAST, (gh, gw, 3)).astype(np.float32)
+            grid += rng.normal(0.0, self.OCTAVE_CONTRAST, (gh, gw, 1)).astype(np.float32)  # mostly luminance
+            up = cv2.resize(grid, (int(gw * cell_px), int(gh * cell_px)), interpolation=cv2.INTER_CUBIC)
+            out += up[:height, :width]
+        return out
+
+    def frame(self, index: int) -> np.ndarray:
+        """RGB uint8 frame `index`: the set through the moving camera, the figure, light flicker, noise."""
+        h, w = self.height, self.width
+        t, p, v = float(index), self.path, self.speed
+        my, mx = self.margin
+        # Hand-held camera: a slow pan plus shake, a slow zoom.
+        dx = 0.8 * mx * np.sin(t / (45 * v[0]) + p[0]) + 1.5 * np.sin(t * 0.9 + p[1])
+        dy = 0.6 * my * np.sin(t / (60 * v[1]) + p[2]) + 1.2 * np.sin(t * 1.3 + p[3])
+        zoom = 1.0 + 0.06 * np.sin(t / (80 * v[2]) + p[4])
+        matrix = np.float32([[zoom, 0, mx + dx - (zoom - 1) * w / 2], [0, zoom, my + dy - (zoom - 1) * h / 2]])
+        img = cv2.warpAffine(self.set_u8, matrix, (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                             borderMode=cv2.BORDER_REFLECT)
+        # A figure: body and swinging limbs, textured, walking across and back.
+        cx = int(w * (0.5 + 0.35 * np.sin(t / (50 * v[3]) + p[5])) - dx)
+        cy = int(h * 0.55 - dy)
+        mask = np.zeros((h, w), np.uint8)
+        bw, bh = max(3, w // 14), max(5, h // 5)
+        cv2.ellipse(mask, (cx, cy), (bw, bh), 0, 0, 360, 255, -1)
+        cv2.circle(mask, (cx, cy - bh - bw // 2), max(2, int(bw * 0.8)), 255, -1)
+        for side, phase in ((-1, 0.0), (1, np.pi)):
+            swing = 0.6 * np.sin(t / 5.0 + phase + p[6])
+            for y0, length in ((cy - bh // 2, bh), (cy + bh - 2, int(1.2 * bh))):
+                end = (int(cx + side * bw + length * np.sin(swing)), int(y0 + length * np.cos(swing)))
+                cv2.line(mask, (cx + side * bw // 2, y0), end, 255, max(2, bw // 2), lineType=cv2.LINE_AA)
+        ys, xs = np.nonzero(mask[::4, ::4])  # blend the figure's bounding box only
+        if len(ys):
+            y0, y1 = max(0, 4 * int(ys.min()) - 4), min(h, 4 * int(ys.max()) + 8)
+            x0, x1 = max(0, 4 * int(xs.min()) - 4), min(w, 4 * int(xs.max()) + 8)
+            shift = (index * 3) % max(1, w // 2)  # the figure's clothes move with it
+            cloth = self.cloth[y0:y1, (np.arange(x0, x1) - shift) % w]
+            alpha = (mask[y0:y1, x0:x1].astype(np.float32) / 255.0)[..., None]
+            img[y0:y1, x0:x1] = (img[y0:y1, x0:x1] * (1 - alpha) + cloth * alpha).astype(np.uint8)
+        img = cv2.convertScaleAbs(img, alpha=1.0 + 0.04 * np.sin(t / 7.0 + p[7]))  # light flicker
+        oy, ox = (index * 13) % 32, (index * 7) % 32
+        img = cv2.add(img, self.noise_up[oy: oy + h, ox: ox + w])
+        return cv2.subtract(img, self.noise_down[oy: oy + h, ox: ox + w])
+
+
+@functools.lru_cache(maxsize=2)
+def _footage_scene(height: int, width: int, seed: int) -> _FootageScene:
+    return _FootageScene(height, width, seed)
+
+
 def make_frame(index: int, *, height: int = 240, width: int = 320, seed: int = 0,
                content: str = "textured") -> np.ndarray:
-    """The RGB uint8 frame `index` of a sample video: content, index strip and colour key."""
+    """The RGB uint8 frame `index` of a sample video: content, index strip and colour key.
+
+    `content="footage"`: camera-like frames (see the module docstring), with no strips.
+    """
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
+    if content == "footage":
+        if height < 16 or width < 16:
+            raise ValueError(f"frame size {height}x{width} too small for footage: need at least 16x16")
+        return _footage_scene(height, width, seed).frame(index)
     if height < 16 or width < 2 * INDEX_BITS:
         raise ValueError(f"frame size {height}x{width} too small: need height >= 16 and "
                          f"width >= {2 * INDEX_BITS} for the index strip")
@@ -195,14 +307,15 @@ def hmdb51_video_name(class_name: str, clip: int) -> str:
 def write_hmdb51_layout(root: str, *, classes: Sequence[str] | None = None, videos_per_class: int = 3,
                         num_frames: int | Sequence[int] = (30, 60), height: int = 240,
                         width: int = 320, splits: Iterable[int] = (1, 2, 3), seed: int = 0,
-                        nested_org: bool = True) -> dict[int, dict[str, list[str]]]:
+                        nested_org: bool = True, content: str = "textured") -> dict[int, dict[str, list[str]]]:
     """Write an extracted HMDB51 layout (videos + official-style split files); returns the splits.
 
     Videos go to `root/hmdb51_org/<class>/` (`root/<class>/` if not `nested_org`), split files to
     `root/testTrainMulti_7030_splits/<class>_test_split<k>.txt` with lines `<video>.avi <id> `
     (trailing space as in the official files). Ids cycle 1, 2, 0 (train, test, unused), shifted by
     split and class, so every split has train, test and unused videos. Returns
-    `{k: {"train": [...], "test": [...]}}` with sorted video file names.
+    `{k: {"train": [...], "test": [...]}}` with sorted video file names. `content`: as in `make_frame`
+    ("footage" for videos whose frames look like real footage, without the index strip).
     """
     root = os.fspath(root)
     classes = list(HMDB51_CLASSES[:3] if classes is None else classes)
@@ -217,7 +330,7 @@ def write_hmdb51_layout(root: str, *, classes: Sequence[str] | None = None, vide
         names = [hmdb51_video_name(class_name, j) for j in range(videos_per_class)]
         for j, name in enumerate(names):
             write_video(os.path.join(videos_root, class_name, name), counts[c * videos_per_class + j],
-                        height=height, width=width, fps=30.0, seed=seed * 1000 + c * 100 + j)
+                        height=height, width=width, fps=30.0, seed=seed * 1000 + c * 100 + j, content=content)
         for k in splits:
             lines = []
             for j, name in enumerate(names):

@@ -1,7 +1,10 @@
 """Realistic benchmark inputs, written offline with the real encoders and reused between runs.
 
-- HMDB51-like clips: 320x240 XVID AVI at 30 fps, 2-10 s of textured, moving content
-  (`vidvol.samples.write_hmdb51_layout`, one class per process), official-style split files.
+- HMDB51-like clips: 320x240 XVID AVI at 30 fps, 2-10 s that look like real footage (a set with
+  detail at every scale, a hand-held camera, a moving figure, sensor noise: `samples.make_frame`'s
+  "footage" content via `vidvol.samples.write_hmdb51_layout`, one class per process), official-style
+  split files. Stored as 64x64 quality-90 JPEG frames they are as large and as slow to decode as
+  frames of real HMDB51 videos (~2.2 KiB, ~16k frames/s per core); the benchmark reports both.
 - fire_hrr frames: full-resolution (540x960) JPEG frames of a flickering, rising flame over a
   textured room with sensor noise, plus `labels.csv` (`experiment,frame,hrr,time`) with a smooth
   t-squared HRR curve. Written here rather than with `samples.write_fire_hrr_frames` because that
@@ -110,17 +113,20 @@ def _call(fn_job: tuple[Callable[..., Any], dict[str, Any]]) -> Any:
 # HMDB51
 
 
+HMDB51_CONTENT = "footage"
+
+
 def _write_hmdb51_class(root: str, class_name: str, class_index: int, videos_per_class: int,
-                        num_frames: tuple[int, int], height: int, width: int) -> None:
+                        num_frames: tuple[int, int], height: int, width: int, content: str = HMDB51_CONTENT) -> None:
     """Writes one class's clips and split files (seeded by the class index)."""
     samples.write_hmdb51_layout(root, classes=[class_name], videos_per_class=videos_per_class,
-                                num_frames=num_frames, height=height, width=width, seed=class_index)
+                                num_frames=num_frames, height=height, width=width, seed=class_index, content=content)
 
 
 def hmdb51_plan(root: str, *, num_classes: int, videos_per_class: int, num_frames: tuple[int, int],
                 height: int = 240, width: int = 320) -> InputPlan:
     """Plan of an extracted HMDB51 layout of XVID clips (one job per class)."""
-    spec = {"kind": "hmdb51", "num_classes": num_classes, "videos_per_class": videos_per_class,
+    spec = {"kind": "hmdb51", "content": HMDB51_CONTENT, "num_classes": num_classes, "videos_per_class": videos_per_class,
             "num_frames": list(num_frames), "height": height, "width": width, "fps": HMDB51_FPS}
     jobs = [(_write_hmdb51_class, dict(root=root, class_name=name, class_index=c, videos_per_class=videos_per_class,
                                        num_frames=tuple(num_frames), height=height, width=width))

@@ -56,7 +56,7 @@ def prepare(data_dir: str, manual_dir: str, classes: int, videos_per_class: int)
     if not os.path.isdir(os.path.join(manual_dir, samples.HMDB51_ORG_DIR)):
         samples.write_hmdb51_layout(
             manual_dir, classes=samples.HMDB51_CLASSES[:classes], videos_per_class=videos_per_class,
-            num_frames=(40, 100), height=240, width=320, splits=(1,),
+            num_frames=(40, 100), height=240, width=320, splits=(1,), content="footage",
         )
     workers = len(os.sched_getaffinity(0))  # local multi-process Beam, one SDK worker per core
     options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"])

@@ -1,7 +1,8 @@
 """Read throughput and peak memory of one pipeline over one prepared dataset (ours or a baseline).
 
-A `ReadJob` (plain JSON) names the pipeline: `loader` (`vidvol.load`, model-ready batches) or a
-baseline from `baselines.py`. `measure_read` streams it `runs` times (fresh iterator, a few
+A `ReadJob` (plain JSON) names the pipeline: `loader` (`vidvol.load`, model-ready batches, with
+or without a seed), `tfds_load` (plain `tfds.load` + a cast/255 map + batch + prefetch, what a
+notebook user writes) or a baseline from `baselines.py`. `measure_read` streams it `runs` times (fresh iterator, a few
 warm-up batches, then at least `min_seconds` of batches over `.repeat()`ed epochs) and returns
 the examples per second of every run plus the process's peak RSS while streaming. Each job runs
 in its own process in a full benchmark (`python benchmarks/reads.py JOB.json OUT.json`),
@@ -37,7 +38,7 @@ import fire_memory
 logger = logging.getLogger(__name__)
 
 MIB = 2**20
-PIPELINES = ("loader", "hmdb51_seek", "fire_get_img", "mri_get_fdata")
+PIPELINES = ("loader", "tfds_load", "hmdb51_seek", "fire_get_img", "mri_get_fdata")
 
 
 @dataclasses.dataclass
@@ -63,6 +64,7 @@ class ReadJob:
     output_dtype: str = "float32"  # vidvol.load(output_dtype=...)
     mask_dtype: str | None = "float32"  # vidvol.load(mask_dtype=...); None leaves the mask out
     volume_limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored volumes set the limit
+    seed: int | None = None  # loader: vidvol.load(seed=...)
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -74,7 +76,7 @@ def loader_dataset(job: ReadJob) -> tf.data.Dataset:
     from vidvol import readers  # pylint: disable=g-import-not-at-top  (registers the datasets too)
 
     return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
-                        data_dir=job.data_dir, repeat=True, **dtype_options(job))
+                        data_dir=job.data_dir, repeat=True, seed=job.seed, **dtype_options(job))
 
 
 def dtype_options(job: ReadJob) -> dict[str, Any]:
@@ -87,10 +89,28 @@ def dtype_options(job: ReadJob) -> dict[str, Any]:
     return out
 
 
+def tfds_load_dataset(job: ReadJob) -> tf.data.Dataset:
+    """Plain `tfds.load` as a notebook user writes it: frames cast to float32 / 255, batched, prefetched.
+
+    Shuffled files, TFDS's default parallel decode; autocache off (TFDS would otherwise cache a small
+    split's decoded clips in memory after the first epoch, and time memory copies instead of reads).
+    """
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers the datasets)
+
+    ds = tfds.load(f"{job.name}/{job.config}", split=job.split, data_dir=job.data_dir, shuffle_files=True,
+                   download=False, read_config=tfds.ReadConfig(try_autocache=False))
+    ds = ds.repeat().map(lambda ex: (tf.cast(ex["video"], tf.float32) / 255.0, ex["label"]),
+                         num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(job.batch_size).prefetch(tf.data.AUTOTUNE)
+
+
 def make_dataset(job: ReadJob) -> tf.data.Dataset:
     """The tf.data pipeline a job names, repeating forever (epochs flow into each other, as in training)."""
     if job.pipeline == "loader":
         return loader_dataset(job)
+    if job.pipeline == "tfds_load":
+        return tfds_load_dataset(job)
     labels = [int(v) for v in job.labels] if job.pipeline != "fire_get_img" else job.labels
     if job.pipeline == "hmdb51_seek":
         return baselines.hmdb51_seek_dataset(job.paths, labels, batch_size=job.batch_size, repeat=True)
@@ -173,6 +193,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
         "cores": cores,
         "batch_size": job.batch_size,
+        "seed": job.seed,
         "examples_timed": sum(r["examples"] for r in runs),
         "rss_before_mib": round(rss_before / MIB, 1),
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),

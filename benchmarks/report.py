@@ -156,6 +156,8 @@ def markdown(results: Mapping[str, Any]) -> str:
                            f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})" if "of_limit" in r else "n/a"])
     out += _table(["dataset", "example", "loader / baseline (cpu-normalized)", "loader / decode limit (cpu-normalized)"],
                   ratio_rows)
+    if results.get("hmdb51_paths"):
+        out += hmdb51_paths_section(results["hmdb51_paths"])
 
     b = results["build_scaling"]
     out += ["## Build throughput: 1 vs 2 Beam workers", "",
@@ -209,6 +211,25 @@ def markdown(results: Mapping[str, Any]) -> str:
     if results.get("notes"):
         out += ["## Notes", ""] + [f"- {line}" for line in results["notes"]] + [""]
     return "\n".join(out)
+
+
+def hmdb51_paths_section(paths: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: hmdb51 through plain `tfds.load` and `vidvol.load` per batch size and seed, vs the limit."""
+    out = ["### hmdb51: every read path, batch size and seed", "",
+           f"`hmdb51/{paths['config']}` train split, each row in its own process against the decode limit timed "
+           "before each of its runs (the same stored frames). `tfds.load`: plain TFDS + `cast(video, float32) / 255` "
+           "map + batch + prefetch (autocache off); `vidvol.load`: model-ready batches. *x baseline*: against the "
+           f"OpenCV seek baseline ({_rate(paths['baseline_examples_per_s'])} clips/s).", ""]
+    out += _table(
+        ["pipeline", "batch", "seed", "clips/s", "runs", "cpu-normalized clips/s", "cores busy (others)",
+         "limit clips/s", "of limit (cpu-normalized)", "x baseline (cpu-normalized)", "peak RSS MiB"],
+        [[r["pipeline"], r["batch_size"], "-" if r["seed"] is None else r["seed"], _rate(r["examples_per_s"]),
+          ", ".join(_rate(x) for x in r["examples_per_s_runs"]), _rate(r["cpu_examples_per_s"]),
+          f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})", _rate(r["limit"]["examples_per_s"]),
+          f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})",
+          f"{_fmt(r['x_baseline'], 'x')} ({_fmt(r['x_baseline_cpu'], 'x')})", f"{r['peak_rss_mib']:.0f}"]
+         for r in paths["rows"]])
+    return out
 
 
 def build_limit_section(limit: Mapping[str, Any], no_config: Mapping[str, Any] | None) -> list[str]:

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import beam_writer
+from vidvol.core import features as vfeatures
 from vidvol.builders import configs
 from vidvol.builders import files
 from vidvol.builders import video
@@ -233,7 +234,8 @@ def clip_features(
     t = config.num_frames
     return tfds.features.FeaturesDict(
         {
-            "video": tfds.features.Video((t, config.height, config.width, 3), encoding_format=config.image_format),
+            # TFDS's Video (same bytes, same frames out), decoded without a per-example tf.map_fn.
+            "video": vfeatures.VideoFrames((t, config.height, config.width, 3), encoding_format=config.image_format),
             "mask": tfds.features.Tensor(shape=(t,), dtype=np.uint8),
             "frame_indices": tfds.features.Tensor(shape=(t,), dtype=np.int32),
             "label": label,

@@ -105,8 +105,14 @@ def test_quick_run_writes_every_section(quick):
         assert 0 < e["serialized_share"] <= e["example_fn_share"] * 1.2
     nc = results["no_config"]
     assert nc["config"] == "split1_20x64x64" and nc["ratio"] > 0
+    paths = results["hmdb51_paths"]  # tfds.load and seeded/unseeded vidvol.load per batch size, each vs its limit
+    assert {(r["pipeline"], r["batch_size"], r["seed"]) for r in paths["rows"]} == {
+        (p, b, seed) for b in (2, 4) for p, seed in (("tfds.load", None), ("vidvol.load", None), ("vidvol.load", 0))}
+    assert all(r["examples_per_s"] > 0 and 0 < r["of_limit"] and r["x_baseline"] > 0 for r in paths["rows"])
+    assert "every read path, batch size and seed" in (out / "RESULTS.md").read_text()
+    assert results["inputs"]["hmdb51"]["stored_frame_kib"] > 0 and results["inputs"]["hmdb51"]["decode_frames_per_s_per_core"] > 0
     names = [t["name"] for t in results["targets"]]
-    assert len(names) == 15 and all(isinstance(t["pass"], bool) for t in results["targets"])
+    assert len(names) == 24 and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)

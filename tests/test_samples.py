@@ -65,6 +65,21 @@ def test_make_frame_is_textured_moving_and_deterministic():
         samples.make_frame(0, content="plaid")
 
 
+def test_footage_frames_move_and_carry_fine_detail():
+    height, width = 120, 160
+    f0, f1 = (samples.make_frame(i, height=height, width=width, seed=5, content="footage") for i in (0, 1))
+    assert f0.dtype == np.uint8 and f0.shape == (height, width, 3) and f0.std() > 25
+    np.testing.assert_array_equal(f0, samples.make_frame(0, height=height, width=width, seed=5, content="footage"))
+    assert np.abs(f0.astype(int) - f1).mean() > 5  # camera motion, the figure, sensor noise
+
+    def jpeg_bytes_64(frame: np.ndarray) -> int:  # as the hmdb51 default config stores a frame
+        small = cv2.resize(frame, (64, 64), interpolation=cv2.INTER_AREA)
+        return len(cv2.imencode(".jpg", small, [cv2.IMWRITE_JPEG_QUALITY, 90])[1])
+
+    textured = samples.make_frame(0, height=height, width=width, seed=5)
+    assert jpeg_bytes_64(f0) > 1.5 * jpeg_bytes_64(textured)  # detail that survives the downscale, like real footage
+
+
 @pytest.mark.parametrize("size", [(64, 64), (112, 112), (27, 41), (240, 320)])
 def test_frame_index_and_colour_key_survive_resizing(size):
     for index in (0, 1, 2, 511, 682, 1023, 1024 + 9):

@@ -13,6 +13,7 @@ from vidvol.builders import configs
 from vidvol.builders import files
 from vidvol.builders import frame_series
 from vidvol.builders import video
+from vidvol.core import features as vfeatures
 from vidvol.datasets.fire_hrr import layout
 
 
@@ -67,7 +68,7 @@ The fire-test recordings and their calorimetry (heat release rate) are user-supp
         return self.dataset_info_from_configs(
             features=tfds.features.FeaturesDict(
                 {
-                    "video": tfds.features.Video((t, cfg.height, cfg.width, 3), encoding_format=cfg.image_format),
+                    "video": vfeatures.VideoFrames((t, cfg.height, cfg.width, 3), encoding_format=cfg.image_format),
                     "mask": tfds.features.Tensor(shape=(t,), dtype=np.uint8),
                     "hrr": tfds.features.Tensor(shape=(t,), dtype=np.float32),
                     "time": tfds.features.Tensor(shape=(t,), dtype=np.float32),

@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 from vidvol.builders import clips
 from vidvol.builders import files
 from vidvol.builders import video_folder
+from vidvol.core import features as vfeatures
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
         """The features a prepared dataset was written with (None before a build)."""
         path = self.data_path
         if (path / "dataset_info.json").exists() and (path / "features.json").exists():
-            return tfds.features.FeatureConnector.from_config(path)
+            return vfeatures.with_fast_videos(tfds.features.FeatureConnector.from_config(path))
         return None
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
