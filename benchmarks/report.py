@@ -150,6 +150,7 @@ def markdown(results: Mapping[str, Any]) -> str:
                            f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})" if "of_limit" in r else "n/a"])
     out += _table(["dataset", "example", "loader / baseline (cpu-normalized)", "loader / decode limit (cpu-normalized)"],
                   ratio_rows)
+    out += disk_section(results["read"])
 
     b = results["build_scaling"]
     out += ["## Build throughput: 1 vs 2 Beam workers", "",
@@ -203,6 +204,22 @@ def markdown(results: Mapping[str, Any]) -> str:
     if results.get("notes"):
         out += ["## Notes", ""] + [f"- {line}" for line in results["notes"]] + [""]
     return "\n".join(out)
+
+
+def disk_section(read: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: disk cost of the configs a read entry compares (stored raw vs JPEG), per clip and for a full dataset."""
+    out = []
+    for name, r in read.items():
+        disk = r.get("disk")
+        if not disk:
+            continue
+        if not out:
+            out += ["Disk cost of the configs read above (shard files of every split, per clip; and for all "
+                    f"{disk['clips_for_all']:,} HMDB51 clips):", ""]
+        out += _table(["dataset", "config", "clips built", "KiB per clip", f"GiB for {disk['clips_for_all']:,} clips"],
+                      [[name, f"`{config}`", d["examples"], f"{d['bytes_per_clip'] / 1024:.1f}", f"{d['gib_for_all']:.2f}"]
+                       for config, d in disk["configs"].items()])
+    return out
 
 
 def build_limit_section(limit: Mapping[str, Any], no_config: Mapping[str, Any] | None) -> list[str]:

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.readers import frames
 
 
 class BatchParser:
@@ -15,11 +16,17 @@ class BatchParser:
 
     TFDS's reader parses each example in its own map call; for features whose stored shape is fully
     known one call per batch is far cheaper (figures in the README). The specs are TFDS's own, the
-    values go through the features' `decode_batch_example`, except video frames (kept encoded).
+    values go through the features' `decode_batch_example`, except video frames: encoded ones stay
+    encoded, raw uint8 ones (`frames.is_raw_video`) are one `tf.io.decode_raw` for the whole batch
+    (TFDS's Tensor would `tf.map_fn` over the examples).
     """
 
     def __init__(self, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str]):
-        self.features, self.names, self.videos = features, tuple(names), tuple(videos)
+        self.features, self.names = features, tuple(names)
+        self.videos = tuple(v for v in videos if not frames.is_raw_video(features[v]))  # kept encoded
+        self.raw = tuple(
+            n for n in self.names if frames.is_raw_video(features[n]) and frames.stored_as_bytes(features[n])
+        )
         self.infos = {n: features[n].get_serialized_info() for n in self.names}
         for name, info in self.infos.items():
             parts = info.values() if isinstance(info, dict) else [info]
@@ -55,5 +62,10 @@ class BatchParser:
                 value = {part: restore(f"{name}/{part}", i) for part, i in info.items()}
             else:
                 value = restore(name, info)
-            out[name] = value if name in self.videos else self.features[name].decode_batch_example(value)
+            if name in self.videos:
+                out[name] = value
+            elif name in self.raw:
+                out[name] = frames.decode_raw_batch(value, self.features[name])
+            else:
+                out[name] = self.features[name].decode_batch_example(value)
         return out

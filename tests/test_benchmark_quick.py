@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
-READS = ("hmdb51", "fire_hrr", "mri_volumes_32", "mri_volumes_40x40x24")
+READS = ("hmdb51", "hmdb51_raw", "fire_hrr", "mri_volumes_32", "mri_volumes_40x40x24")
 MRI_DUMMY = REPO / "datasets" / "mri_volumes" / "dummy_data"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
@@ -84,7 +84,13 @@ def test_quick_run_writes_every_section(quick):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]
             assert r[key]["peak_rss_mib"] >= r[key]["rss_before_mib"] > 0
         assert math.isclose(r["x_baseline"], r["loader"]["examples_per_s"] / r["baseline"]["examples_per_s"])
-    for name in ("hmdb51", "fire_hrr"):
+    raw = results["read"]["hmdb51_raw"]  # the stored-raw twin: JPEG limit of the same clips, same baseline run
+    assert raw["config"] == "split1_20x64x64_raw" and raw["baseline"] == results["read"]["hmdb51"]["baseline"]
+    disk = raw["disk"]["configs"]
+    assert disk["split1_20x64x64_raw"]["bytes_per_clip"] >= 20 * 64 * 64 * 3 > disk["split1_20x64x64"]["bytes_per_clip"]
+    assert disk["split1_20x64x64_raw"]["examples"] == results["builds_for_reads"]["hmdb51_raw"]["examples"]
+    assert "Disk cost of the configs" in (out / "RESULTS.md").read_text()
+    for name in ("hmdb51", "hmdb51_raw", "fire_hrr"):
         limit = results["read"][name]["limit"]
         assert limit["frames_per_s_one_core"] > 0 and limit["cores"] == len(os.sched_getaffinity(0))
         assert 0 < results["read"][name]["of_limit"]
@@ -98,7 +104,7 @@ def test_quick_run_writes_every_section(quick):
     nc = results["no_config"]
     assert nc["config"] == "split1_20x64x64" and nc["ratio"] > 0
     names = [t["name"] for t in results["targets"]]
-    assert len(names) == 12 and all(isinstance(t["pass"], bool) for t in results["targets"])
+    assert len(names) == 14 and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)
