@@ -275,8 +275,8 @@ class Bench:
         out["reads"]["hmdb51"] = self._build("hmdb51", s.hmdb51_config, os.path.join(self.inputs_dir, "hmdb51"),
                                              self.path("data", "hmdb51"), self.cores, measured=False)
         out["reads"]["hmdb51_raw"] = self._build("hmdb51", raw_config(s.hmdb51_config),
-                                                 os.path.join(self.inputs_dir, "hmdb51"), self.path("data", "hmdb51"),
-                                                 self.cores, measured=False)
+                                                 os.path.join(self.inputs_dir, "hmdb51"),
+                                                 self.path("data", "hmdb51_raw"), self.cores, measured=False)
         for tag, _ in s.mri:
             out["reads"][f"mri_{tag}"] = self._build("mri_volumes", s.mri_config, os.path.join(self.inputs_dir, f"mri_{tag}"),
                                                      self.path("data", f"mri_{tag}"), self.cores, measured=False)
@@ -422,17 +422,18 @@ class Bench:
     def read_hmdb51_raw(self, jpeg: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
         """The stored-raw hmdb51 config via `vidvol.load`, against the JPEG config's decode limit and the same baseline run."""
         s = self.s
-        data = self.path("data", "hmdb51")
+        data, jpeg_data = self.path("data", "hmdb51_raw"), self.path("data", "hmdb51")
         config = raw_config(s.hmdb51_config)
         r = {"config": config, "unit": "clip (20 frames)", "frames_per_example": HMDB51_FRAMES,
              "baseline_name": "OpenCV seek per frame (the hmdb51 row's run)", "examples": jpeg["examples"],
              "limit_of": s.hmdb51_config}
         r["loader"] = self._read("hmdb51_raw_loader", ReadJob(
             "loader", "hmdb51", s.hmdb51_batch, config, data_dir=data, frames_per_example=HMDB51_FRAMES,
-            limit_files=baselines.shard_files(data, "hmdb51", s.hmdb51_config, "train"), limit_max_frames=2000, **common))
+            limit_files=baselines.shard_files(jpeg_data, "hmdb51", s.hmdb51_config, "train"), limit_max_frames=2000,
+            **common))
         r["baseline"] = jpeg["baseline"]
         r["limit"] = r["loader"].pop("limit")
-        r["disk"] = disk_cost(data, "hmdb51", (s.hmdb51_config, config))
+        r["disk"] = disk_cost("hmdb51", {s.hmdb51_config: jpeg_data, config: data})
         return _ratios(r)
 
     def read_all(self, built: dict[str, Any]) -> dict[str, Any]:
@@ -506,10 +507,10 @@ def _examples_built(config_dir: str) -> int:
     return sum(int(n) for split in info["splits"] for n in split.get("shardLengths", []))
 
 
-def disk_cost(data_dir: str, name: str, configs: Sequence[str], clips: int = HMDB51_CLIPS) -> dict[str, Any]:
-    """Shard bytes per example of each prepared config (every split), and for `clips` examples."""
+def disk_cost(name: str, configs: dict[str, str], clips: int = HMDB51_CLIPS) -> dict[str, Any]:
+    """Shard bytes per example of each prepared config (`{config: data_dir}`, every split), and for `clips` examples."""
     out = {}
-    for config in configs:
+    for config, data_dir in configs.items():
         folder = os.path.join(data_dir, name, config)
         files = glob.glob(os.path.join(folder, "*", f"{name}-*.tfrecord-*"))
         examples = _examples_built(folder)

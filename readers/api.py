@@ -240,7 +240,8 @@ def load(
     if lean:
         ds = stages.finish_lean(ds, finish)
     else:
-        ds = stages.parse_decode_finish(ds, plan, parser, finish, deterministic)
+        convert = stages.frame_converter(plan, mean, std)
+        ds = stages.parse_decode_finish(ds, plan, parser, finish, deterministic, convert)
     ds = ds.with_options(options)
     logger.info(
         "%s %s: %d examples in %d files (this pipeline), cycle_length %d, shuffle buffer %d examples, "

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+import functools
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -26,7 +27,9 @@ def per_frame_features(features: tfds.features.FeaturesDict, video: str, names: 
     out = []
     for name in names:
         feature = features[name]
-        if name == video or frames.is_encoded_video(feature) or frames.is_raw_video(feature) or not isinstance(feature, tfds.features.Tensor):
+        if name == video or frames.is_encoded_video(feature) or frames.is_raw_video(feature):
+            continue
+        if not isinstance(feature, tfds.features.Tensor):
             continue
         if len(feature.shape) >= 1 and feature.shape[0] == length:
             out.append(name)
@@ -179,18 +182,30 @@ class ReadPlan:
                 out[v] = self._decode(v, out[v], ())
         return out
 
-    def _decode(self, video: str, encoded: tf.Tensor, batch_dims: tuple[int, ...]) -> tf.Tensor:
-        """Encoded frames (batch_dims + (count,)) -> uint8 (batch_dims + frame_dims + (H, W, C))."""
+    def _decode(
+        self, video: str, encoded: tf.Tensor, batch_dims: tuple[int, ...],
+        convert: Callable[[tf.Tensor], tf.Tensor] | None = None,
+    ) -> tf.Tensor:
+        """Encoded frames (batch_dims + (count,)) -> uint8 (batch_dims + frame_dims + (H, W, C)), or `convert`ed."""
         feature = self.features[video]
         dims = tuple(batch_dims) + self.frame_dims(video)
         count = int(np.prod(dims))
-        decoded = frames.decode_frame_strings(tf.reshape(encoded, [count]), count, feature)
+        decoded = frames.decode_frame_strings(tf.reshape(encoded, [count]), count, feature, convert)
         return tf.reshape(decoded, dims + tuple(feature.shape[1:]))
 
-    def decode_batch(self, batch: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """Per batch (static batch size): decodes every video's frames in one call."""
+    def decode_batch(
+        self, batch: Mapping[str, tf.Tensor], convert: Callable[[str, tf.Tensor], tf.Tensor] | None = None
+    ) -> dict[str, tf.Tensor]:
+        """Per batch (static batch size): decodes every video's frames in one call.
+
+        `convert(name, frames)`, elementwise (e.g. to normalized float32), is applied here to videos of
+        large frames (`frames.is_large_frame`), frame by frame as they are decoded; the other videos come
+        out as stored (uint8) and are converted by the caller.
+        """
         out = dict(batch)
         if self.decode_in_batch:
             for v in self.encoded:
-                out[v] = self._decode(v, batch[v], (int(batch[v].shape[0]),))
+                large = convert is not None and frames.is_large_frame(self.features[v])
+                per_frame = functools.partial(convert, v) if large else None
+                out[v] = self._decode(v, batch[v], (int(batch[v].shape[0]),), per_frame)
         return out

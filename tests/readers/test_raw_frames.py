@@ -31,10 +31,10 @@ JPEG_MAX_ABS = 80
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, build_once):
-    """hmdb51 split1_20x64x64 and split1_20x64x64_raw from the same videos (2 classes x 4 videos)."""
+    """hmdb51 split1_20x64x64 and split1_20x64x64_raw from the same videos (2 classes x 6 videos, 4 train, 4 test)."""
     root = tmp_path_factory.mktemp("raw")
     manual = root / "manual"
-    samples.write_hmdb51_layout(str(manual), classes=["wave", "run"], videos_per_class=4, num_frames=(12, 40),
+    samples.write_hmdb51_layout(str(manual), classes=["wave", "run"], videos_per_class=6, num_frames=(12, 40),
                                 height=60, width=80, splits=(1,), seed=5)
     data = root / "data"
     return manual, data, build_once(hmdb.Builder, "split1_20x64x64", manual, data), build_once(
