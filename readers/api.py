@@ -240,8 +240,7 @@ def load(
     if lean:
         ds = stages.finish_lean(ds, finish)
     else:
-        convert = stages.frame_converter(plan, mean, std)
-        ds = stages.parse_decode_finish(ds, plan, parser, finish, deterministic, convert)
+        ds = stages.parse_decode_finish(ds, plan, parser, finish, deterministic)
     ds = ds.with_options(options)
     logger.info(
         "%s %s: %d examples in %d files (this pipeline), cycle_length %d, shuffle buffer %d examples, "

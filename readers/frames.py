@@ -4,7 +4,7 @@ time; raw (uncompressed uint8) ones parsed a batch at a time with one `tf.io.dec
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from typing import Sequence
 
 import cv2
 import numpy as np
@@ -13,10 +13,6 @@ import tensorflow_datasets as tfds
 
 # Frames decoded by one unrolled call (a whole batch when it fits); longer sequences use tf.map_fn.
 MAX_UNROLLED_FRAMES = 2048
-# Frames at least this big (decoded) are converted one by one right after their decode, while still in
-# cache, and copied into the batch as each is ready (`parallel_stack`); smaller frames are stacked first
-# and converted in one op per batch (an op per frame would cost more than the cache saves).
-LARGE_FRAME_BYTES = 2**20
 FRAME_FORMATS = ("jpeg", "png")
 
 
@@ -72,22 +68,8 @@ class KeepEncoded(tfds.decode.Decoder):
         return serialized_example
 
 
-def is_large_frame(feature: tfds.features.Video) -> bool:
-    """Whether a decoded frame of `feature` is big enough to be converted frame by frame (`LARGE_FRAME_BYTES`)."""
-    return int(np.prod(feature.shape[1:])) * np.dtype(feature.np_dtype).itemsize >= LARGE_FRAME_BYTES
-
-
-def decode_frame_strings(
-    encoded: tf.Tensor, count: int, feature: tfds.features.Video,
-    convert: Callable[[tf.Tensor], tf.Tensor] | None = None,
-) -> tf.Tensor:
-    """Decodes `count` encoded frames (string vector) to (count, H, W, C) with static shape.
-
-    `convert` (elementwise, e.g. uint8 -> normalized float32) is applied to the decoded frames: to each
-    frame as soon as it is decoded, the results copied into the output as they are ready
-    (`parallel_stack`, inside a graph), so a big frame is read back from cache rather than memory and
-    the frames are never stacked twice; else (eager, or more than MAX_UNROLLED_FRAMES) to the stack.
-    """
+def decode_frame_strings(encoded: tf.Tensor, count: int, feature: tfds.features.Video) -> tf.Tensor:
+    """Decodes `count` encoded frames (string vector) to (count, H, W, C) with static shape."""
     _, height, width, channels = feature.shape
     fmt = feature.feature.encoding_format
     dtype = tf.as_dtype(feature.np_dtype)
@@ -97,17 +79,12 @@ def decode_frame_strings(
             return tf.io.decode_jpeg(data, channels=channels)
         return tf.io.decode_png(data, channels=channels, dtype=dtype)
 
-    if count <= MAX_UNROLLED_FRAMES and convert is not None and tf.inside_function():
-        pieces = [convert(tf.ensure_shape(one(encoded[i]), (height, width, channels))) for i in range(count)]
-        frames = tf.compat.v1.parallel_stack(pieces)
-        convert = None
-    elif count <= MAX_UNROLLED_FRAMES:
+    if count <= MAX_UNROLLED_FRAMES:
         frames = tf.stack([one(encoded[i]) for i in range(count)])
     else:
         spec = tf.TensorSpec((height, width, channels), dtype)
         frames = tf.map_fn(one, encoded, fn_output_signature=spec, parallel_iterations=16)
-    frames = tf.ensure_shape(frames, (count, height, width, channels))
-    return frames if convert is None else convert(frames)
+    return tf.ensure_shape(frames, (count, height, width, channels))
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -182,30 +181,18 @@ class ReadPlan:
                 out[v] = self._decode(v, out[v], ())
         return out
 
-    def _decode(
-        self, video: str, encoded: tf.Tensor, batch_dims: tuple[int, ...],
-        convert: Callable[[tf.Tensor], tf.Tensor] | None = None,
-    ) -> tf.Tensor:
-        """Encoded frames (batch_dims + (count,)) -> uint8 (batch_dims + frame_dims + (H, W, C)), or `convert`ed."""
+    def _decode(self, video: str, encoded: tf.Tensor, batch_dims: tuple[int, ...]) -> tf.Tensor:
+        """Encoded frames (batch_dims + (count,)) -> uint8 (batch_dims + frame_dims + (H, W, C))."""
         feature = self.features[video]
         dims = tuple(batch_dims) + self.frame_dims(video)
         count = int(np.prod(dims))
-        decoded = frames.decode_frame_strings(tf.reshape(encoded, [count]), count, feature, convert)
+        decoded = frames.decode_frame_strings(tf.reshape(encoded, [count]), count, feature)
         return tf.reshape(decoded, dims + tuple(feature.shape[1:]))
 
-    def decode_batch(
-        self, batch: Mapping[str, tf.Tensor], convert: Callable[[str, tf.Tensor], tf.Tensor] | None = None
-    ) -> dict[str, tf.Tensor]:
-        """Per batch (static batch size): decodes every video's frames in one call.
-
-        `convert(name, frames)`, elementwise (e.g. to normalized float32), is applied here to videos of
-        large frames (`frames.is_large_frame`), frame by frame as they are decoded; the other videos come
-        out as stored (uint8) and are converted by the caller.
-        """
+    def decode_batch(self, batch: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Per batch (static batch size): decodes every video's frames in one call."""
         out = dict(batch)
         if self.decode_in_batch:
             for v in self.encoded:
-                large = convert is not None and frames.is_large_frame(self.features[v])
-                per_frame = functools.partial(convert, v) if large else None
-                out[v] = self._decode(v, batch[v], (int(batch[v].shape[0]),), per_frame)
+                out[v] = self._decode(v, batch[v], (int(batch[v].shape[0]),))
         return out

@@ -86,15 +86,6 @@ def resize_frames(x: tf.Tensor, size: tuple[int, int]) -> tf.Tensor:
     return out
 
 
-def frame_converter(plan: ReadPlan, mean: Any, std: Any) -> Callable[[str, tf.Tensor], tf.Tensor]:
-    """`convert(name, frames)`: integer frames of video `name` (any leading dims) -> normalized float32."""
-
-    def convert(name: str, x: tf.Tensor) -> tf.Tensor:
-        return as_float(x, float(np.iinfo(plan.features[name].np_dtype).max), mean, std)
-
-    return convert
-
-
 def finisher(
     plan: ReadPlan,
     inputs: Sequence[str] | None,
@@ -104,15 +95,11 @@ def finisher(
     resize: tuple[int, int] | None,
     mask_dtype: tf.DType,
 ) -> Callable[[Mapping[str, tf.Tensor]], Any]:
-    """The per-batch finish: frames to normalized float32, other inputs to `mask_dtype`, output structure.
-
-    Frames already float32 were converted while decoding (`parse_decode_finish`, large frames) and are
-    only resized; stored frames are integers.
-    """
-    convert = frame_converter(plan, mean, std)
+    """The per-batch finish: frames to normalized float32, other inputs to `mask_dtype`, output structure."""
 
     def frames(name: str, x: tf.Tensor) -> tf.Tensor:
-        y = x if x.dtype == tf.float32 else convert(name, x)
+        scale = float(np.iinfo(plan.features[name].np_dtype).max)
+        y = as_float(x, scale, mean, std)
         return resize_frames(y, resize) if resize else y
 
     def finish(batch: Mapping[str, tf.Tensor]):
@@ -129,16 +116,11 @@ def finisher(
 
 
 def parse_decode_finish(
-    ds: tf.data.Dataset, plan: ReadPlan, parser: BatchParser | None, finish: Callable, deterministic: bool,
-    convert: Callable[[str, tf.Tensor], tf.Tensor] | None = None,
+    ds: tf.data.Dataset, plan: ReadPlan, parser: BatchParser | None, finish: Callable, deterministic: bool
 ) -> tf.data.Dataset:
-    """Per batch, in one parallel map: parse (serialized batches), decode every frame, finish; then prefetch.
-
-    `convert` (`frame_converter`): large frames are converted to float32 one by one as they are decoded
-    (`ReadPlan.decode_batch`), which saves a pass over the whole batch in memory.
-    """
+    """Per batch, in one parallel map: parse (serialized batches), decode every frame, finish; then prefetch."""
     parse = parser.parse if parser is not None else (lambda batch: batch)
-    both = tf.autograph.experimental.do_not_convert(lambda batch: finish(plan.decode_batch(parse(batch), convert)))
+    both = tf.autograph.experimental.do_not_convert(lambda batch: finish(plan.decode_batch(parse(batch))))
     return ds.map(both, num_parallel_calls=AUTOTUNE, deterministic=deterministic).prefetch(AUTOTUNE)
 
 

@@ -17,7 +17,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import vidvol
 from vidvol import samples
 from vidvol.readers import clip_sampling
-from vidvol.readers import frames
 from vidvol.readers import api as readers_api
 from vidvol.readers.batch_parser import BatchParser
 from vidvol import readers
@@ -415,23 +414,6 @@ def test_fire_hrr_batches_are_video_mask_hrr(fire_small):
         match = [e for e in expected.values() if len(e["hrr"]) == n][0]
         np.testing.assert_allclose(row_hrr[:n], match["hrr"], rtol=1e-5)
         assert not row_hrr[n:].any() and not row_video[n:].any() and row_video[:n].max() > 0.5
-
-
-@pytest.mark.parametrize("mean,std", [(0.0, 1.0), ((0.4, 0.5, 0.6), (0.2, 0.25, 0.3))])
-def test_large_frames_converted_while_decoding_give_the_same_batches(fire_small, monkeypatch, mean, std):
-    builder, _ = fire_small
-
-    def batches():
-        ds = readers.load(builder, "train", 2, training=False, drop_remainder=True, mean=mean, std=std,
-                          features=["video", "hrr"])
-        return [b["video"] for b in tfds.as_numpy(ds)]
-
-    whole = batches()  # 135x240 frames: stacked, then converted in one op per batch
-    monkeypatch.setattr(frames, "LARGE_FRAME_BYTES", 1)  # every frame "large": converted one by one as decoded
-    per_frame = batches()
-    assert len(whole) == len(per_frame) == 1 and whole[0].dtype == np.float32
-    np.testing.assert_array_equal(whole[0], per_frame[0])
-    assert whole[0].std() > 0.05  # real frames, not zeros
 
 
 @pytest.fixture(scope="module")

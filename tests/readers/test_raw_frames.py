@@ -24,9 +24,10 @@ from vidvol.readers import frames
 from vidvol.readers import random_access
 from vidvol.readers.batch_parser import BatchParser
 
-# JPEG q90 of 64x64 frames against their uncompressed originals (textured, moving sample content).
+# JPEG q90 of 64x64 frames against their uncompressed originals (textured, moving sample content):
+# a few levels on average; single pixels on sharp colour edges (4:2:0 chroma) are off by up to ~90.
 JPEG_MEAN_ABS = 4.0
-JPEG_MAX_ABS = 80
+JPEG_MIN_PSNR_DB = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,8 @@ def test_raw_equals_the_decoded_resized_frames_and_jpeg_within_its_error(built):
             np.testing.assert_array_equal(r["video"][:real], source.frames)
             assert r["video"][real:].max(initial=0) == 0
             diff = np.abs(r["video"].astype(np.int16) - j["video"].astype(np.int16))
-            assert diff.mean() < JPEG_MEAN_ABS and diff.max() <= JPEG_MAX_ABS, (vid, diff.mean(), diff.max())
+            psnr = 10 * np.log10(255.0**2 / max(float(np.mean(diff.astype(np.float64) ** 2)), 1e-12))
+            assert diff.mean() < JPEG_MEAN_ABS and psnr > JPEG_MIN_PSNR_DB, (vid, diff.mean(), psnr)
             assert r["video"].std() > 10  # real content, not blank frames that would match anything
 
 
@@ -164,7 +166,7 @@ def test_read_time_clips_and_per_example_path_agree_on_raw(built):
         for clip in range(2):  # every valid slot is one of the stored frames, invalid slots are zero
             for t in range(8):
                 if m[clip, t]:
-                    assert any(np.array_equal(v[clip, t], f) for f in full)
+                    assert any(np.allclose(v[clip, t], f, atol=1e-6) for f in full)
                 else:
                     assert v[clip, t].max() == 0
     # Per-example parse (TFDS's own Tensor decode) gives the same batches as the per-batch decode_raw.
