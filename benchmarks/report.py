@@ -158,6 +158,7 @@ def markdown(results: Mapping[str, Any]) -> str:
                   ratio_rows)
     if results.get("hmdb51_paths"):
         out += hmdb51_paths_section(results["hmdb51_paths"])
+    out += disk_section(results["read"])
 
     b = results["build_scaling"]
     out += ["## Build throughput: 1 vs 2 Beam workers", "",
@@ -229,6 +230,22 @@ def hmdb51_paths_section(paths: Mapping[str, Any]) -> list[str]:
           f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})",
           f"{_fmt(r['x_baseline'], 'x')} ({_fmt(r['x_baseline_cpu'], 'x')})", f"{r['peak_rss_mib']:.0f}"]
          for r in paths["rows"]])
+    return out
+
+
+def disk_section(read: Mapping[str, Any]) -> list[str]:
+    """Markdown lines: disk cost of the configs a read entry compares (stored raw vs JPEG), per clip and for a full dataset."""
+    out = []
+    for name, r in read.items():
+        disk = r.get("disk")
+        if not disk:
+            continue
+        if not out:
+            out += ["Disk cost of the configs read above (shard files of every split, per clip; and for all "
+                    f"{disk['clips_for_all']:,} HMDB51 clips):", ""]
+        out += _table(["dataset", "config", "clips built", "KiB per clip", f"GiB for {disk['clips_for_all']:,} clips"],
+                      [[name, f"`{config}`", d["examples"], f"{d['bytes_per_clip'] / 1024:.1f}", f"{d['gib_for_all']:.2f}"]
+                       for config, d in disk["configs"].items()])
     return out
 
 

@@ -12,7 +12,9 @@ Measured, each against its baseline in the same run on the same files:
 
 - reads: hmdb51 (default config) via `vidvol.load` vs the users' per-frame-seek OpenCV pipeline and
   vs the decode limit; hmdb51 through plain `tfds.load` (+ cast/255, batch, prefetch) and through
-  `vidvol.load` seeded and unseeded, at batch 8 and 32, each against the decode limit; fire_hrr at full resolution vs per-frame `get_img` and the decode limit;
+  `vidvol.load` seeded and unseeded, at batch 8 and 32, each against the decode limit; its stored-raw
+  twin (`<config>_raw`) vs the same baseline, vs the JPEG decode limit and its disk cost; fire_hrr at
+  full resolution vs per-frame `get_img` and the decode limit;
   mri_volumes from 128^3 and 256x256x160 scans vs `nib.load(...).get_fdata()`; peak RSS of each;
 - builds: fire_hrr full resolution with 1 vs 2 Beam workers; peak RSS of the driver and of every
   Beam worker building 4 vs 16 experiments;
@@ -31,6 +33,7 @@ import argparse
 import csv
 import dataclasses
 import datetime
+import glob
 import json
 import logging
 import os
@@ -125,6 +128,7 @@ QUICK = Settings(
 )
 FIRE_WINDOW = 161
 HMDB51_FRAMES = 20
+HMDB51_CLIPS = 6766  # clips in the real HMDB51 (the disk cost of a config is stated for all of them)
 CONTENDED_CORES = 0.25  # other processes busier than this during a timed window make it "shared"
 
 METHOD = [
@@ -144,6 +148,10 @@ METHOD = [
     "`vidvol.load` with seed=None and seed=0; each at batch 8 and 32, each in its own process with its own paired "
     "decode limit. The seed cost compares the seeded and unseeded shares of the limit at the same batch size. "
     "x baseline: against the OpenCV seek baseline above (its rate does not depend on the batch size).",
+    "hmdb51_raw: the same videos built again as the stored-raw config (`<config>_raw`: uncompressed uint8 clips), "
+    "read the same way; its limit is the JPEG config's decode limit (the stored JPEG frames of the same clips, timed "
+    "in the raw reader's process before each run), its baseline the hmdb51 row's OpenCV run. Disk: the shard files "
+    "of both splits per clip, times the 6,766 clips of HMDB51.",
     "Decode limit: the JPEG frames exactly as stored in our shards (read back from the TFRecords), `cv2.imdecode` "
     "(libjpeg-turbo) in a tight loop on one core, times the cores; as examples/s it is that frame rate divided by "
     "the frames per example. No float conversion, batching or copying is charged to it. It is timed in the "
@@ -281,6 +289,9 @@ class Bench:
         # Datasets that are only read: built in this process (Beam worker subprocesses in a full run).
         out["reads"]["hmdb51"] = self._build("hmdb51", s.hmdb51_config, os.path.join(self.inputs_dir, "hmdb51"),
                                              self.path("data", "hmdb51"), self.cores, measured=False)
+        out["reads"]["hmdb51_raw"] = self._build("hmdb51", raw_config(s.hmdb51_config),
+                                                 os.path.join(self.inputs_dir, "hmdb51"),
+                                                 self.path("data", "hmdb51_raw"), self.cores, measured=False)
         for tag, _ in s.mri:
             out["reads"][f"mri_{tag}"] = self._build("mri_volumes", s.mri_config, os.path.join(self.inputs_dir, f"mri_{tag}"),
                                                      self.path("data", f"mri_{tag}"), self.cores, measured=False)
@@ -453,6 +464,23 @@ class Bench:
         self._phase("build_limit", start)
         return out
 
+    def read_hmdb51_raw(self, jpeg: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+        """The stored-raw hmdb51 config via `vidvol.load`, against the JPEG config's decode limit and the same baseline run."""
+        s = self.s
+        data, jpeg_data = self.path("data", "hmdb51_raw"), self.path("data", "hmdb51")
+        config = raw_config(s.hmdb51_config)
+        r = {"config": config, "unit": "clip (20 frames)", "frames_per_example": HMDB51_FRAMES,
+             "baseline_name": "OpenCV seek per frame (the hmdb51 row's run)", "examples": jpeg["examples"],
+             "limit_of": s.hmdb51_config}
+        r["loader"] = self._read("hmdb51_raw_loader", ReadJob(
+            "loader", "hmdb51", s.hmdb51_batch, config, data_dir=data, frames_per_example=HMDB51_FRAMES,
+            limit_files=baselines.shard_files(jpeg_data, "hmdb51", s.hmdb51_config, "train"), limit_max_frames=2000,
+            **common))
+        r["baseline"] = jpeg["baseline"]
+        r["limit"] = r["loader"].pop("limit")
+        r["disk"] = disk_cost("hmdb51", {s.hmdb51_config: jpeg_data, config: data})
+        return _ratios(r)
+
     def read_all(self, built: dict[str, Any]) -> dict[str, Any]:
         """Times every dataset through the loader, its baseline and (video) the decode limit."""
         start = time.monotonic()
@@ -478,6 +506,7 @@ class Bench:
             "loader", "hmdb51", s.hmdb51_batch, s.hmdb51_config, data_dir=data, frames_per_example=HMDB51_FRAMES,
             limit_files=baselines.shard_files(data, "hmdb51", s.hmdb51_config, "train"), limit_max_frames=2000,
             output_dtype="uint8", **common))
+        read["hmdb51_raw"] = self.read_hmdb51_raw(read["hmdb51"], common)
 
         rows = inputs.fire_frame_rows(os.path.join(built["fire_read_manual"], "labels.csv"))
         height, width = s.fire["height"], s.fire["width"]
@@ -538,6 +567,34 @@ class Bench:
         return r
 
 
+def raw_config(config: str) -> str:
+    """The stored-raw twin of an hmdb51 config name (`split1_20x64x64` -> `split1_20x64x64_raw`)."""
+    return f"{config}_raw"
+
+
+def _examples_built(config_dir: str) -> int:
+    """Examples of every split of a prepared config folder (its dataset_info.json shard lengths)."""
+    infos = glob.glob(os.path.join(config_dir, "*", "dataset_info.json"))
+    if not infos:
+        raise FileNotFoundError(f"{config_dir}: no */dataset_info.json (expected a prepared config)")
+    with open(infos[0], encoding="utf-8") as f:
+        info = json.load(f)
+    return sum(int(n) for split in info["splits"] for n in split.get("shardLengths", []))
+
+
+def disk_cost(name: str, configs: dict[str, str], clips: int = HMDB51_CLIPS) -> dict[str, Any]:
+    """Shard bytes per example of each prepared config (`{config: data_dir}`, every split), and for `clips` examples."""
+    out = {}
+    for config, data_dir in configs.items():
+        folder = os.path.join(data_dir, name, config)
+        files = glob.glob(os.path.join(folder, "*", f"{name}-*.tfrecord-*"))
+        examples = _examples_built(folder)
+        per_clip = sum(os.path.getsize(f) for f in files) / max(1, examples)
+        out[config] = {"examples": examples, "shards": len(files), "bytes_per_clip": round(per_clip, 1),
+                       "gib_for_all": round(per_clip * clips / GIB, 3)}
+    return {"clips_for_all": clips, "configs": out}
+
+
 def _fire_config_size(config: str) -> tuple[int, int]:
     """(height, width) of a fire_hrr config name such as 'full_161x540x960' or '161x135x240'."""
     parts = config.split("_")[-1 if config.startswith("full") else 0].split("x")
@@ -593,6 +650,7 @@ def targets(read: dict[str, Any], built: dict[str, Any]) -> list[dict[str, Any]]
             "hmdb51: vidvol.load(output_dtype='uint8') vs decode limit", read["hmdb51_uint8"]["of_limit"], 0.8,
             unit="%", cpu_value=read["hmdb51_uint8"]["of_limit_cpu"],
             note="uint8 frames, normalized on the device (vidvol.layers.Dequantize): no float32 pass on the host"))
+    rows += hmdb51_raw_targets(read)
     for key, r in read.items():
         if key.startswith("mri_volumes_") and key.endswith("_int16"):
             rows.append(report.target(
@@ -673,6 +731,25 @@ def path_targets(paths: dict[str, Any] | None) -> list[dict[str, Any]]:
                 1 - r["of_limit"] / plain["of_limit"], 0.10, op="<=", unit="%",
                 cpu_value=1 - r["of_limit_cpu"] / plain["of_limit_cpu"]))
     return rows
+
+
+def hmdb51_raw_targets(read: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stored-raw config's promises: past the JPEG decode limit, and far past the OpenCV baseline."""
+    r = read.get("hmdb51_raw")
+    if not r:
+        return []
+    disk = r["disk"]["configs"]
+    raw, jpeg = disk[r["config"]], disk[r["limit_of"]]
+    cost = (f"disk {raw['bytes_per_clip'] / 1024:.0f} KiB per clip vs {jpeg['bytes_per_clip'] / 1024:.0f} KiB as JPEG "
+            f"({raw['gib_for_all']:.2f} vs {jpeg['gib_for_all']:.2f} GiB for all {r['disk']['clips_for_all']:,} HMDB51 clips)")
+    return [
+        report.target(f"hmdb51 raw ({r['config']}): vidvol.load vs JPEG decode limit", r["of_limit"], 1.5,
+                      cpu_value=r["of_limit_cpu"],
+                      note="no decode, but every clip is parsed, copied and written as float32 (1 MB per 20x64x64 "
+                           "clip): memory bandwidth bounds it; " + cost),
+        report.target(f"hmdb51 raw ({r['config']}): vidvol.load vs OpenCV seek baseline", r["x_baseline"], 100,
+                      cpu_value=r["x_baseline_cpu"], note=cost),
+    ]
 
 
 def run(out: str, settings: Settings, *, inputs_dir: str | None = None, with_cluster: bool = True,

@@ -22,6 +22,19 @@ from vidvol.builders import files
 from vidvol.builders import video
 
 
+# How clip frames are stored: one JPEG or PNG per frame (TFDS Video), or the whole uint8 clip as raw bytes.
+IMAGE_FORMATS = ("jpeg", "png", "raw")
+
+
+def check_raw_length(image_format: str, num_frames: int | None) -> None:
+    """Raw storage holds fixed-length clips only (every frame of a long video uncompressed would be huge)."""
+    if image_format == "raw" and num_frames is None:
+        raise ValueError(
+            "image_format='raw' stores fixed-length clips only; set num_frames (e.g. 20), or keep every frame "
+            "with image_format='jpeg'"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ClipSpec:
     """How a clip is cut from a video: frame count, geometry, sampling and storage."""
@@ -31,7 +44,7 @@ class ClipSpec:
     width: int
     resize_mode: str = "resize"  # "resize" (direct) or "crop" (aspect-preserving resize + center crop)
     sampling: str = "uniform"  # "uniform" or "motion"
-    image_format: str = "jpeg"
+    image_format: str = "jpeg"  # "jpeg", "png" (lossless) or "raw" (uncompressed uint8, fixed num_frames only)
     quality: int = 90
     timeout_s: float = 300.0
 
@@ -40,8 +53,9 @@ class ClipSpec:
             raise ValueError(f"sampling must be 'uniform' or 'motion', got {self.sampling!r}")
         if self.resize_mode not in ("resize", "crop"):
             raise ValueError(f"resize_mode must be 'resize' or 'crop', got {self.resize_mode!r}")
-        if self.image_format not in ("jpeg", "png"):
-            raise ValueError(f"image_format must be 'jpeg' or 'png', got {self.image_format!r}")
+        if self.image_format not in IMAGE_FORMATS:
+            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {self.image_format!r}")
+        check_raw_length(self.image_format, self.num_frames)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +183,10 @@ def clip_example(source: ClipSource, spec: ClipSpec) -> Iterator[tuple[str, dict
     frame_indices[: len(kept)] = kept
     yield source.key, {
         **source.features,
-        "video": video.encode_frames(clip, image_format=spec.image_format, quality=spec.quality),
+        # Raw storage: the uint8 clip itself (TFDS's Tensor feature writes its bytes); else one image per frame.
+        "video": clip if spec.image_format == "raw" else video.encode_frames(
+            clip, image_format=spec.image_format, quality=spec.quality
+        ),
         "mask": mask,
         "frame_indices": frame_indices,
         "num_frames": np.int32(num_frames),
@@ -194,6 +211,11 @@ GEOMETRIES: tuple[Geometry, ...] = (
              description="16 evenly spaced frames, short side to 224 + center crop"),
     Geometry("all_112x112", num_frames=None, size=112, resize_mode="crop",
              description="every frame, short side to 112 + center crop, variable length"),
+    # Stored raw (uncompressed uint8): small clips read faster than their JPEG frames decode, for disk space.
+    Geometry("20x64x64_raw", num_frames=20, size=64, image_format="raw",
+             description="as the default, stored raw (uncompressed uint8, 240 KiB per clip): no decode at read time"),
+    Geometry("16x112x112_raw", num_frames=16, size=112, resize_mode="crop", image_format="raw",
+             description="as 16x112x112, stored raw (uncompressed uint8, 588 KiB per clip): no decode at read time"),
 )
 
 
@@ -206,7 +228,7 @@ class ClipConfig(tfds.core.BuilderConfig):
     width: int = 64
     resize_mode: str = "resize"  # "resize" (direct) or "crop" (aspect-preserving resize + center crop)
     sampling: str = "uniform"  # "uniform" or "motion" (key frames with the largest frame difference)
-    image_format: str = "jpeg"  # "jpeg" or "png" (lossless)
+    image_format: str = "jpeg"  # "jpeg", "png" (lossless) or "raw" (uncompressed uint8; fixed num_frames only)
     jpeg_quality: int = 90
     max_shard_size: int = 128 * 2**20
 
@@ -227,6 +249,20 @@ def geometry_fields(geometry: Geometry) -> dict[str, Any]:
     )
 
 
+def video_feature(config: ClipConfig) -> tfds.features.FeatureConnector:
+    """The `video` feature: TFDS Video (one JPEG/PNG per frame), or a raw uint8 Tensor stored as one bytes value.
+
+    Both read back as uint8 (T, H, W, 3) in `tfds.load`; the raw one decodes with a single
+    `tf.io.decode_raw` per clip (per batch in `vidvol.load`).
+    """
+    shape = (config.num_frames, config.height, config.width, 3)
+    if config.image_format == "raw":
+        check_raw_length(config.image_format, config.num_frames)
+        return tfds.features.Tensor(shape=shape, dtype=np.uint8, encoding=tfds.features.Encoding.BYTES)
+    # TFDS's Video (same bytes, same frames out), decoded without a per-example tf.map_fn.
+    return vfeatures.VideoFrames(shape, encoding_format=config.image_format)
+
+
 def clip_features(
     config: ClipConfig, label: tfds.features.ClassLabel, extra: Mapping[str, tfds.features.FeatureConnector] | None = None
 ) -> tfds.features.FeaturesDict:
@@ -234,8 +270,7 @@ def clip_features(
     t = config.num_frames
     return tfds.features.FeaturesDict(
         {
-            # TFDS's Video (same bytes, same frames out), decoded without a per-example tf.map_fn.
-            "video": vfeatures.VideoFrames((t, config.height, config.width, 3), encoding_format=config.image_format),
+            "video": video_feature(config),
             "mask": tfds.features.Tensor(shape=(t,), dtype=np.uint8),
             "frame_indices": tfds.features.Tensor(shape=(t,), dtype=np.int32),
             "label": label,
@@ -257,7 +292,7 @@ class ClipBuilder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder, skip_r
     def _estimated_example_bytes(self) -> int:
         cfg = self.builder_config
         frames = cfg.num_frames or 120
-        per_frame = cfg.height * cfg.width * 3 // (2 if cfg.image_format == "png" else 10)
+        per_frame = cfg.height * cfg.width * 3 // {"png": 2, "raw": 1}.get(cfg.image_format, 10)
         return frames * per_frame
 
     def _clip_examples(self, sources: Sequence[tuple[str, ClipSource]]) -> beam_writer.ExamplesFromSources:

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.readers import frames
 
 
 class BatchParser:
@@ -16,12 +17,18 @@ class BatchParser:
     TFDS's reader parses each example in its own map call; for features whose stored shape is fully
     known one call per batch is far cheaper (figures in the README). The specs are TFDS's own, the
     values go through the features' `decode_batch_example` (or the `decoders` given for some,
-    already set up on their features), except video frames (kept encoded).
+    already set up on their features), except video frames: encoded ones stay encoded, raw uint8
+    ones (`frames.is_raw_video`) are one `tf.io.decode_raw` for the whole batch (TFDS's Tensor would
+    `tf.map_fn` over the examples).
     """
 
     def __init__(self, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str],
                  decoders: Mapping[str, tfds.decode.Decoder] | None = None):
-        self.features, self.names, self.videos = features, tuple(names), tuple(videos)
+        self.features, self.names = features, tuple(names)
+        self.videos = tuple(v for v in videos if not frames.is_raw_video(features[v]))  # kept encoded
+        self.raw = tuple(
+            n for n in self.names if frames.is_raw_video(features[n]) and frames.stored_as_bytes(features[n])
+        )
         self.decoders = dict(decoders or {})
         self.infos = {n: features[n].get_serialized_info() for n in self.names}
         for name, info in self.infos.items():
@@ -63,6 +70,8 @@ class BatchParser:
                 out[name] = value
             elif name in self.decoders:
                 out[name] = self.decoders[name].decode_batch_example(value)
+            elif name in self.raw:
+                out[name] = frames.decode_raw_batch(value, self.features[name])
             else:
                 out[name] = self.features[name].decode_batch_example(value)
         return out

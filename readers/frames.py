@@ -1,4 +1,5 @@
-"""Encoded video frames at read time: kept as strings through the shuffle, decoded a batch at a time."""
+"""Video frames at read time: encoded ones kept as strings through the shuffle and decoded a batch at a
+time; raw (uncompressed uint8) ones parsed a batch at a time with one `tf.io.decode_raw`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,29 @@ FRAME_FORMATS = ("jpeg", "png")
 def is_encoded_video(feature: tfds.features.FeatureConnector) -> bool:
     """True for a Video feature stored as per-frame JPEG/PNG strings (decoded by the read side)."""
     return isinstance(feature, tfds.features.Video) and getattr(feature.feature, "encoding_format", None) in FRAME_FORMATS
+
+
+def is_raw_video(feature: tfds.features.FeatureConnector) -> bool:
+    """True for uint8 frames stored uncompressed: a Tensor feature of fixed shape (T, H, W, C), C 1 or 3."""
+    if type(feature) is not tfds.features.Tensor:  # pylint: disable=unidiomatic-typecheck  (not Video, ClassLabel...)
+        return False
+    shape = tuple(feature.shape)
+    return np.dtype(feature.np_dtype) == np.uint8 and len(shape) == 4 and shape[-1] in (1, 3) and None not in shape
+
+
+def stored_as_bytes(feature: tfds.features.Tensor) -> bool:
+    """Whether a Tensor feature stores its values as one bytes string per example (`encoding='bytes'`)."""
+    info = feature.get_serialized_info()
+    return isinstance(info, tfds.features.TensorInfo) and info.shape == () and np.dtype(info.np_dtype) == np.object_
+
+
+def decode_raw_batch(serialized: tf.Tensor, feature: tfds.features.Tensor) -> tf.Tensor:
+    """A batch of raw frame stacks: (B,) bytes -> (B, T, H, W, C) uint8 in one `tf.io.decode_raw` (no per-example map)."""
+    shape = tuple(int(d) for d in feature.shape)
+    values = tf.io.decode_raw(serialized, tf.uint8)  # (B, T*H*W*C): every stored value has the same length
+    out = tf.reshape(values, (-1,) + shape)
+    out.set_shape(serialized.shape[:1].concatenate(feature.shape))
+    return out
 
 
 class KeepEncoded(tfds.decode.Decoder):

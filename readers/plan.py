@@ -26,7 +26,9 @@ def per_frame_features(features: tfds.features.FeaturesDict, video: str, names: 
     out = []
     for name in names:
         feature = features[name]
-        if name == video or frames.is_encoded_video(feature) or not isinstance(feature, tfds.features.Tensor):
+        if name == video or frames.is_encoded_video(feature) or frames.is_raw_video(feature):
+            continue
+        if not isinstance(feature, tfds.features.Tensor):
             continue
         if len(feature.shape) >= 1 and feature.shape[0] == length:
             out.append(name)
@@ -52,13 +54,19 @@ class ReadPlan:
 
     features: tfds.features.FeaturesDict
     names: tuple[str, ...]  # features read, in output order for dict outputs
-    videos: tuple[str, ...]  # encoded Video features the read side decodes
+    videos: tuple[str, ...]  # frame features: encoded Video features the read side decodes, and raw ones
     per_frame: tuple[str, ...]  # features aligned with the first video's frames
     clip: clip_sampling.ClipWindow | None
     training: bool
     decode_in_batch: bool  # decode a whole (static-size) batch of frames in one call, else per example
     # Decoders replacing some non-video features' own (volumes to the output dtype, masks to the mask dtype).
     feature_decoders: Mapping[str, tfds.decode.Decoder] = dataclasses.field(default_factory=dict)
+    raw: tuple[str, ...] = ()  # the videos stored as raw uint8 (parsed, never decoded)
+
+    @property
+    def encoded(self) -> tuple[str, ...]:
+        """The videos stored as encoded frames (decoded here)."""
+        return tuple(v for v in self.videos if v not in self.raw)
 
     @classmethod
     def make(
@@ -71,7 +79,8 @@ class ReadPlan:
     ) -> "ReadPlan":
         """Checks the requested features against the builder and decides what is decoded where."""
         features = info.features
-        videos = tuple(n for n in names if frames.is_encoded_video(features[n]))
+        raw = tuple(n for n in names if frames.is_raw_video(features[n]))
+        videos = tuple(n for n in names if frames.is_encoded_video(features[n]) or n in raw)
         per_frame = per_frame_features(features, videos[0], names) if videos else ()
         if clip is not None and not videos:
             raise ValueError(f"{info.full_name}: clip_length is set but none of {list(names)} is a video feature")
@@ -81,9 +90,9 @@ class ReadPlan:
                     f"{info.full_name}: feature {v!r} stores a variable number of frames per example "
                     f"(shape {features[v].shape}); pass clip_length=T (e.g. 16) to sample fixed-length clips"
                 )
-        plan = cls(features, tuple(names), videos, per_frame, clip, training, decode_in_batch=False)
+        plan = cls(features, tuple(names), videos, per_frame, clip, training, decode_in_batch=False, raw=raw)
         if static_batch and videos:
-            count = static_batch * sum(int(np.prod(plan.frame_dims(v))) for v in videos)
+            count = static_batch * sum(int(np.prod(plan.frame_dims(v))) for v in plan.encoded)
             plan = dataclasses.replace(plan, decode_in_batch=count <= frames.MAX_UNROLLED_FRAMES)
         return plan
 
@@ -143,16 +152,18 @@ class ReadPlan:
         return dataclasses.replace(self, feature_decoders=dict(decoders))
 
     def decoders(self) -> tfds.decode.PartialDecoding:
-        """Parse only the features read; keep video frames encoded."""
+        """Parse only the features read; keep encoded video frames encoded (raw frames parse to uint8)."""
         return tfds.decode.PartialDecoding(
             {name: True for name in self.names},
-            decoders={**self.feature_decoders, **{v: frames.KeepEncoded() for v in self.videos}},
+            decoders={**self.feature_decoders, **{v: frames.KeepEncoded() for v in self.encoded}},
         )
 
     @property
     def needs_example_map(self) -> bool:
         """Whether a per-example step runs before batching (clip selection or per-example decoding)."""
-        return bool(self.videos) and (self.clip is not None or not self.decode_in_batch)
+        if not self.videos:
+            return False
+        return self.clip is not None or (bool(self.encoded) and not self.decode_in_batch)
 
     def select(self, example: Mapping[str, tf.Tensor], seed: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
         """Per example: picks the clip's encoded frames and per-frame values; decodes them unless batched."""
@@ -166,14 +177,16 @@ class ReadPlan:
                 if self.clip.eval_clips == 1:
                     indices, valid = indices[0], valid[0]
             flat_valid = tf.reshape(valid, [-1])
-            for v in self.videos:
+            for v in self.raw:  # raw frames are values already: gathered like any per-frame feature
+                out[v] = _zero_invalid(_gather_padded(example[v], indices), valid)
+            for v in self.encoded:
                 # Slots past the end get an encoded all-zero frame: cheap to decode, exactly 0 after it.
                 picked = _gather_padded(example[v], tf.reshape(indices, [-1]))
                 out[v] = tf.where(flat_valid, picked, tf.constant(frames.blank_frame(self.features[v])))
             for name in self.per_frame:
                 out[name] = _zero_invalid(_gather_padded(example[name], indices), valid)
         if not self.decode_in_batch:
-            for v in self.videos:
+            for v in self.encoded:
                 out[v] = self._decode(v, out[v], ())
         return out
 
@@ -189,6 +202,6 @@ class ReadPlan:
         """Per batch (static batch size): decodes every video's frames in one call."""
         out = dict(batch)
         if self.decode_in_batch:
-            for v in self.videos:
+            for v in self.encoded:
                 out[v] = self._decode(v, batch[v], (int(batch[v].shape[0]),))
         return out

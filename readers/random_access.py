@@ -277,16 +277,13 @@ class SupervisedExamples:
                 indices, valid = clip_sampling.even_clips_np(count, plan.clip)
                 if plan.clip.eval_clips == 1:
                     indices, valid = indices[0], valid[0]
-        for v in plan.videos:
+        for v in plan.encoded:
             feature = plan.features[v]
             decoded = frames.decode_frames_np(example[v], feature, indices, valid)
             out[v] = decoded.reshape(plan.frame_dims(v) + tuple(feature.shape[1:]))
         if indices is not None:
-            for name in plan.per_frame:
-                values = np.asarray(example[name])
-                padded = np.concatenate([values, np.zeros((1,) + values.shape[1:], values.dtype)])  # an empty video too
-                picked = padded[np.minimum(indices, len(values))]
-                out[name] = np.where(valid.reshape(valid.shape + (1,) * (picked.ndim - valid.ndim)), picked, 0).astype(values.dtype)
+            for name in plan.raw + plan.per_frame:  # raw frames are values already: gathered like per-frame values
+                out[name] = _gather_valid(np.asarray(example[name]), indices, valid)
         return out
 
     def _finish(self, name: str, value: Any) -> np.ndarray:
@@ -300,6 +297,13 @@ class SupervisedExamples:
             return y
         value = np.asarray(value)
         return value if value.dtype.kind in "SUO" else value.astype(self.mask_dtype)
+
+
+def _gather_valid(values: np.ndarray, indices: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """`values[indices]` with slots where `valid` is False zero (an empty `values` reads zeros)."""
+    padded = np.concatenate([values, np.zeros((1,) + values.shape[1:], values.dtype)])
+    picked = padded[np.minimum(indices, len(values))]
+    return np.where(valid.reshape(valid.shape + (1,) * (picked.ndim - valid.ndim)), picked, 0).astype(values.dtype)
 
 
 def stack_batch(examples: Sequence[Any]) -> Any:

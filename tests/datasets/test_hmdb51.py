@@ -26,7 +26,10 @@ class Hmdb51DummyTest(tfds.testing.DatasetBuilderTestCase):
 
     DATASET_CLASS = hmdb.Builder
     SPLITS = {"train": 6, "test": 3}
-    BUILDER_CONFIG_NAMES_TO_TEST = ["split1_20x64x64", hmdb.Builder.get_builder_config("split1_all_112x112")]
+    BUILDER_CONFIG_NAMES_TO_TEST = [
+        "split1_20x64x64", hmdb.Builder.get_builder_config("split1_all_112x112"),
+        hmdb.Builder.get_builder_config("split1_20x64x64_raw"),  # stored raw: a Tensor feature, not Video
+    ]
     SKIP_CHECKSUMS = True
 
 
@@ -58,9 +61,10 @@ def test_class_names_are_the_51_official_sorted():
 def test_configs_default_first_and_all_splits():
     assert [c.name for c in hmdb.Builder.BUILDER_CONFIGS] == ["split1_20x64x64"]  # `tfds build hmdb51`: one pass
     names = [c.name for c in hmdb.Builder.all_configs()]
-    assert names[0] == "split1_20x64x64" and len(names) == len(set(names)) == 21
+    assert names[0] == "split1_20x64x64" and len(names) == len(set(names)) == 27
     for k in (1, 2, 3):
-        for geom in ("20x64x64", "16x112x112", "16x224x224", "all_112x112", "20x64x64_motion", "20x64x64_crop"):
+        for geom in ("20x64x64", "16x112x112", "16x224x224", "all_112x112", "20x64x64_motion", "20x64x64_crop",
+                     "20x64x64_raw", "16x112x112_raw"):
             assert f"split{k}_{geom}" in names
     all_cfg = hmdb.Builder(config="split1_all_112x112", data_dir="/nonexistent")
     assert all_cfg.info.features["video"].shape == (None, 112, 112, 3)

@@ -73,7 +73,8 @@ def test_configs_default_first_and_geometries():
     default = vfb.Builder.BUILDER_CONFIGS[0]
     assert (default.num_frames, default.height, default.width, default.sampling, default.image_format) == (20, 64, 64, "uniform", "jpeg")
     names = [c.name for c in vfb.Builder.all_configs()]
-    assert names == ["20x64x64", "20x64x64_crop", "20x64x64_motion", "20x64x64_png", "16x112x112", "16x224x224", "all_112x112"]
+    assert names == ["20x64x64", "20x64x64_crop", "20x64x64_motion", "20x64x64_png", "16x112x112", "16x224x224",
+                     "all_112x112", "20x64x64_raw", "16x112x112_raw"]
     built = vfb.Builder(config="16x112x112", data_dir="/nonexistent")
     assert built.info.features["video"].shape == (16, 112, 112, 3) and "start" not in built.info.features
     with pytest.raises(ValueError, match="split_set"):
