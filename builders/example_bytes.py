@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.core import protowire
+
 try:  # TFDS internals (tensorflow-datasets 4.9): how an example dict becomes a flat feature map
     from tensorflow_datasets.core import example_serializer as _es
     from tensorflow_datasets.core import utils as _utils
@@ -33,25 +35,13 @@ except ImportError:  # pragma: no cover
     _FAST = False
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
 def _varints(values: np.ndarray) -> bytes:
     """Packed varints of int64 values (negatives as 10-byte two's complement, as protobuf writes int64)."""
     u = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64).ravel()
     if u.size == 0:
         return b""
     if u.size <= 64:
-        return b"".join(_varint(int(x)) for x in u)
+        return b"".join(protowire.encode_varint(int(x)) for x in u)
     nbytes = np.ones(u.shape, dtype=np.int64)
     for k in range(1, 10):
         nbytes += (u >> np.uint64(7 * k)) > 0
@@ -64,7 +54,7 @@ def _varints(values: np.ndarray) -> bytes:
 
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return protowire.encode_varint(number << 3 | 2) + protowire.encode_varint(len(payload)) + payload
 
 
 def _feature(item: Any, tensor_info: Any) -> bytes:
@@ -116,14 +106,7 @@ def _entry_keys(buf: bytes) -> list[str]:
     """The feature-map keys of a serialized Example, in their written order (for the probe)."""
 
     def varint(i: int) -> tuple[int, int]:
-        n = shift = 0
-        while True:
-            x = buf[i]
-            i += 1
-            n |= (x & 0x7F) << shift
-            shift += 7
-            if x < 0x80:
-                return n, i
+        return protowire.decode_varint(buf, i)
 
     _, i = varint(0)  # Example.features tag
     length, i = varint(i)

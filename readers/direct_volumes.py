@@ -43,6 +43,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
+from vidvol.core import protowire
 from vidvol.readers import shards
 
 logger = logging.getLogger(__name__)
@@ -91,31 +92,11 @@ def _mask(crc: int) -> int:
 
 
 def _varint(buf: bytes, at: int) -> tuple[int, int]:
-    """(value, position after it) of a protobuf varint in buf at `at`."""
-    value, shift = 0, 0
-    while True:
-        if at >= len(buf):
-            raise IndexError_("varint runs past the bytes read")
-        byte = buf[at]
-        value |= (byte & 0x7F) << shift
-        at += 1
-        if byte < 0x80:
-            return value, at
-        shift += 7
-        if shift > 63:
-            raise IndexError_("varint too long")
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    """(value, position after it) of a protobuf varint in buf at `at` (IndexError_ when cut off)."""
+    try:
+        return protowire.decode_varint(buf, at)
+    except ValueError as e:
+        raise IndexError_(str(e)) from None
 
 
 class _Window:
@@ -236,7 +217,7 @@ def index_shard(path: str, volume: str) -> ShardIndex:
             if found is None or flag is None:
                 raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
             body = b"".join(kept)
-            small.append(b"\x0a" + _encode_varint(len(body)) + body)
+            small.append(b"\x0a" + protowire.encode_varint(len(body)) + body)
             starts.append(pos)
             lengths.append(length)
             data_at.append(found[0])
