@@ -51,7 +51,7 @@ ENV_STALE = "VIDVOL_BUILD_LOCK_STALE_S"
 MODES = ("wait", "fail")
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
-POLL_S = 1.0
+POLL_S = 0.2  # a waiter sees each new holder (a build lasts seconds), so it names the one it reuses
 REPORT_EVERY_S = 60.0
 
 

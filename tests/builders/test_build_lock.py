@@ -85,7 +85,7 @@ def test_wait_gives_up_after_the_timeout(tmp_path):
     first = build_lock.BuildLock(path, what="x")
     first.acquire()
     try:
-        with pytest.raises(build_lock.BuildInProgressError, match="waited 1 s"):
+        with pytest.raises(build_lock.BuildInProgressError, match=r"waited \d+ s"):
             build_lock.BuildLock(path, what="x", timeout_s=0.5).acquire()
     finally:
         first.release()
