@@ -8,6 +8,7 @@ with the same split infos and skip report; a worker SIGKILLed in the middle of a
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -152,14 +153,26 @@ def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
         thread.start()
         pattern = os.path.join(data_dir, "hmdb51", "split1_20x64x64", "incomplete.*", "*.tmp")
 
-        def attempts():  # shard attempts being written (not the workers' small progress records)
-            return [p for p in glob.glob(pattern) if progress.PROGRESS_SUFFIX not in p]
+        def writer_pid():  # a worker process holding a shard attempt open (not a small progress record)
+            for pid in pids:
+                fd_dir = f"/proc/{pid}/fd"
+                for fd in os.listdir(fd_dir) if os.path.isdir(fd_dir) else []:
+                    try:
+                        target = os.readlink(os.path.join(fd_dir, fd))
+                    except OSError:
+                        continue  # closed between listdir and readlink
+                    if fnmatch.fnmatch(target, pattern) and progress.PROGRESS_SUFFIX not in target:
+                        return pid, target
+            return None
 
         deadline = time.monotonic() + 120
-        while len(attempts()) < 2 and thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)  # until both workers are writing a shard
-        assert len(attempts()) >= 2, f"no two shards in flight: the kill would prove nothing ({outcome})"
-        os.kill(pids[0], signal.SIGKILL)
+        writing = None
+        while writing is None and thread.is_alive() and time.monotonic() < deadline:
+            writing = writer_pid()
+            time.sleep(0.005)
+        assert writing, f"no worker seen writing a shard: the kill would prove nothing ({outcome})"
+        victim, attempt = writing
+        os.kill(victim, signal.SIGKILL)  # in the middle of writing `attempt`
         thread.join(timeout=300)
         assert not thread.is_alive()
         assert len(c.worker_pids()) == 1  # the killed worker stayed dead; the other finished its tasks
@@ -168,3 +181,4 @@ def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
     assert result.built and result.splits == direct.splits
     assert records(result.data_path) == records(direct.data_path)  # every example exactly once, same bytes
     assert not glob.glob(os.path.join(result.data_path, "*.tmp"))
+    assert not os.path.exists(attempt)  # the dead worker's half-written attempt went with the incomplete folder
