@@ -32,9 +32,10 @@ import ctypes
 import dataclasses
 import glob
 import sys
-import threading
 import logging
 import os
+import threading
+import time
 from typing import Sequence
 
 import google_crc32c
@@ -261,6 +262,40 @@ class _BufferPool:
 _pool = _BufferPool()
 _scratch = threading.local()
 
+# Interpreter exit. A `tf.py_function` call in flight when Python finalizes waits for the GIL forever while the
+# finalizing thread, destroying the iterator, waits for that call: a script or notebook kernel that still holds an
+# iterator of these reads never exits (TensorFlow's general py_function-at-exit hang). So at exit, before
+# finalization (`threading._register_atexit`: run in `threading._shutdown`, ahead of `atexit`), new calls stop
+# at once and the GIL is let go long enough for those in flight to finish; the pipeline then waits with its
+# buffers full and nothing left to call back into Python.
+_CLOSING = threading.Event()
+_DRAIN_S = 0.3
+_in_flight = [0]
+_in_flight_lock = threading.Lock()
+
+
+def _close_at_exit() -> None:
+    _CLOSING.set()
+    deadline = time.monotonic() + 5.0
+    time.sleep(_DRAIN_S)
+    while _in_flight[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _register_exit_hook() -> None:
+    if getattr(_register_exit_hook, "done", False):
+        return
+    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+; private, as concurrent.futures uses it
+    if register is not None:
+        try:
+            register(_close_at_exit)
+        except RuntimeError:  # already shutting down
+            return
+    else:  # pragma: no cover
+        import atexit  # pylint: disable=g-import-not-at-top
+        atexit.register(_close_at_exit)
+    _register_exit_hook.done = True
+
 
 class VolumeReads:
     """`tf.py_function` body: a batch of int16-stored volumes read from their shards into one tensor.
@@ -276,8 +311,20 @@ class VolumeReads:
         self.count = int(np.prod(self.shape))
         self.nbytes = self.count * 2
         self.out = np.dtype({"int16": "<i2", "float16": "<f2"}.get(dtype, "<f4"))  # bfloat16: float32, cast in TF
+        _register_exit_hook()
 
     def __call__(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+        if _CLOSING.is_set():
+            raise RuntimeError("vidvol: Python is exiting; volume reads stopped")
+        with _in_flight_lock:
+            _in_flight[0] += 1
+        try:
+            return self._read_batch(files, rows)
+        finally:
+            with _in_flight_lock:
+                _in_flight[0] -= 1
+
+    def _read_batch(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
         files, rows = files.numpy(), rows.numpy()
         batch = len(files)
         out = _pool.take(batch * self.count * self.out.itemsize).view(self.out).reshape((batch,) + self.shape)

@@ -316,3 +316,50 @@ def test_direct_reads_detect_a_corrupted_volume_by_its_crc(mri_int16, tmp_path):
     with pytest.raises(tf.errors.OpError, match=r"tfrecord-.*is corrupted \(its CRC32C does not match\). "
                                                 r"Check every shard: python -m vidvol verify"):
         _eval(builder, "train", 3, output_dtype="int16")
+
+
+_EXIT_SCRIPT = """
+import sys
+import tensorflow_datasets as tfds
+import vidvol
+builder = tfds.builder_from_directory(sys.argv[1])
+it = iter(vidvol.load(builder, "train", 2, repeat=True))  # direct volume reads: a py_function per batch
+for _ in range(50):
+    next(it)
+print("read", flush=True)
+# exits with the iterator alive and its pipeline busy refilling buffers
+"""
+
+
+@pytest.fixture(scope="module")
+def mri_128(tmp_path_factory):
+    """mri_volumes/128 from three 128^3 int16 scans (a batch read takes milliseconds, as in real use)."""
+    root = tmp_path_factory.mktemp("mri_128")
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(3):
+        data = np.zeros((128, 128, 128), np.int16)
+        data[16:112, 16:112, 16:112] = rng.integers(0, 4, size=(96, 96, 96), dtype=np.int16) + 100 * i
+        _write_nifti(str(root / "manual" / f"v{i}.nii.gz"), data)
+        rows.append([f"v{i}.nii.gz", str(i % 2), f"s{i}", "train"])
+    with open(root / "manual" / "labels.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["path", "label", "subject", "split"], *rows])
+    return _build(mri.Builder, "128", root / "manual", root / "data")
+
+
+def test_a_script_holding_a_direct_read_iterator_exits(mri_128, tmp_path):
+    """A batch read in flight when Python finalizes would wait for the GIL forever while the finalizing thread,
+    destroying the iterator, waits for it (TensorFlow's py_function-at-exit hang: 2 of 2 runs of this script
+    hung before the exit hook in readers/direct_volumes.py)."""
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+
+    script = tmp_path / "exit.py"
+    script.write_text(_EXIT_SCRIPT)
+    for _ in range(3):
+        try:
+            done = subprocess.run([sys.executable, str(script), mri_128.data_path], capture_output=True, text=True,
+                                  timeout=60)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"the script did not exit: {e.stdout!r}") from e
+        assert done.returncode == 0 and "read" in done.stdout, done.stderr[-2000:]
