@@ -8,13 +8,14 @@ the examples per second of every run plus the process's peak RSS while streaming
 in its own process in a full benchmark (`python benchmarks/reads.py JOB.json OUT.json`),
 so peaks do not mix.
 
-A job over JPEG frames can name its shard files (`limit_files`): then, right before each timed
-run, the same process times the decode limit of those stored frames (`baselines.decode_rate`, one
-core, x cores), and each run's ratio to the limit measured next to it is reported too. Paired
-that way, a machine that slows down or speeds up between measurements moves both sides alike.
-A job over MRI volumes names its shards in `volume_limit_files` instead: its limit is the stored
-int16 bytes read from the page cache and converted to a float32 volume with NumPy
-(`baselines.volume_rate`, one core, x cores). `output_dtype` / `mask_dtype` choose the loader's mode.
+A job over JPEG frames can name its shard files (`limit_files`): then, right before and right after
+each timed run, the same process times the decode limit of those stored frames (`baselines.decode_rate`
+in one thread per core, all at once: `baselines.on_every_core`), and each run's ratio to the mean of
+the two limits measured next to it is reported too. Paired that way, a machine that slows down or
+speeds up between measurements moves both sides alike (one core alone, timed for a second, swung by
+up to 30 % between runs here). A job over MRI volumes names its shards in `volume_limit_files`
+instead: its limit is the stored int16 bytes read from the page cache and converted to a float32
+volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` / `mask_dtype` choose the loader's mode.
 """
 
 from __future__ import annotations
@@ -170,14 +171,19 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     if job.volume_limit_files:  # MRI: stored int16 bytes -> float32 volume, NumPy, one core (one "frame" = a volume)
         frames = baselines.stored_volume_spans(job.volume_limit_files)
     runs, limits = [], []
+    rate_fn = baselines.volume_rate if job.volume_limit_files else baselines.decode_rate
+
+    def limit() -> dict[str, float]:  # every core at once, half a run's time
+        return baselines.on_every_core(rate_fn, frames, cores, min_seconds=job.min_seconds / 2)
+
     try:
         for _ in range(job.runs):
-            if job.volume_limit_files:
-                limits.append(baselines.volume_rate(frames, min_seconds=job.min_seconds / 2))
-            elif frames is not None:
-                limits.append(baselines.decode_rate(frames, min_seconds=job.min_seconds / 2))
+            before = limit() if frames is not None else None
             runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores))
+            if before is not None:  # the run's limit: the mean of the limit timed right before and right after it
+                after = limit()
+                limits.append({k: (before[k] + after[k]) / 2 for k in before})
     finally:
         monitor.stop()
     rates = [r["examples_per_s"] for r in runs]

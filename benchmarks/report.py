@@ -115,10 +115,11 @@ def markdown(results: Mapping[str, Any]) -> str:
     out += ["## Read throughput", "",
             "Each pipeline streams model-ready batches from warm files (page cache) over `.repeat()`ed epochs after "
             "a few warm-up batches, in its own process (full mode). *Limit*: `cv2.imdecode` (libjpeg-turbo) of the "
-            "frames exactly as stored in our TFRecords, in a tight loop on one core, times the cores, timed before each "
-            "loader run in the same process (ratios: median of the per-run ratios). *Volume limit* (MRI): the stored "
+            "frames exactly as stored in our TFRecords, in a tight loop in one thread per core, all cores at once, timed "
+            "right before and right after each loader run in the same process (a run's limit: the mean of the two; "
+            "ratios: median of the per-run ratios; shown per core). *Volume limit* (MRI): the stored "
             "int16 volume bytes read from the page cache (`os.pread`) and converted to a new float32 volume with NumPy, "
-            "in a tight loop on one core, times the cores. Rows with an `output_dtype` are the loader in that mode, "
+            "in a tight loop on every core at once, timed the same way. Rows with an `output_dtype` are the loader in that mode, "
             "against the same baseline run. *Cores busy*: "
             "CPU seconds of the reading process per second; *others*: cores the rest of the machine kept busy meanwhile.",
             ""]
@@ -134,7 +135,7 @@ def markdown(results: Mapping[str, Any]) -> str:
             lim = r["limit"]
             what = ("volume limit" if lim.get("kind", "").startswith("bytes") else "decode limit")
             unit = "volumes/s" if what == "volume limit" else "frames/s"
-            rows.append([name, f"{what} ({lim['cores']} x {_rate(lim['frames_per_s_one_core'])} {unit})",
+            rows.append([name, f"{what} ({lim['cores']} cores x {_rate(lim['frames_per_s_one_core'])} {unit})",
                          _rate(lim["examples_per_s"]), ", ".join(_rate(x * lim["cores"] / fpe) for x in lim["frames_per_s_one_core_runs"]),
                          _rate(lim["examples_per_s"] * fpe), _rate(lim["cpu_examples_per_s"]), ""])
     for row in rows:

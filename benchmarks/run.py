@@ -153,14 +153,16 @@ METHOD = [
     "in the raw reader's process before each run), its baseline the hmdb51 row's OpenCV run. Disk: the shard files "
     "of both splits per clip, times the 6,766 clips of HMDB51.",
     "Decode limit: the JPEG frames exactly as stored in our shards (read back from the TFRecords), `cv2.imdecode` "
-    "(libjpeg-turbo) in a tight loop on one core, times the cores; as examples/s it is that frame rate divided by "
-    "the frames per example. No float conversion, batching or copying is charged to it. It is timed in the "
-    "reading process right before each loader run, and the loader/limit ratio is the median of the per-run "
-    "ratios, so a machine that drifts between measurements moves both sides alike.",
+    "(libjpeg-turbo) in a tight loop, one thread per core, every core at once (OpenCV lets go of the GIL); as "
+    "examples/s it is that frame rate divided by the frames per example. No float conversion, batching or copying "
+    "is charged to it. It is timed in the reading process right before and right after each loader run (the run's "
+    "limit is the mean of the two), and the loader/limit ratio is the median of the per-run ratios, so a machine "
+    "that drifts between measurements moves both sides alike. (Until 2026-12-01 the limit was one core for half a "
+    "second before each run, times the cores: on this VM that swung by up to 30 % from run to run.)",
     "MRI volume limit (mri_volumes from sources at the grid, seed 004's case): the stored int16 volume bytes of the "
     "train shards read from the page cache (`os.pread` at each record's offset) and converted to a new float32 "
-    "volume (`np.frombuffer(...).astype(np.float32)`) in a tight loop on one core, times the cores; timed in the "
-    "reading process before each loader run, like the decode limit. `output_dtype` rows: the same loader returning "
+    "volume (`np.frombuffer(...).astype(np.float32)`) in a tight loop on every core at once; timed in the "
+    "reading process before and after each loader run, like the decode limit. `output_dtype` rows: the same loader returning "
     "uint8 frames (hmdb51) or int16 volumes without the mask (mri_volumes), to be dequantized on the device "
     "(`vidvol.layers.Dequantize`), against the same baseline run as the float32 row.",
     "Every read pipeline repeats its epochs without pause (repeat before batching); a run is a fresh iterator, "
@@ -662,8 +664,8 @@ def targets(read: dict[str, Any], built: dict[str, Any]) -> list[dict[str, Any]]
             rows.append(report.target(
                 f"{key[:-8]}: vidvol.load(output_dtype='float32', mask_dtype=None) vs volume limit", r["of_limit"], 0.8,
                 unit="%", cpu_value=r["of_limit_cpu"],
-                note="the limit: stored int16 bytes read from the page cache -> a new float32 volume (NumPy, one core, "
-                     "x cores); the loader also checks each record's CRC32C, parses the label and batches"))
+                note="the limit: stored int16 bytes read from the page cache -> a new float32 volume (NumPy, every "
+                     "core at once); the loader also checks each record's CRC32C, parses the label and batches"))
     for key, r in read.items():
         if key.startswith("mri_volumes_") and not key.endswith(("_int16", "_float32")):
             rows.append(report.target(
