@@ -15,7 +15,8 @@ the two limits measured next to it is reported too. Paired that way, a machine t
 speeds up between measurements moves both sides alike (one core alone, timed for a second, swung by
 up to 30 % between runs here). A job over MRI volumes names its shards in `volume_limit_files`
 instead: its limit is the stored int16 bytes read from the page cache and converted to a float32
-volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` / `mask_dtype` choose the loader's mode.
+volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` /
+`mask_dtype` choose the loader's mode.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     monitor = fire_memory.TreeMonitor(os.getpid(), interval)
     monitor.start()
     frames = baselines.stored_jpeg_frames(job.limit_files, max_frames=job.limit_max_frames) if job.limit_files else None
-    if job.volume_limit_files:  # MRI: stored int16 bytes -> float32 volume, NumPy, one core (one "frame" = a volume)
+    if job.volume_limit_files:  # MRI: stored int16 bytes -> float32 volume, NumPy (one "frame" = a volume)
         frames = baselines.stored_volume_spans(job.volume_limit_files)
     runs, limits = [], []
     rate_fn = baselines.volume_rate if job.volume_limit_files else baselines.decode_rate

@@ -271,6 +271,7 @@ _CLOSING = threading.Event()
 _DRAIN_S = 0.3
 _in_flight = [0]
 _in_flight_lock = threading.Lock()
+_exit_hook_registered = False
 
 
 def _close_at_exit() -> None:
@@ -282,18 +283,15 @@ def _close_at_exit() -> None:
 
 
 def _register_exit_hook() -> None:
-    if getattr(_register_exit_hook, "done", False):
+    """Registers `_close_at_exit` once, on the first direct read (processes that never read volumes pay nothing)."""
+    global _exit_hook_registered
+    if _exit_hook_registered:
         return
-    register = getattr(threading, "_register_atexit", None)  # CPython 3.9+; private, as concurrent.futures uses it
-    if register is not None:
-        try:
-            register(_close_at_exit)
-        except RuntimeError:  # already shutting down
-            return
-    else:  # pragma: no cover
-        import atexit  # pylint: disable=g-import-not-at-top
-        atexit.register(_close_at_exit)
-    _register_exit_hook.done = True
+    try:
+        threading._register_atexit(_close_at_exit)  # pylint: disable=protected-access  (as concurrent.futures does)
+    except RuntimeError:  # already shutting down
+        return
+    _exit_hook_registered = True
 
 
 class VolumeReads:
