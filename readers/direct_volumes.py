@@ -32,11 +32,8 @@ import collections
 import ctypes
 import dataclasses
 import glob
-import sys
 import logging
 import os
-import threading
-import time
 from typing import Sequence
 
 import google_crc32c
@@ -46,6 +43,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
 from vidvol.core import protowire
+from vidvol.readers import host_calls
 from vidvol.readers import shards
 
 logger = logging.getLogger(__name__)
@@ -53,7 +51,6 @@ logger = logging.getLogger(__name__)
 _HEADER, _FOOTER = 12, 4  # TFRecord framing: u64 length + u32 masked crc; data; u32 masked crc
 _WINDOW = 1 << 12  # bytes read at a time while indexing: a record's small features fit
 _INDEX_CACHE_SIZE = 4096  # shard indexes kept per process, keyed by path, size and mtime
-_ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
 
 
 class IndexError_(ValueError):
@@ -230,71 +227,7 @@ def index_shard(path: str, volume: str) -> ShardIndex:
                       np.asarray(int16, bool))
 
 
-class _BufferPool:
-    """Aligned NumPy buffers reused once TensorFlow has let go of them (no fresh pages per batch).
-
-    A buffer handed to TensorFlow through DLPack stays referenced by the tensor; when the tensor
-    is freed the reference goes, and the buffer is free again (its reference count tells).
-    """
-
-    def __init__(self, limit: int = 32):
-        self.limit, self.lock, self.buffers = limit, threading.Lock(), {}
-
-    def take(self, nbytes: int) -> np.ndarray:
-        """An aligned `nbytes` uint8 view of a pooled buffer that nothing else references."""
-        with self.lock:
-            free = self.buffers.setdefault(nbytes, [])
-            owner = None
-            for i in range(len(free)):
-                # Views of a NumPy array keep its memory owner alive (their `base`), so the owner's count
-                # is that of the list, this call's argument and every live view or tensor made from it.
-                if sys.getrefcount(free[i]) == 2:
-                    owner = free[i]
-                    break
-            if owner is None:
-                owner = np.empty(nbytes + _ALIGN, np.uint8)
-                if len(free) < self.limit:
-                    free.append(owner)
-            shift = (-owner.ctypes.data) % _ALIGN
-            return owner[shift: shift + nbytes]
-
-
-_pool = _BufferPool()
-
-# Interpreter exit. A `tf.py_function` call in flight when Python finalizes waits for the GIL forever while the
-# finalizing thread, destroying the iterator, waits for that call: a script or notebook kernel that still holds an
-# iterator of these reads never exits (TensorFlow's general py_function-at-exit hang). So at exit, before
-# finalization (`threading._register_atexit`: run in `threading._shutdown`, ahead of `atexit`), new calls stop
-# at once and the GIL is let go long enough for those in flight to finish; the pipeline then waits with its
-# buffers full and nothing left to call back into Python.
-_CLOSING = threading.Event()
-_DRAIN_S = 0.3
-_in_flight = [0]
-_in_flight_lock = threading.Lock()
-_exit_hook_registered = False
-
-
-def _close_at_exit() -> None:
-    _CLOSING.set()
-    deadline = time.monotonic() + 5.0
-    time.sleep(_DRAIN_S)
-    while _in_flight[0] and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _register_exit_hook() -> None:
-    """Registers `_close_at_exit` once, on the first direct read (processes that never read volumes pay nothing)."""
-    global _exit_hook_registered
-    if _exit_hook_registered:
-        return
-    try:
-        threading._register_atexit(_close_at_exit)  # pylint: disable=protected-access  (as concurrent.futures does)
-    except RuntimeError:  # already shutting down
-        return
-    _exit_hook_registered = True
-
-
-class VolumeReads:
+class VolumeReads(host_calls.HostCall):
     """`tf.py_function` body: a batch of int16-stored volumes read from their shards into one int16 tensor.
 
     Each volume's bytes go from the file straight into the batch buffer, and the buffer becomes the
@@ -307,26 +240,15 @@ class VolumeReads:
         self.count = int(np.prod(self.shape))
         self.nbytes = self.count * 2
         self.out = np.dtype("<i2")
-        _register_exit_hook()
+        super().__init__()
 
-    def __call__(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
-        if _CLOSING.is_set():
-            raise RuntimeError("vidvol: Python is exiting; volume reads stopped")
-        with _in_flight_lock:
-            _in_flight[0] += 1
-        try:
-            return self._read_batch(files, rows)
-        finally:
-            with _in_flight_lock:
-                _in_flight[0] -= 1
-
-    def _read_batch(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
+    def run(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
         files, rows = files.numpy(), rows.numpy()
         batch = len(files)
-        out = _pool.take(batch * self.nbytes).view(self.out).reshape((batch,) + self.shape)
+        out = host_calls.pool.take(batch * self.nbytes).view(self.out).reshape((batch,) + self.shape)
         for i in range(batch):
             self._read_one(out[i], int(files[i]), int(rows[i]))
-        return tf.experimental.dlpack.from_dlpack(out.__dlpack__())
+        return host_calls.as_tensor(out)
 
     def _read_one(self, target: np.ndarray, file: int, row: int) -> None:
         """One volume into `target`; the record's length and CRC32C checked on its first read."""

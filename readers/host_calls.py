@@ -1,0 +1,112 @@
+"""Python calls inside a read pipeline (`tf.py_function`): pooled output buffers and a clean interpreter exit.
+
+Two readers run Python per batch: the direct volume reads (`direct_volumes.VolumeReads`) and the
+JPEG batch decode (`frames.JpegBatchDecode`). Both write their output into a pooled, aligned NumPy
+buffer that becomes the tensor through DLPack (no copy, no fresh pages per batch), and both are
+guarded by `HostCall`, which keeps a script or notebook kernel holding a live iterator from hanging
+at exit.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+_ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
+
+
+class BufferPool:
+    """Aligned NumPy buffers reused once TensorFlow has let go of them (no fresh pages per batch).
+
+    A buffer handed to TensorFlow through DLPack stays referenced by the tensor; when the tensor
+    is freed the reference goes, and the buffer is free again (its reference count tells).
+    """
+
+    def __init__(self, limit: int = 32, retain_bytes: int = 1 << 30):
+        # Kept for reuse: at most `limit` buffers of one size, and no more of them than fit `retain_bytes`
+        # (a 250 MiB batch of fire_hrr frames: 4); a buffer past that is freed with its tensor.
+        self.limit, self.retain_bytes, self.lock, self.buffers = limit, retain_bytes, threading.Lock(), {}
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An aligned `nbytes` uint8 view of a pooled buffer that nothing else references."""
+        with self.lock:
+            free = self.buffers.setdefault(nbytes, [])
+            owner = None
+            for i in range(len(free)):
+                # Views of a NumPy array keep its memory owner alive (their `base`), so the owner's count
+                # is that of the list, this call's argument and every live view or tensor made from it.
+                if sys.getrefcount(free[i]) == 2:
+                    owner = free[i]
+                    break
+            if owner is None:
+                owner = np.empty(nbytes + _ALIGN, np.uint8)
+                if len(free) < min(self.limit, max(2, self.retain_bytes // max(1, nbytes))):
+                    free.append(owner)
+            shift = (-owner.ctypes.data) % _ALIGN
+            return owner[shift: shift + nbytes]
+
+
+pool = BufferPool()
+
+
+def as_tensor(array: np.ndarray) -> tf.Tensor:
+    """A pooled NumPy array as a tensor sharing its memory (DLPack)."""
+    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+
+
+# Interpreter exit. A `tf.py_function` call in flight when Python finalizes waits for the GIL forever while the
+# finalizing thread, destroying the iterator, waits for that call: a script or notebook kernel that still holds an
+# iterator of these reads never exits (TensorFlow's general py_function-at-exit hang). So at exit, before
+# finalization (`threading._register_atexit`: run in `threading._shutdown`, ahead of `atexit`), new calls stop
+# at once and the GIL is let go long enough for those in flight to finish; the pipeline then waits with its
+# buffers full and nothing left to call back into Python.
+CLOSING = threading.Event()
+_DRAIN_S = 0.3
+_in_flight = [0]
+_in_flight_lock = threading.Lock()
+_exit_hook_registered = False
+
+
+def _close_at_exit() -> None:
+    CLOSING.set()
+    deadline = time.monotonic() + 5.0
+    time.sleep(_DRAIN_S)
+    while _in_flight[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _register_exit_hook() -> None:
+    """Registers `_close_at_exit` once, on the first host call (processes that never make one pay nothing)."""
+    global _exit_hook_registered
+    if _exit_hook_registered:
+        return
+    try:
+        threading._register_atexit(_close_at_exit)  # pylint: disable=protected-access  (as concurrent.futures does)
+    except RuntimeError:  # already shutting down
+        return
+    _exit_hook_registered = True
+
+
+class HostCall:
+    """Base of a `tf.py_function` body: `__call__` runs `run(*args)` unless Python is exiting, counted in flight."""
+
+    def __init__(self):
+        _register_exit_hook()
+
+    def __call__(self, *args):
+        if CLOSING.is_set():
+            raise RuntimeError("vidvol: Python is exiting; reads stopped")
+        with _in_flight_lock:
+            _in_flight[0] += 1
+        try:
+            return self.run(*args)
+        finally:
+            with _in_flight_lock:
+                _in_flight[0] -= 1
+
+    def run(self, *args):
+        raise NotImplementedError
