@@ -63,7 +63,10 @@ def as_tensor(array: np.ndarray) -> tf.Tensor:
 # iterator of these reads never exits (TensorFlow's general py_function-at-exit hang). So at exit, before
 # finalization (`threading._register_atexit`: run in `threading._shutdown`, ahead of `atexit`), new calls stop
 # at once and the GIL is let go long enough for those in flight to finish; the pipeline then waits with its
-# buffers full and nothing left to call back into Python.
+# buffers full and nothing left to call back into Python. A call refused at exit raises StopIteration: TensorFlow
+# logs other errors of a py_function with a traceback (one per prefetching call, on every exit of a script still
+# holding an iterator), not this one; a consumer still reading then gets tf.data's "Function invocation produced
+# OutOfRangeError" error carrying the message below, never a shortened or silent epoch.
 CLOSING = threading.Event()
 _DRAIN_S = 0.3
 _in_flight = [0]
@@ -99,7 +102,7 @@ class HostCall:
 
     def __call__(self, *args):
         if CLOSING.is_set():
-            raise RuntimeError("vidvol: Python is exiting; reads stopped")
+            raise StopIteration("vidvol: Python is exiting; reads stopped")
         with _in_flight_lock:
             _in_flight[0] += 1
         try:

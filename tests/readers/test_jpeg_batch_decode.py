@@ -148,3 +148,4 @@ def test_a_script_holding_a_host_decode_iterator_exits(hmdb_small, tmp_path):
         except subprocess.TimeoutExpired as e:
             raise AssertionError(f"the script did not exit: {e.stdout!r}") from e
         assert done.returncode == 0 and "read" in done.stdout, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr and "Python is exiting" not in done.stderr, done.stderr[-2000:]
