@@ -8,15 +8,14 @@ TensorFlow's decode ops and to `tfds.load`, on damaged, grey and wrong-size fram
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import cv2
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
+
+import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
 
 from vidvol import readers
 from vidvol import samples
@@ -124,28 +123,6 @@ def test_large_frames_decode_on_the_host_by_default(monkeypatch):
     assert not frames.host_jpeg_decode(large)
 
 
-_EXIT_SCRIPT = """
-import sys
-import tensorflow_datasets as tfds
-import vidvol
-builder = tfds.builder_from_directory(sys.argv[1])
-it = iter(vidvol.load(builder, "train", 2, repeat=True))  # host JPEG decode: a py_function per batch
-for _ in range(30):
-    next(it)
-print("read", flush=True)
-"""
-
-
-def test_a_script_holding_a_host_decode_iterator_exits(hmdb_small, tmp_path):
+def test_a_script_holding_a_host_decode_iterator_exits(hmdb_small):
     """The py_function-at-exit hang (see readers/host_calls.py) guarded for the JPEG batch decode too."""
-    script = tmp_path / "exit.py"
-    script.write_text(_EXIT_SCRIPT)
-    env = {**__import__("os").environ, frames.JPEG_DECODE_ENV: "host"}
-    for _ in range(2):
-        try:
-            done = subprocess.run([sys.executable, str(script), hmdb_small.data_path], capture_output=True, text=True,
-                                  timeout=60, env=env)
-        except subprocess.TimeoutExpired as e:
-            raise AssertionError(f"the script did not exit: {e.stdout!r}") from e
-        assert done.returncode == 0 and "read" in done.stdout, done.stderr[-2000:]
-        assert "Traceback" not in done.stderr and "Python is exiting" not in done.stderr, done.stderr[-2000:]
+    exit_check.assert_exits_quietly(hmdb_small.data_path, runs=2, batches=30, env={frames.JPEG_DECODE_ENV: "host"})

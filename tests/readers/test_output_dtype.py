@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
+import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
 import vidvol
 from vidvol import layers
 from vidvol import readers
@@ -318,19 +319,6 @@ def test_direct_reads_detect_a_corrupted_volume_by_its_crc(mri_int16, tmp_path):
         _eval(builder, "train", 3, output_dtype="int16")
 
 
-_EXIT_SCRIPT = """
-import sys
-import tensorflow_datasets as tfds
-import vidvol
-builder = tfds.builder_from_directory(sys.argv[1])
-it = iter(vidvol.load(builder, "train", 2, repeat=True))  # direct volume reads: a py_function per batch
-for _ in range(50):
-    next(it)
-print("read", flush=True)
-# exits with the iterator alive and its pipeline busy refilling buffers
-"""
-
-
 @pytest.fixture(scope="module")
 def mri_128(tmp_path_factory):
     """mri_volumes/128 from three 128^3 int16 scans (a batch read takes milliseconds, as in real use)."""
@@ -347,20 +335,8 @@ def mri_128(tmp_path_factory):
     return _build(mri.Builder, "128", root / "manual", root / "data")
 
 
-def test_a_script_holding_a_direct_read_iterator_exits(mri_128, tmp_path):
+def test_a_script_holding_a_direct_read_iterator_exits(mri_128):
     """A batch read in flight when Python finalizes would wait for the GIL forever while the finalizing thread,
     destroying the iterator, waits for it (TensorFlow's py_function-at-exit hang: 2 of 2 runs of this script
-    hung before the exit hook in readers/direct_volumes.py)."""
-    import subprocess  # pylint: disable=g-import-not-at-top
-    import sys  # pylint: disable=g-import-not-at-top
-
-    script = tmp_path / "exit.py"
-    script.write_text(_EXIT_SCRIPT)
-    for _ in range(3):
-        try:
-            done = subprocess.run([sys.executable, str(script), mri_128.data_path], capture_output=True, text=True,
-                                  timeout=60)
-        except subprocess.TimeoutExpired as e:
-            raise AssertionError(f"the script did not exit: {e.stdout!r}") from e
-        assert done.returncode == 0 and "read" in done.stdout, done.stderr[-2000:]
-        assert "Traceback" not in done.stderr and "Python is exiting" not in done.stderr, done.stderr[-2000:]
+    hung before the exit hook, now in readers/host_calls.py)."""
+    exit_check.assert_exits_quietly(mri_128.data_path, runs=3, batches=50)  # direct volume reads
