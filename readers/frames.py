@@ -107,34 +107,41 @@ class JpegBatchDecode(host_calls.HostCall):
     def run(self, encoded: tf.Tensor) -> tf.Tensor:
         data = encoded.numpy()
         out = host_calls.pool.take(len(data) * self.frame_bytes).reshape((len(data),) + self.shape)
-        for slot, frame in zip(out, data):  # the loop holds the GIL between frames: keep it lean
-            self._decode_into(slot, frame)
+        for slot, frame in zip(out, data):
+            decode_jpeg_into(slot, frame)
         return host_calls.as_tensor(out)
 
-    def _decode_into(self, slot: np.ndarray, frame: bytes) -> np.ndarray:
-        try:
-            # Given a buffer large enough, simplejpeg decodes into it and returns a view of it.
-            ok = simplejpeg.decode_jpeg(frame, "RGB", True, False, 0, 0, 1, slot).shape == self.shape
-        except ValueError:
-            ok = False
-        if not ok:
-            slot[...] = self._tf_decode(frame)
-        return slot
 
-    def _tf_decode(self, frame: bytes) -> np.ndarray:
-        decoded = tf.io.decode_jpeg(frame, channels=3).numpy()
-        if decoded.shape != self.shape:
-            raise ValueError(f"a stored frame decodes to {decoded.shape[:2]} pixels, the dataset's feature "
-                             f"says {self.shape[:2]}: the shards do not match this builder's config; rebuild them")
-        return decoded
+def decode_jpeg_into(slot: np.ndarray, frame: bytes) -> None:
+    """One RGB JPEG frame into `slot` (H, W, 3 uint8) with the pixels `tf.io.decode_jpeg(frame, channels=3)` gives.
+
+    simplejpeg (fast integer IDCT, fancy upsampling: TensorFlow's defaults) decodes straight into `slot`;
+    a frame it refuses, or whose size is not the slot's, goes to `tf.io.decode_jpeg` itself (its pixels,
+    or its error; a size that still differs is an error naming the fix).
+    """
+    try:
+        # Given a buffer large enough, simplejpeg decodes into it and returns a view of it.
+        if simplejpeg.decode_jpeg(frame, "RGB", True, False, 0, 0, 1, slot).shape == slot.shape:
+            return
+    except ValueError:
+        pass
+    decoded = tf.io.decode_jpeg(frame, channels=3).numpy()
+    if decoded.shape != slot.shape:
+        raise ValueError(f"a stored frame decodes to {decoded.shape[:2]} pixels, the dataset's feature says "
+                         f"{slot.shape[:2]}: the shards do not match this builder's config; rebuild them")
+    slot[...] = decoded
+
+
+def simplejpeg_decodes(feature: tfds.features.Video) -> bool:
+    """Whether `decode_jpeg_into` serves `feature`'s frames: RGB uint8 JPEG, simplejpeg installed."""
+    return (simplejpeg is not None and feature.feature.encoding_format == "jpeg" and feature.shape[-1] == 3
+            and np.dtype(feature.np_dtype) == np.uint8)
 
 
 def host_jpeg_decode(feature: tfds.features.Video) -> bool:
     """Whether `feature`'s frames decode through `JpegBatchDecode` (RGB JPEG, simplejpeg installed, not turned off)."""
     choice = os.environ.get(JPEG_DECODE_ENV, "").lower()
-    if simplejpeg is None or choice == "tf" or feature.feature.encoding_format != "jpeg" or feature.shape[-1] != 3:
-        return False
-    if np.dtype(feature.np_dtype) != np.uint8 or None in feature.shape[1:3]:
+    if choice == "tf" or not simplejpeg_decodes(feature) or None in feature.shape[1:3]:
         return False
     return choice == "host" or int(feature.shape[1]) * int(feature.shape[2]) >= HOST_DECODE_MIN_PIXELS
 
@@ -181,17 +188,23 @@ def decode_frames_np(
     encoded: Sequence[bytes], feature: tfds.features.Video, indices: Sequence[int] | np.ndarray | None = None,
     valid: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Encoded frames -> (len(indices), H, W, C) with NumPy (TFDS's own per-frame NumPy decode, OpenCV).
+    """Encoded frames -> (len(indices), H, W, C) in NumPy, the pixels `vidvol.load` and `tfds.load` give.
 
-    `indices` pick the frames (all of them by default); slots where `valid` is False stay zero, as
-    `vidvol.load` zeroes clip slots past a video's end. Used by the random-access readers.
+    RGB JPEG frames through `decode_jpeg_into` (simplejpeg, TensorFlow's fast IDCT: bit for bit);
+    others (PNG, grey, or simplejpeg not installed: OpenCV's accurate IDCT, a few levels off for JPEG)
+    through TFDS's own per-frame NumPy decode. `indices` pick the frames (all of them by default);
+    slots where `valid` is False stay zero, as `vidvol.load` zeroes clip slots past a video's end.
+    Used by the random-access readers.
     """
     picks = np.arange(len(encoded)) if indices is None else np.asarray(indices).reshape(-1)
     keep = np.ones(len(picks), bool) if valid is None else np.asarray(valid, bool).reshape(-1)
     _, height, width, channels = feature.shape
     out = np.zeros((len(picks), height, width, channels), feature.np_dtype)
     image = feature.feature
+    jpeg = simplejpeg_decodes(feature)
     for slot, (index, ok) in enumerate(zip(picks, keep)):
-        if ok:
+        if ok and jpeg:
+            decode_jpeg_into(out[slot], encoded[int(index)])
+        elif ok:
             out[slot] = image.decode_example_np(encoded[int(index)])
     return out

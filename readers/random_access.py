@@ -14,9 +14,10 @@
   examples as a map-style dataset a `torch.utils.data.DataLoader` batches (torch is not needed to
   build it: it is only the caller's).
 
-JPEG frames: OpenCV (TFDS's NumPy decoder) uses libjpeg's accurate integer IDCT, `tf.io.decode_jpeg`
-(behind `tfds.load` and `vidvol.load`) its fast one by default, so a JPEG frame's pixels may differ
-by a few levels between the two; everything else (PNG frames, masks, labels, volumes) is identical.
+JPEG frames decode with libjpeg-turbo through simplejpeg with `tf.io.decode_jpeg`'s defaults (fast
+integer IDCT, fancy upsampling), so they are the pixels `tfds.load` and `vidvol.load` give, bit for
+bit (TFDS's own NumPy decoder, OpenCV, uses the accurate IDCT: a few levels off; it remains the
+fallback without simplejpeg). Everything else (PNG frames, masks, labels, volumes) is identical too.
 """
 
 from __future__ import annotations
