@@ -176,7 +176,8 @@ def data_source(
     """Random access to a split of a dataset built with `--file_format array_record`: `ds[i]` -> decoded example.
 
     The examples are those of `tfds.data_source(name, split=split, data_dir=data_dir)` in the same
-    order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars).
+    order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars) and JPEG pixels
+    (`tf.io.decode_jpeg`'s; TFDS's data source decodes with OpenCV, a few levels apart).
     """
     return DataSource(name, split, data_dir=data_dir, features=features, num_threads=num_threads)
 
