@@ -13,31 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from apache_beam.options.pipeline_options import PipelineOptions
 
 import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
-
+from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 from vidvol import readers
 from vidvol import samples
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
-from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.readers import frames
-
-
-def _build(builder_cls, config: str, manual_dir, data_dir):
-    builder = builder_cls(data_dir=str(data_dir), config=config)
-    options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir), beam_options=options))
-    return builder
-
-
-@pytest.fixture(scope="module")
-def hmdb_small(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hmdb_jpeg")
-    samples.write_hmdb51_layout(str(root / "manual"), classes=("clap", "run"), videos_per_class=3,
-                                num_frames=(8, 16), height=40, width=48, splits=(1,), seed=11)
-    return _build(hmdb.Builder, "split1_20x64x64", root / "manual", root / "data")
 
 
 @pytest.fixture(scope="module")

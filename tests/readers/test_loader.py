@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from apache_beam.options.pipeline_options import PipelineOptions
 
+from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 import vidvol
 from vidvol import samples
 from vidvol.readers import clip_sampling
@@ -23,18 +23,6 @@ from vidvol import readers
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
-
-
-def _build(builder_cls, config: str, manual_dir, data_dir, num_shards: int | None = None):
-    """Builds one config with the project's Beam writer, in this process."""
-    builder = builder_cls(data_dir=str(data_dir), config=config)
-    options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(
-            manual_dir=str(manual_dir), beam_options=options, num_shards=num_shards
-        )
-    )
-    return builder
 
 
 @pytest.fixture(scope="module")

@@ -16,25 +16,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from apache_beam.options.pipeline_options import PipelineOptions
 
 import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
+from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 import vidvol
 from vidvol import layers
 from vidvol import readers
-from vidvol import samples
-from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 
 MEAN, STD = (0.45, 0.40, 0.35), (0.225, 0.25, 0.3)
-
-
-def _build(builder_cls, config: str, manual_dir, data_dir):
-    builder = builder_cls(data_dir=str(data_dir), config=config)
-    options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir), beam_options=options))
-    return builder
 
 
 def _write_nifti(path: str, data: np.ndarray, slope: float = 1.0) -> None:
@@ -69,14 +59,6 @@ def mri_int16(tmp_path_factory):
         writer.writerow(["path", "label", "subject", "split"])
         writer.writerows(rows)
     return _build(mri.Builder, "small_32", manual, root / "data")
-
-
-@pytest.fixture(scope="module")
-def hmdb_small(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hmdb_out")
-    samples.write_hmdb51_layout(str(root / "manual"), classes=("clap", "run"), videos_per_class=3,
-                                num_frames=(8, 16), height=40, width=48, splits=(1,), seed=5)
-    return _build(hmdb.Builder, "split1_20x64x64", root / "manual", root / "data")
 
 
 def _eval(builder, split, batch, **kw):
