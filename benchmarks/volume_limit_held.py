@@ -15,43 +15,36 @@ stored volumes:
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
-import threading
 import time
 
 import numpy as np
 
-
-def _spans(folder: str) -> list[tuple[int, int, int]]:
-    from vidvol.readers import direct_volumes  # pylint: disable=g-import-not-at-top
-
-    spans = []
-    for path in sorted(glob.glob(os.path.join(folder, "*-train.tfrecord-*"))):
-        index = direct_volumes.index_shard(path, "volume")
-        fd = os.open(path, os.O_RDONLY)
-        for start, at, length in zip(index.starts, index.data_at, index.data_len):
-            spans.append((fd, int(start) + 12 + int(at), int(length)))
-    if not spans:
-        raise SystemExit(f"{folder}: no train TFRecord shards of mri_volumes")
-    return spans
+import baselines
 
 
-def _loop(spans, ring: int, seconds: float, out: list) -> None:
+def held_volume_rate(spans, *, min_seconds: float, ring: int) -> dict[str, float]:
+    """`baselines.volume_rate`'s work (stored int16 bytes from the page cache -> float32 volume), on one core,
+    but writing into a ring of `ring` float32 volumes kept alive instead of a new one freed at once."""
+    fds = {p: os.open(p, os.O_RDONLY) for p in {s[0] for s in spans}}
     count = spans[0][2] // 2
     outputs = [np.zeros(count, np.float32) for _ in range(ring)]
     scratch = np.empty(count, np.int16)
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fd, offset, length = spans[n % len(spans)]
-        if ring == 0:  # as baselines.volume_rate: a new float32 volume each time, freed before the next
-            np.frombuffer(os.pread(fd, length, offset), "<i2").astype(np.float32)
-        else:
-            os.preadv(fd, [memoryview(scratch).cast("B")], offset)
-            np.copyto(outputs[n % ring], scratch, casting="unsafe")
-        n += 1
-    out.append(n / (time.perf_counter() - start))
+    try:
+        done, start, cpu_start = 0, time.perf_counter(), time.thread_time()
+        while time.perf_counter() - start < min_seconds:
+            path, offset, _ = spans[done % len(spans)]
+            os.preadv(fds[path], [memoryview(scratch).cast("B")], offset)
+            np.copyto(outputs[done % ring], scratch, casting="unsafe")
+            done += 1
+        elapsed, cpu = time.perf_counter() - start, max(time.thread_time() - cpu_start, 1e-9)
+        return {"frames_per_s": done / elapsed, "cpu_frames_per_s": done / cpu, "frames": done}
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def main() -> None:
@@ -60,17 +53,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rings", default="0,1,2,4,8,16")
     args = parser.parse_args()
-    spans = _spans(args.folder)
+    spans = baselines.stored_volume_spans(sorted(glob.glob(os.path.join(args.folder, "*-train.tfrecord-*"))))
     cores = os.cpu_count() or 1
     rows = []
     for ring in (int(r) for r in args.rings.split(",")):
-        rates: list[float] = []
-        threads = [threading.Thread(target=_loop, args=(spans, ring, args.seconds, rates)) for _ in range(cores)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        rows.append({"volumes_alive_per_core": ring or "freed at once (the limit)", "volumes_per_s": round(sum(rates), 1)})
+        rate_fn = functools.partial(held_volume_rate, ring=ring) if ring else baselines.volume_rate
+        rate = baselines.on_every_core(rate_fn, spans, cores, min_seconds=args.seconds)["frames_per_s"] * cores
+        rows.append({"volumes_alive_per_core": ring or "freed at once (the limit)", "volumes_per_s": round(rate, 1)})
     base = rows[0]["volumes_per_s"]
     for row in rows:
         row["of_limit"] = round(row["volumes_per_s"] / base, 3)
