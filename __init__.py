@@ -4,7 +4,7 @@
 the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
 """
 
-__version__ = "0.1.0"
+from vidvol.core.version import VERSION as __version__  # noqa: E402
 
 from vidvol.readers import allocator as _allocator  # noqa: E402
 

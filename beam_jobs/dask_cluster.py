@@ -55,6 +55,9 @@ SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
 WORKER_MODULE = "distributed.cli.dask_worker"
 
 _PR_SET_PDEATHSIG = 1
+# What a worker started with `share_driver=False` keeps of the driver's environment: the host's own
+# basics, never the driver's PYTHONPATH, AWS_* or other credentials.
+_HOST_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -117,6 +120,13 @@ class LocalDaskCluster:
     """Scheduler + N single-threaded worker processes on 127.0.0.1 for the `with` block.
 
     Attributes set by `__enter__`: `address` (tcp://127.0.0.1:PORT), `log_dir`.
+
+    By default the processes share the driver's world: its interpreter, cwd, environment and a
+    PYTHONPATH of its `sys.path` (so workers import what the driver imports, a checkout included).
+    `share_driver=False` starts them as separate worker hosts would be: `python` (e.g. a venv where
+    vidvol was pip-installed) with only its own packages (plus `pythonpath`), in `cwd`, with the
+    host's basic variables (`_HOST_ENV`) plus `env` only: no driver PYTHONPATH, no AWS_* unless `env`
+    gives them.
     """
 
     def __init__(
@@ -130,6 +140,8 @@ class LocalDaskCluster:
         python: str | None = None,
         pythonpath: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        share_driver: bool = True,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
     ) -> None:
@@ -141,6 +153,8 @@ class LocalDaskCluster:
         self.python = python or sys.executable
         self.pythonpath = list(pythonpath)
         self.extra_env = dict(env or {})
+        self.cwd = cwd
+        self.share_driver = share_driver
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.address: str = ""
@@ -168,6 +182,14 @@ class LocalDaskCluster:
         self.stop()
 
     def _env(self) -> dict[str, str]:
+        if not self.share_driver:  # a worker host's own: its interpreter's packages, its own variables
+            env = {k: v for k, v in os.environ.items() if k in _HOST_ENV}
+            if self.pythonpath:
+                env["PYTHONPATH"] = os.pathsep.join(self.pythonpath)
+            env["PATH"] = os.path.dirname(os.path.abspath(self.python)) + os.pathsep + env.get("PATH", "/usr/bin:/bin")
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            env.update(self.extra_env)
+            return env
         env = dict(os.environ)
         paths = driver_pythonpath(self.pythonpath)
         if env.get("PYTHONPATH"):
@@ -182,7 +204,7 @@ class LocalDaskCluster:
         log_path = os.path.join(self.log_dir, log_name)
         with open(log_path, "ab") as log:
             return subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=os.getcwd(),
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=self.cwd or os.getcwd(),
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 
@@ -284,3 +306,78 @@ class LocalDaskCluster:
         """Beam flags for `vidvol.beam_jobs.build --local_services` (the workers are the ones started here)."""
         del num_workers
         return [f"--dask_client_address={self.address}"]
+
+
+class WorkerSetupError(RuntimeError):
+    """Dask workers that cannot run a vidvol build: vidvol not importable there, or manual_dir unreadable."""
+
+
+INSTALL_HINT = (
+    "install vidvol in the environment that runs `dask worker` on every worker host (`pip install "
+    "vidvol-{version}-py3-none-any.whl`, or `pip install vidvol=={version}`; the wheel comes from `pip wheel "
+    "--no-deps .` in a checkout), then restart the workers"
+)
+
+
+def _worker_names(client) -> dict[str, str]:
+    """{worker address: its name (`--name`), or the address when it has none}."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return {addr: str(w.get("name") or addr) for addr, w in info.items()}
+
+
+def check_workers(address: str, manual_dir: str | None = None, *, timeout: float = 60.0) -> dict[str, dict]:
+    """Asks every worker of the scheduler at `address` whether it imports vidvol and can list manual_dir.
+
+    The probe (`worker_probe.probe`) is shipped by value, so a worker without vidvol answers too.
+    Raises WorkerSetupError naming each failing worker and the fix; returns {address: probe answer}.
+    A worker that does not answer within `timeout` is named as such instead of the build hanging.
+    """
+    import cloudpickle  # pylint: disable=g-import-not-at-top
+    from distributed import Client  # pylint: disable=g-import-not-at-top
+
+    from vidvol.beam_jobs import worker_probe  # pylint: disable=g-import-not-at-top
+    from vidvol.builders import files  # pylint: disable=g-import-not-at-top
+    from vidvol.core import redact  # pylint: disable=g-import-not-at-top
+    from vidvol.core.version import VERSION  # pylint: disable=g-import-not-at-top
+
+    if manual_dir and "://" not in manual_dir:
+        manual_dir = os.path.abspath(manual_dir)  # workers run in folders of their own
+    cloudpickle.register_pickle_by_value(worker_probe)
+    try:
+        with Client(address, timeout=timeout) as client:
+            names = _worker_names(client)
+            if not names:
+                raise WorkerSetupError(f"the dask scheduler at {address} has no workers: start `dask worker {address}` "
+                                       "on the worker hosts")
+            try:
+                answers = client.run(worker_probe.probe, manual_dir, on_error="return")
+            except (TimeoutError, OSError) as e:
+                raise WorkerSetupError(f"dask workers at {address} did not answer within {timeout:g} s ({e})") from e
+    finally:
+        cloudpickle.unregister_pickle_by_value(worker_probe)
+    problems = []
+    shown = redact.url(manual_dir) if manual_dir else None
+    for addr, answer in sorted(answers.items()):
+        who = f"dask worker {names.get(addr, addr)} ({addr})"
+        if isinstance(answer, BaseException):
+            problems.append(f"{who}: the check itself failed: {type(answer).__name__}: {answer}")
+            continue
+        where = f"python {answer['python']}, cwd {answer['cwd']}"
+        if answer["import_error"]:
+            problems.append(f"{who} cannot import vidvol ({answer['import_error']}; {where}): "
+                            + INSTALL_HINT.format(version=VERSION))
+        elif answer["vidvol"] != VERSION:
+            problems.append(f"{who} has vidvol {answer['vidvol']}, the driver {VERSION} ({where}): "
+                            "install the driver's version on the workers (shards depend on it)")
+        elif answer["read_error"]:
+            hint = files.credential_hint(shown) if "://" in shown else "give the workers the same path (a shared file system)"
+            env = ", ".join(answer["aws_env"]) or "no AWS_* variable"
+            problems.append(f"{who} cannot read manual_dir {shown} ({redact.text(answer['read_error'])}; its "
+                            f"environment has {env}): {hint} in the environment of the process that starts "
+                            "`dask worker` (workers do not get the driver's environment)")
+    missing = sorted(set(names) - set(answers))
+    problems += [f"dask worker {names[a]} ({a}) did not answer the check" for a in missing]
+    if problems:
+        raise WorkerSetupError(f"{len(problems)} of {len(names)} dask workers at {address} cannot run this build:\n  "
+                               + "\n  ".join(problems))
+    return answers

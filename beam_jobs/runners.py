@@ -186,7 +186,7 @@ def _small_build_flags(flags: Sequence[str], num_sources: int) -> list[str]:
 
 def resolve(
     runner: Any = None, options: po.PipelineOptions | None = None, num_tasks: int | None = None,
-    num_sources: int | None = None,
+    num_sources: int | None = None, manual_dir: str | None = None,
 ) -> tuple[Any, po.PipelineOptions]:
     """Returns the (runner, options) a build runs with, replacing the direct runner by the FnApiRunner.
 
@@ -195,13 +195,16 @@ def resolve(
     or `direct_num_workers=1`) is kept. When neither the worker count nor the mode was chosen and
     the build plans at most SMALL_BUILD_SOURCES inputs (`num_sources`), it runs in this process
     with one worker (logged once). On Dask, `num_tasks` work items get one partition each (Beam's
-    DaskRunner otherwise puts up to 128 elements in one partition, i.e. on one worker).
+    DaskRunner otherwise puts up to 128 elements in one partition, i.e. on one worker); once the
+    shard tasks are known (`num_tasks`), every Dask worker is asked first whether it imports vidvol
+    and can read `manual_dir` (`dask_cluster.check_workers`: one error naming each worker that
+    cannot, and the fix, instead of failed or hanging tasks).
     """
     if runner is not None and not isinstance(runner, str):
         from vidvol.beam_jobs import dask_runner  # pylint: disable=g-import-not-at-top
 
         if isinstance(runner, dask_runner.DaskRunner):  # resolved before the shard tasks were known
-            return runner, _dask_options(options or po.PipelineOptions([]), num_tasks)
+            return runner, _dask_options(options or po.PipelineOptions([]), num_tasks, manual_dir)
         if getattr(runner, _DEFAULT_WORKERS_ATTR, False) and is_small_build(num_sources):
             from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
 
@@ -213,7 +216,7 @@ def resolve(
     if _runner_name(options) == DASK_RUNNER:
         from vidvol.beam_jobs import dask_runner  # pylint: disable=g-import-not-at-top
 
-        return dask_runner.DaskRunner(), _dask_options(options, num_tasks)
+        return dask_runner.DaskRunner(), _dask_options(options, num_tasks, manual_dir)
     if not is_local(options):
         return None, options
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
@@ -236,8 +239,11 @@ def resolve(
     return (fn_runner if chosen else mark_default_workers(fn_runner)), po.PipelineOptions(flags)
 
 
-def _dask_options(options: po.PipelineOptions, num_tasks: int | None = None) -> po.PipelineOptions:
-    """Options for Beam's DaskRunner: full runner path, a partition per task, the scheduler checked to answer."""
+def _dask_options(
+    options: po.PipelineOptions, num_tasks: int | None = None, manual_dir: str | None = None
+) -> po.PipelineOptions:
+    """Options for Beam's DaskRunner: full runner path, a partition per task, the scheduler checked to answer
+    (and, when the tasks are known, its workers checked to import vidvol and read manual_dir)."""
     if not register_dask_options():
         raise ImportError("the dask runner needs `pip install 'apache-beam[dask]'` (dask and distributed)")
     flags = [f for f in _flags(options) if not f.startswith("--runner")]
@@ -250,6 +256,8 @@ def _dask_options(options: po.PipelineOptions, num_tasks: int | None = None) -> 
         from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
 
         dask_cluster.check_reachable(address)
+        if num_tasks is not None:
+            dask_cluster.check_workers(address, manual_dir)
     return options
 
 

@@ -83,17 +83,17 @@ KeyExample = tuple[str, Mapping[str, Any]]
 ExampleFn = Callable[[Any], Iterable["KeyExample | Skip"]]
 Source = tuple[str, Any]  # (stable source id, picklable record handed to the example function)
 WorkerSetup = Callable[[], None]  # run once per Beam worker before its first example (e.g. thread limits)
-# (beam_runner, beam_options, number of work items[, num_sources=inputs planned]) -> (runner, options);
-# the counts let a runner split the work (e.g. one Dask partition per shard task) or size itself
-# (e.g. one in-process worker for a small build). `num_sources` is passed by keyword, and only to a
-# resolver that accepts it.
+# (beam_runner, beam_options, number of work items, **facts) -> (runner, options); the facts about the
+# build (`num_sources`: inputs planned; `manual_dir`: where the workers read them) let a runner split
+# the work (e.g. one Dask partition per shard task), size itself (one in-process worker for a small
+# build) or check its workers before anything runs (they import vidvol and can read manual_dir). Each
+# fact is passed by keyword, and only to a resolver that accepts it.
 RunnerResolver = Callable[..., "tuple[Any, PipelineOptions]"]
 
 
-def _as_given(
-    runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, num_sources: int | None = None
-) -> tuple[Any, PipelineOptions]:
+def _as_given(runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, **facts: Any) -> tuple[Any, PipelineOptions]:
     """The default resolver: Beam's own choice for the runner and options given."""
+    del num_tasks, facts
     return runner, options or PipelineOptions([])
 
 
@@ -107,20 +107,23 @@ def set_runner_resolver(resolver: RunnerResolver) -> None:
 
 
 def resolve_runner(
-    runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, num_sources: int | None = None
+    runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, **facts: Any
 ) -> tuple[Any, PipelineOptions]:
     """The (runner, options) a build's `beam_runner`/`beam_options` run with, by the installed resolver."""
-    if num_sources is not None and _accepts_num_sources(_runner_resolver):
-        return _runner_resolver(runner, options, num_tasks, num_sources=num_sources)
-    return _runner_resolver(runner, options, num_tasks)
+    accepted = _accepted_keywords(_runner_resolver)
+    given = {k: v for k, v in facts.items() if v is not None and (accepted is None or k in accepted)}
+    return _runner_resolver(runner, options, num_tasks, **given)
 
 
-def _accepts_num_sources(resolver: RunnerResolver) -> bool:
+def _accepted_keywords(resolver: RunnerResolver) -> set[str] | None:
+    """The keyword names `resolver` takes (None: any, it has **kwargs)."""
     try:
         params = inspect.signature(resolver).parameters
     except (TypeError, ValueError):
-        return False
-    return "num_sources" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        return set()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
 
 
 class SourceError(RuntimeError):
@@ -883,7 +886,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if all_tasks:
             num_sources = sum(len(t.sources) for t in all_tasks)
             runner, options = resolve_runner(
-                download_config.beam_runner, download_config.beam_options, len(all_tasks), num_sources=num_sources
+                download_config.beam_runner, download_config.beam_options, len(all_tasks), num_sources=num_sources,
+                manual_dir=os.fspath(download_config.manual_dir) if download_config.manual_dir else None,
             )
             self._run_pipeline(all_tasks, generators, runner, options, tasks)
         for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):

@@ -287,10 +287,14 @@ def _is_store_error(e: BaseException) -> bool:
     return isinstance(e, OSError) or type(e).__module__.split(".")[0] not in ("builtins", "vidvol")
 
 
+def credential_hint(url: str) -> str:
+    """What to check when the store behind `url` refuses or lacks credentials (the variables, for s3://)."""
+    return _CREDENTIAL_HINTS.get(scheme(url), f"check the credentials of fsspec's {scheme(url)}:// file system")
+
+
 def _access_denied(url: str, e: BaseException) -> AccessDeniedError:
     """The clear error for refused or missing credentials."""
-    hint = _CREDENTIAL_HINTS.get(scheme(url), f"check the credentials of fsspec's {scheme(url)}:// file system")
-    return AccessDeniedError(f"access denied for {url}: {hint} ({_describe(e)})")
+    return AccessDeniedError(f"access denied for {url}: {credential_hint(url)} ({_describe(e)})")
 
 
 def _call(url: str, fn: Callable[[], T], *, what: str, retries: int = RETRIES) -> T:

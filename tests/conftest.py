@@ -55,3 +55,27 @@ def run_tfds_build(dataset: str, manual_dir, data_dir, *extra: str, timeout: int
 def tfds_build():
     """The real CLI build, as a fixture."""
     return run_tfds_build
+
+
+@pytest.fixture(scope="session")
+def distributions(tmp_path_factory):
+    """{"sdist": path, "wheel": path} of vidvol, built once per session from a clean copy of the checkout."""
+    import installed  # pylint: disable=g-import-not-at-top
+
+    return installed.build_distributions(tmp_path_factory.mktemp("distributions"))
+
+
+@pytest.fixture(scope="session")
+def wheel_env(distributions, tmp_path_factory):
+    """A fresh venv with vidvol installed from the wheel (`installed.InstalledEnv`), not seeing the checkout."""
+    import installed  # pylint: disable=g-import-not-at-top
+
+    return installed.InstalledEnv.create(tmp_path_factory.mktemp("wheel_env"), distributions["wheel"])
+
+
+@pytest.fixture(scope="session")
+def sdist_env(distributions, tmp_path_factory):
+    """The same from the sdist (pip builds it into a wheel first, as `pip install vidvol-X.tar.gz` does)."""
+    import installed  # pylint: disable=g-import-not-at-top
+
+    return installed.InstalledEnv.create(tmp_path_factory.mktemp("sdist_env"), distributions["sdist"])

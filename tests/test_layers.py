@@ -22,7 +22,7 @@ LAYERS = {
     "__init__": 4,  # the facade: `import vidvol` registers the datasets and exposes `load`
     "preview": 5, "demo": 6, "__main__": 6,
 }
-NOT_PACKAGE = {"tests", "benchmarks", "examples", ".venv", "build", "dist"}
+NOT_PACKAGE = {"tests", "benchmarks", "examples", ".venv", "build", "dist", "setup.py"}  # setup.py: packaging, not installed
 
 
 def part_of(module: str) -> str:
