@@ -4,9 +4,9 @@
         [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
         [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
         [--if_building wait|fail]
-        [--BEAM_OPTION=VALUE ...]
+        [--BEAM_OPTION VALUE | --BEAM_OPTION=VALUE | --BEAM_FLAG ...]
 
-Every `--name=value` flag this parser does not know is a Beam pipeline option (`--flink_master=`,
+Every option this parser does not know (`--name value` or `--name=value`) is a Beam pipeline option (`--flink_master=`,
 `--project=`, `--sdk_container_image=`, `--direct_num_workers=`, ...): it is checked against the
 installed Beam's PipelineOptions (a misspelling stops the build before anything starts) and
 passed to the runner. The default runner is Beam's FnApiRunner, multi-process, one SDK worker per
@@ -290,7 +290,8 @@ def make_parser() -> argparse.ArgumentParser:
     """The CLI's own options (anything else of the form --name[=value] is a Beam pipeline option)."""
     parser = argparse.ArgumentParser(
         prog="python -m vidvol.beam_jobs.build", description=__doc__.split("\n")[0], allow_abbrev=False,
-        epilog="Any other --name=value flag is passed to Beam as a pipeline option (checked against PipelineOptions).",
+        epilog="Any other --name value (or --name=value) is passed to Beam as a pipeline option (checked against "
+               "the installed Beam's PipelineOptions; booleans like --save_main_session take no value).",
     )
     parser.add_argument("dataset", help="NAME, NAME/CONFIG or NAME/CONFIG:VERSION, e.g. hmdb51/split1_20x64x64")
     parser.add_argument("--manual_dir", help="folder holding the manually downloaded inputs")
@@ -320,12 +321,20 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    """The CLI's namespace and the Beam flags (every unknown --name[=value]); ValueError on stray words."""
-    args, extra = make_parser().parse_known_args(argv)
-    stray = [a for a in extra if not a.startswith("--")]
+    """The CLI's namespace and the Beam flags, each as `--name=value` or `--flag`.
+
+    Every option this parser does not define is a Beam pipeline option, written `--name value` or
+    `--name=value` (booleans such as `--save_main_session` alone), anywhere on the line
+    (`runners.split_beam_flags`); an unknown one raises UnknownOptionError naming the closest known
+    option, a stray word ValueError.
+    """
+    parser = make_parser()
+    own = {o: action.nargs != 0 for action in parser._actions for o in action.option_strings}  # pylint: disable=protected-access
+    cli, flags = runners.split_beam_flags(list(sys.argv[1:] if argv is None else argv), own)
+    args, stray = parser.parse_known_args(cli)
     if stray:
-        raise ValueError(f"Unexpected arguments {stray}: Beam options must be written --name=value")
-    return args, extra
+        raise ValueError(f"Unexpected arguments {stray}: one dataset, then options (--name value or --name=value)")
+    return args, flags
 
 
 EXIT_BUILD_IN_PROGRESS = 75  # EX_TEMPFAIL: try again later

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import io
 import logging
 from typing import Any, Mapping, Sequence
@@ -271,8 +272,10 @@ def _is_set(options: po.PipelineOptions | None, name: str) -> bool:
     return name in options.get_all_options(drop_default=True, retain_unknown_options=True)
 
 
-def _dest_flags() -> dict[str, str]:
-    """{option key: command-line flag} where Beam names them differently (Dask: address <- dask_client_address)."""
+@functools.lru_cache(maxsize=1)
+def _beam_actions() -> tuple[tuple[tuple[str, ...], str, bool], ...]:
+    """(long flags, option key, takes a value) of every option the installed Beam's PipelineOptions define."""
+    register_dask_options()
     parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
     todo, seen = list(po.PipelineOptions.__subclasses__()), set()
     while todo:
@@ -285,12 +288,57 @@ def _dest_flags() -> dict[str, str]:
             cls._add_argparse_args(parser)  # pylint: disable=protected-access
         except Exception:  # pylint: disable=broad-except  (an option class registered twice, ...)
             continue
-    out = {}
+    out = []
     for action in parser._actions:  # pylint: disable=protected-access
-        longs = [o[2:] for o in action.option_strings if o.startswith("--")]
-        if longs and action.dest not in longs:
-            out[action.dest] = longs[0]
-    return out
+        longs = tuple(o[2:] for o in action.option_strings if o.startswith("--"))
+        if longs:
+            out.append((longs, action.dest, action.nargs != 0))
+    return tuple(out)
+
+
+def _dest_flags() -> dict[str, str]:
+    """{option key: command-line flag} where Beam names them differently (Dask: address <- dask_client_address)."""
+    return {dest: longs[0] for longs, dest, _ in _beam_actions() if dest not in longs}
+
+
+def split_beam_flags(argv: Sequence[str], own: Mapping[str, bool]) -> tuple[list[str], list[str]]:
+    """A command line -> (the command's own arguments, Beam options as `--name=value` / bare `--flag`).
+
+    `own` maps the command's own flags (`--manual_dir`) to whether each takes a value. Every other
+    `--name` is a Beam pipeline option, written `--name value` or `--name=value` as argparse and
+    Beam's PipelineOptions take them, booleans (`--save_main_session`) alone, before or after the
+    positional arguments. An option that is neither raises UnknownOptionError with the closest names
+    among both; a Beam option that needs a value and has none raises ValueError. Words that follow
+    no option stay with the command's arguments (its positionals).
+    """
+    beam = {flag: takes for longs, _, takes in _beam_actions() for flag in longs}
+    cli, flags, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        name, eq, _ = token[2:].partition("=")
+        if not token.startswith("--") or token == "--" or token in ("-h", "--help"):
+            cli.append(token)
+            i += 1
+            continue
+        if "--" + name in own:
+            takes = own["--" + name] and not eq and i + 1 < len(argv)
+            cli.extend(argv[i:i + 2] if takes else [token])
+            i += 2 if takes else 1
+            continue
+        if name not in beam:
+            close = difflib.get_close_matches(name, sorted(set(beam) | {f[2:] for f in own}), n=2)
+            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+            raise UnknownOptionError(f"Unknown option --{name}{hint}: neither an option of this command nor a Beam "
+                                     "pipeline option of the installed apache-beam")
+        if eq or not beam[name]:
+            flags.append(token)
+            i += 1
+            continue
+        if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+            raise ValueError(f"--{name} needs a value: --{name} VALUE or --{name}=VALUE")
+        flags.append(f"--{name}={argv[i + 1]}")
+        i += 2
+    return cli, flags
 
 
 def _flags(options: po.PipelineOptions | None) -> list[str]:

@@ -130,8 +130,8 @@ def test_cli_parse_args_and_dry_run(capsys):
                                     "--project=p", "--region=r", "--temp_location=gs://b/t", "--num_shards", "8"])
     assert args.runner == "dataflow" and args.num_shards == 8
     assert flags == ["--project=p", "--region=r", "--temp_location=gs://b/t"]
-    with pytest.raises(ValueError, match="--name=value"):
-        build.parse_args(["hmdb51", "--data_dir", "/d", "--project", "p"])
+    with pytest.raises(ValueError, match=r"Unexpected arguments \['stray'\]"):
+        build.parse_args(["hmdb51", "--data_dir", "/d", "stray"])
     assert build.main(["hmdb51", "--data_dir", "/d", "--runner", "dataflow", "--project=p", "--region=r",
                        "--temp_location=gs://b/t", "--sdk_container_image=img", "--max_shard_size_mb", "64",
                        "--dry_run"]) == 0
@@ -183,3 +183,47 @@ IN_MEMORY_FLAGS = ("--direct_num_workers=1", "--direct_running_mode=in_memory")
 def test_pipeline_flags_keep_an_explicit_in_memory_run():
     values = PipelineOptions(runners.pipeline_flags("direct", list(IN_MEMORY_FLAGS))).get_all_options()
     assert (values["direct_num_workers"], values["direct_running_mode"]) == (1, "in_memory")
+
+
+SPACED = ["--runner", "dask", "--dask_client_address", "tcp://127.0.0.1:8786", "--save_main_session",
+          "--experiments", "a", "--experiments", "b", "--direct_num_workers", "2"]
+JOINED = ["--runner=dask", "--dask_client_address=tcp://127.0.0.1:8786", "--save_main_session",
+          "--experiments=a", "--experiments=b", "--direct_num_workers=2"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["mri_volumes/small_32", "--data_dir", "/d", "--manual_dir", "/m", *SPACED],
+    ["mri_volumes/small_32", "--data_dir=/d", "--manual_dir=/m", *JOINED],
+    [*SPACED, "mri_volumes/small_32", "--manual_dir", "/m", "--data_dir", "/d"],  # options before the dataset
+], ids=["spaced", "joined", "before-positional"])
+def test_beam_options_as_users_type_them(argv):
+    args, flags = build.parse_args(argv)
+    assert (args.dataset, args.data_dir, args.manual_dir, args.runner) == ("mri_volumes/small_32", "/d", "/m", "dask")
+    assert flags == ["--dask_client_address=tcp://127.0.0.1:8786", "--save_main_session", "--experiments=a",
+                     "--experiments=b", "--direct_num_workers=2"]
+    values = runners.option_values(flags)  # what Beam itself parses out of them
+    assert values["address"] == "tcp://127.0.0.1:8786" and values["save_main_session"] is True
+    assert values["experiments"] == ["a", "b"] and values["direct_num_workers"] == 2
+
+
+def test_unknown_or_incomplete_beam_options_name_the_fix(capsys):
+    base = ["mri_volumes/small_32", "--data_dir", "/d"]
+    with pytest.raises(runners.UnknownOptionError, match=r"--dask_client_adress \(did you mean --dask_client_address"):
+        build.parse_args(base + ["--runner", "dask", "--dask_client_adress", "tcp://127.0.0.1:8786"])
+    with pytest.raises(runners.UnknownOptionError, match=r"--manual_dri \(did you mean --manual_dir\?"):
+        build.parse_args(base + ["--manual_dri", "/m"])
+    with pytest.raises(ValueError, match="--project needs a value"):
+        build.parse_args(base + ["--project", "--region=r"])
+    assert build.main(base + ["--runner", "dask", "--dask_client_adress", "tcp://127.0.0.1:8786", "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: Unknown option --dask_client_adress (did you mean --dask_client_address")
+    assert "Traceback" not in err
+
+
+def test_dry_run_is_the_same_for_both_spellings(capsys):
+    outs = []
+    for form in (["--project", "p", "--region", "r", "--temp_location", "gs://b/t", "--sdk_container_image", "img"],
+                 ["--project=p", "--region=r", "--temp_location=gs://b/t", "--sdk_container_image=img"]):
+        assert build.main(["hmdb51", "--data_dir", "/d", "--runner", "dataflow", *form, "--dry_run"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and "--project=p" in outs[0]
