@@ -10,7 +10,7 @@ DEMO_DIR ?= demo_out
 
 .PHONY: venv demo test test-fast bench bench-quick clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -q --upgrade pip setuptools wheel
 	$(PY) -m pip install $(PIP_FLAGS) -q -e '.[test]'

@@ -115,12 +115,17 @@ class InstalledEnv:
         return self.site_packages / "vidvol"
 
     @classmethod
-    def create(cls, root: pathlib.Path, dist: pathlib.Path) -> "InstalledEnv":
+    def bare(cls, root: pathlib.Path) -> "InstalledEnv":
+        """A venv with the borrowed dependencies and no vidvol (what a worker host that forgot it has)."""
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", "--without-pip", str(root)], check=True, env=_clean_env(), timeout=120)
-        env = cls(root, dist)
-        borrowed = sysconfig.get_paths()["purelib"]
-        (env.site_packages / "_borrowed_dependencies.pth").write_text(borrowed + "\n")
+        env = cls(root, root)
+        (env.site_packages / "_borrowed_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        return env
+
+    @classmethod
+    def create(cls, root: pathlib.Path, dist: pathlib.Path) -> "InstalledEnv":
+        env = dataclasses.replace(cls.bare(root), dist=dist)
         # --ignore-installed: the test venv's editable vidvol is visible through the path entry; never touch it.
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "--python", env.python, "install", "--no-deps", "--no-build-isolation",

@@ -1,7 +1,10 @@
 """Builds on Beam's DaskRunner against a real dask.distributed scheduler and worker processes.
 
-The cluster is started by the tests on 127.0.0.1 (scheduler + 2 single-threaded worker processes)
-and stopped after them. Every dataset's Dask build must equal its direct build record for record,
+The module's cluster is started by the tests on 127.0.0.1 (scheduler + 2 single-threaded worker
+processes) and stopped after them, as a cluster that shares nothing with this checkout: its
+processes run the interpreter of a fresh venv where vidvol was installed from the wheel
+(`installed.InstalledEnv`), in a working folder of their own, with no PYTHONPATH and none of the
+driver's environment but the AWS_* variables of a real S3 server (SeaweedFS) that holds inputs. Every dataset's Dask build must equal its direct build record for record,
 with the same split infos and skip report; a worker SIGKILLed in the middle of a build is survived
 (Dask reruns its tasks, shard writes are whole-file renames) with every example exactly once.
 """
@@ -14,6 +17,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -21,6 +26,8 @@ import pytest
 import tensorflow as tf
 
 import array_record_testing
+import installed
+import services
 
 from vidvol import samples
 from vidvol.beam_jobs import build
@@ -59,10 +66,49 @@ def skip_report(data_path: str) -> dict:
         return json.load(f)
 
 
+BUCKET = "vidvol-test"
+
+
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with dask_cluster.LocalDaskCluster(n_workers=2, log_dir=str(tmp_path_factory.mktemp("dask_logs"))) as c:
+def s3():
+    """A SeaweedFS S3 server holding the mri_volumes and hmdb51 dummy data under s3://vidvol-test/<name>/."""
+    with services.SeaweedS3(buckets=(BUCKET,)) as server:
+        client = server.client()
+        for name, root in (("mri_volumes", mri_dummy.DUMMY_DIR), ("hmdb51", hmdb_dummy.DUMMY_DIR)):
+            for here, _, names in os.walk(root):
+                for n in names:
+                    path = os.path.join(here, n)
+                    with open(path, "rb") as body:
+                        client.put_object(Bucket=BUCKET, Key=f"{name}/{os.path.relpath(path, root)}", Body=body)
+        yield server
+
+
+def _installed_cluster(env: installed.InstalledEnv, root, n_workers: int, worker_env: dict[str, str]):
+    """Scheduler + workers run by `env`'s interpreter in their own folder, seeing only `worker_env` of ours."""
+    home = root / "worker_home"
+    home.mkdir(parents=True, exist_ok=True)
+    return dask_cluster.LocalDaskCluster(n_workers=n_workers, log_dir=str(root / "logs"), python=env.python,
+                                         cwd=str(home), share_driver=False, env=worker_env)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, wheel_env, s3):
+    with _installed_cluster(wheel_env, tmp_path_factory.mktemp("dask"), 2, s3.env()) as c:
         yield c
+
+
+def test_the_cluster_runs_the_installed_wheel_not_the_checkout(cluster):
+    answers = dask_cluster.check_workers(cluster.address)
+    assert len(answers) == 2
+    for answer in answers.values():
+        assert "wheel_env" in answer["python"] and "worker_home" in answer["cwd"]
+        assert not answer["cwd"].startswith(str(installed.REPO))
+    from distributed import Client  # pylint: disable=g-import-not-at-top
+
+    with Client(cluster.address) as client:
+        seen = client.run(lambda: (__import__("vidvol").__file__, os.environ.get("PYTHONPATH")))
+    for file, pythonpath in seen.values():
+        assert "wheel_env" in file and "site-packages" in file and pythonpath is None, file
 
 
 @pytest.mark.parametrize("dataset,manual", CASES, ids=[c[0].split("/")[0] for c in CASES])
@@ -182,3 +228,56 @@ def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
     assert records(result.data_path) == records(direct.data_path)  # every example exactly once, same bytes
     assert not glob.glob(os.path.join(result.data_path, "*.tmp"))
     assert not os.path.exists(attempt)  # the dead worker's half-written attempt went with the incomplete folder
+
+
+@pytest.mark.parametrize("dataset,prefix", [("mri_volumes/small_32", "mri_volumes"), ("hmdb51/split1_20x64x64", "hmdb51")],
+                         ids=["mri_volumes", "hmdb51"])
+def test_cli_build_from_the_bucket_on_installed_workers_equals_the_direct_build(cluster, s3, dataset, prefix, tmp_path,
+                                                                                 monkeypatch):
+    """The build CLI as users type it (`--dask_client_address ADDR`), inputs in the bucket, on the wheel's workers."""
+    url = f"s3://{BUCKET}/{prefix}"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **s3.env())
+    cmd = [sys.executable, "-m", "vidvol.beam_jobs.build", dataset, "--manual_dir", url, "--data_dir",
+           str(tmp_path / "dask"), "--runner", "dask", "--dask_client_address", cluster.address]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    on_dask = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    direct = build.build(dataset, manual_dir=url, data_dir=str(tmp_path / "direct"),
+                         beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    assert on_dask["splits"] == direct.splits and sum(s["examples"] for s in direct.splits.values()) > 0
+    assert records(on_dask["data_path"]) == records(direct.data_path)
+    assert skip_report(on_dask["data_path"]) == skip_report(direct.data_path)
+    assert s3.secret_key not in proc.stdout + proc.stderr
+
+
+def test_workers_without_credentials_get_one_error_naming_them_and_the_fix(wheel_env, s3, tmp_path, monkeypatch):
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)  # the driver has them; its workers do not
+    with _installed_cluster(wheel_env, tmp_path, 1, {}) as c:
+        start = time.monotonic()
+        with pytest.raises(dask_cluster.WorkerSetupError) as info:
+            build.build("mri_volumes/small_32", manual_dir=f"s3://{BUCKET}/mri_volumes", data_dir=str(tmp_path / "out"),
+                        runner="dask", beam_flags=[f"--dask_client_address={c.address}"])
+        elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert "dask worker worker-0" in message and f"cannot read manual_dir s3://{BUCKET}/mri_volumes" in message
+    assert "AWS_ACCESS_KEY_ID" in message and "no AWS_* variable" in message and "dask worker" in message
+    assert s3.secret_key not in message
+    assert elapsed < 60
+    assert not glob.glob(str(tmp_path / "out" / "mri_volumes" / "small_32" / "*" / "*.tfrecord*"))
+
+
+def test_workers_that_cannot_import_vidvol_get_one_error_naming_them_and_the_fix(tmp_path):
+    bare = installed.InstalledEnv.bare(tmp_path / "bare_env")  # the dependencies, not vidvol
+    with _installed_cluster(bare, tmp_path, 1, {}) as c:
+        start = time.monotonic()
+        with pytest.raises(dask_cluster.WorkerSetupError) as info:
+            build.build("mri_volumes/small_32", manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path / "out"),
+                        runner="dask", beam_flags=[f"--dask_client_address={c.address}"])
+        elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert "dask worker worker-0" in message and "cannot import vidvol" in message
+    assert "No module named 'vidvol'" in message and "pip install vidvol-" in message and "bare_env" in message
+    assert elapsed < 60
