@@ -355,17 +355,10 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python benchmarks/cluster_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
-        raise SystemExit("usage: python benchmarks/cluster_builds.py JOB.json RESULT.json")
-    with open(args[0], encoding="utf-8") as f:
-        job = json.load(f)
-    logging.basicConfig(level=logging.WARNING)
-    result = _build_job(job)
-    with open(args[1], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    return 0
+    import jobs  # pylint: disable=g-import-not-at-top
 
+    logging.basicConfig(level=logging.WARNING)
+    return jobs.job_main(__file__, _build_job, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """The cluster section's driver at scale: a build's driver-side work for 10k / 100k / 1M sources.
 
 No decoding, no cluster: for n synthetic hmdb51-style `clips.ClipSource` records (Kinetics-700 is
-~650k videos), each size in a fresh process (`python benchmarks/cluster_driver.py N WORK RESULT.json`,
+~650k videos), each size in a fresh process (`python benchmarks/cluster_driver.py JOB.json RESULT.json`,
 started by `run_driver` through `jobs.run_job`): the source list, shard planning (`num_shards_for` +
 `plan_shards`), writing the shard plan file (`beam_writer.write_plan`: the sources go to a file, the
 pipeline carries one small ShardRef per shard; a worker reads its shard's byte range back), what
@@ -225,13 +225,14 @@ def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.
     import jobs  # pylint: disable=g-import-not-at-top
 
     os.makedirs(work, exist_ok=True)
-    result_path, log_path = os.path.join(work, f"driver_{n}.json"), os.path.join(work, f"driver_{n}.log")
-    args = [str(n), work, result_path] + ([] if submit else ["--no-submit"])
+    job_path, result_path, log_path = (os.path.join(work, f"driver_{n}.{x}") for x in ("job.json", "json", "log"))
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump({"n": n, "work": work, "submit": submit}, f)
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
     from reads import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
 
     busy0, start = busy_cpu_seconds(), time.monotonic()
-    status, usage = jobs.run_job(__file__, args, log_path, timeout)
+    status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)
     wall = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
     others = max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall
@@ -341,16 +342,11 @@ def driver_note(row: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/cluster_driver.py N WORK RESULT.json [--no-submit]`: one size (started by `run_driver`)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (3, 4):
-        raise SystemExit("usage: python benchmarks/cluster_driver.py N WORK RESULT.json [--no-submit]")
-    logging.basicConfig(level=logging.WARNING)
-    result = measure_driver(int(args[0]), args[1], submit="--no-submit" not in args[3:])
-    with open(args[2], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    return 0
+    """`python benchmarks/cluster_driver.py JOB.json RESULT.json`: one size (started by `run_driver`)."""
+    import jobs  # pylint: disable=g-import-not-at-top
 
+    logging.basicConfig(level=logging.WARNING)
+    return jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"]), argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,16 +3,18 @@
 A measurement that must not share a process with the benchmark (its peak RSS, its imports, the
 processes it starts) runs one of this folder's scripts with `run_job` (cluster_builds.py,
 cluster_driver.py); `python` names another interpreter (another virtual environment) to run it in.
-Stdlib only: loadable without the benchmarks folder on sys.path.
+A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (reads.py, cluster_builds.py,
+cluster_driver.py). Stdlib only: loadable without the benchmarks folder on sys.path.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
@@ -54,3 +56,16 @@ def tail(path: str, size: int = 4000) -> str:
             return f.read()[-size:]
     except OSError as e:
         return f"<cannot read {path}: {e}>"
+
+
+def job_main(script: str, run: Callable[[dict[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None) -> int:
+    """A job script's entry, `python SCRIPT JOB.json RESULT.json`: writes `run(job)` to RESULT.json."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        raise SystemExit(f"usage: python benchmarks/{os.path.basename(script)} JOB.json RESULT.json")
+    with open(args[0], encoding="utf-8") as f:
+        job = json.load(f)
+    result = run(job)
+    with open(args[1], "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    return 0
