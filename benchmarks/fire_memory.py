@@ -90,6 +90,25 @@ def subset_labels(labels: str, manual_dir: str, count: int) -> int:
     return rows
 
 
+def repeat_experiments(labels: str, manual_dir: str, repeat: int) -> int:
+    """Writes manual_dir/labels.csv listing every experiment `repeat` times (same frames, new names).
+
+    A build long enough that worker start-up (a few seconds of imports) does not dominate the
+    1-vs-2-worker comparison, without generating more full-resolution frames.
+    """
+    os.makedirs(manual_dir, exist_ok=True)
+    with open(labels, newline="") as f:
+        reader = csv.DictReader(f)
+        rows, fields = list(reader), reader.fieldnames
+    with open(os.path.join(manual_dir, "labels.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for j in range(repeat):
+            for row in rows:
+                writer.writerow({**row, "experiment": f"{row['experiment']}_r{j}" if repeat > 1 else row["experiment"]})
+    return len(rows) * repeat
+
+
 class TreeMonitor(threading.Thread):
     """Polls the RSS of a process and all its descendants; keeps each process's peak and the tree total's peak."""
 

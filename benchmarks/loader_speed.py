@@ -26,7 +26,6 @@ import logging
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable
 
 
@@ -41,6 +40,7 @@ from vidvol import readers  # noqa: E402
 from vidvol import samples  # noqa: E402
 
 import baselines  # noqa: E402
+import reads  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -76,19 +76,10 @@ def limit_rate(frames: list[bytes], cores: int, min_seconds: float) -> dict[str,
     return {"wall": cores * rate["frames_per_s"] / NUM_FRAMES, "cpu": cores * rate["cpu_frames_per_s"] / NUM_FRAMES}
 
 
-def stream_rate(make: Callable[[], tf.data.Dataset], cores: int, min_seconds: float, warmup: int = 3) -> dict[str, float]:
-    """Clips/s (wall, and per CPU-second x cores) of a fresh iterator over `make().repeat()`."""
-    it = iter(make().repeat())
-    for _ in range(warmup):
-        next(it)
-    n, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
-    while True:
-        batch = next(it)
-        n += int(tf.nest.flatten(batch)[-1].shape[0])
-        wall = time.perf_counter() - wall0
-        if wall >= min_seconds:
-            cpu = time.process_time() - cpu0
-            return {"wall": n / wall, "cpu": cores * n / max(cpu, 1e-9)}
+def clip_rate(make: Callable[[], tf.data.Dataset], cores: int, min_seconds: float, warmup: int = 3) -> dict[str, float]:
+    """Clips/s (wall, and per CPU-second x cores) of a fresh iterator over `make().repeat()` (`reads.stream_rate`)."""
+    rate = reads.stream_rate(lambda: make().repeat(), min_seconds=min_seconds, warmup_batches=warmup, cores=cores)
+    return {"wall": rate["examples_per_s"], "cpu": rate["cpu_examples_per_s"]}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,10 +91,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     videos = source_videos(args.manual_dir)[: args.opencv_videos]
     pipelines: dict[str, Callable[[], dict[str, float]]] = {
         "limit": lambda: limit_rate(frames, cores, args.seconds),
-        "vidvol.load": lambda: stream_rate(
+        "vidvol.load": lambda: clip_rate(
             lambda: readers.load(builder, "train", args.batch_size, seed=None, **args.loader_kwargs), cores, args.seconds
         ),
-        "tfds.load": lambda: stream_rate(
+        "tfds.load": lambda: clip_rate(
             lambda: tfds.load(
                 f"hmdb51/{CONFIG}", split="train", data_dir=args.data_dir, as_supervised=True,
                 read_config=tfds.ReadConfig(try_autocache=args.tfds_autocache),
@@ -115,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.opencv_videos:
         seek = lambda: baselines.hmdb51_seek_dataset(videos, [0] * len(videos), batch_size=args.batch_size)
-        pipelines["opencv"] = lambda: stream_rate(seek, cores, args.seconds, 1)
+        pipelines["opencv"] = lambda: clip_rate(seek, cores, args.seconds, 1)
     results: dict[str, list[dict[str, float]]] = {k: [] for k in pipelines}
     for r in range(args.rounds):
         for key, fn in pipelines.items():

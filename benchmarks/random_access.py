@@ -3,9 +3,10 @@
     python benchmarks/random_access.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
     python benchmarks/random_access.py --quick --out DIR    # tiny inputs, one round (smoke)
 
-`make bench` runs it as the "random_access" section of `run.py` (on the hmdb51 inputs and TFRecord
-build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`, reused when
-`--inputs` points at a benchmark run's inputs folder) and DIR/random_access.json + RANDOM_ACCESS.md.
+`make bench` runs it as the "random_access" section of `run.py` (`SECTION`, on the hmdb51 inputs and
+TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`, reused
+when `--inputs` points at a benchmark run's inputs folder) and DIR/random_access.json + RANDOM_ACCESS.md
+(`section.Section.main`; `--resummarize` redoes ratios, notes and targets of a stored document).
 
 The default config (`split1_20x64x64`) is built from the same inputs twice, TFRecord and ArrayRecord
 (`file_format="array_record"`). Then, in this process, `rounds` rounds each time these pipelines
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import resource
 import statistics
@@ -38,26 +38,22 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+import report
+import section
+
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
 PIPELINES = ("sequential", "single_index", "batch_reads", "grain_threads", "grain_processes")
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Sizes of one mode of the section."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RandomAccessSettings(section.Settings):
+    """Sizes of one mode of the section (`runs`: timed rounds, every pipeline once per round)."""
 
-    mode: str
     hmdb51: dict[str, Any]  # inputs.hmdb51_plan arguments (standalone runs)
     config: str = "split1_20x64x64"
-    rounds: int = 3
     min_seconds: float = 2.0
     batch_size: int = BATCH
-
-
-FULL = Settings(mode="full", hmdb51=dict(num_classes=8, videos_per_class=30, num_frames=(60, 300), height=240, width=320))
-QUICK = Settings(mode="quick", hmdb51=dict(num_classes=2, videos_per_class=3, num_frames=(20, 40), height=120, width=160),
-                 rounds=1, min_seconds=0.3, batch_size=2)
 
 METHOD = [
     "Same inputs built twice (TFRecord for vidvol.load, ArrayRecord for the random-access readers), same split (train), "
@@ -157,33 +153,116 @@ def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str
                 manual_dir=manual_dir, beam_options=options))
     return dirs
 
+class RandomAccess(section.Section):
+    """By-index reads and Grain batches over ArrayRecord shards vs sequential `vidvol.load` (TFRecord)."""
 
-def measure_section(work: str, settings: Settings, *, manual_dir: str, tfrecord_dir: str | None = None) -> dict[str, Any]:
-    """Builds what is missing, times every pipeline `rounds` times (alternating); returns the section."""
-    t0 = time.monotonic()
-    os.makedirs(work, exist_ok=True)
-    name = f"hmdb51/{settings.config}"
-    dirs = build_both(manual_dir, tfrecord_dir, work, settings.config)
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    key = "random_access"
+    label = "random access"
+    summary = "random-access section (random_access.py: ArrayRecord build, by-index reads, Grain)"
+    FULL = RandomAccessSettings(mode="full", runs=3, hmdb51=dict(num_classes=8, videos_per_class=30,
+                                                                  num_frames=(60, 300), height=240, width=320))
+    QUICK = RandomAccessSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=3,
+                                                                    num_frames=(20, 40), height=120, width=160),
+                                 min_seconds=0.3, batch_size=2)
+    method = METHOD
 
-    examples = tfds.builder(name, data_dir=dirs["array_record"]).info.splits["train"].num_examples
-    factories = pipelines(name, dirs["tfrecord"], dirs["array_record"], settings.batch_size)
-    runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
-    for _ in range(settings.rounds):
-        for pipeline in PIPELINES:
-            runs[pipeline].append(timed(factories[pipeline](), min_seconds=settings.min_seconds))
-            print(f"[random_access] {pipeline}: {runs[pipeline][-1]['examples_per_s']:.0f} examples/s "
-                  f"({runs[pipeline][-1]['cores_used']:.2f} cores, others {runs[pipeline][-1]['other_cores_busy']:.2f})",
-                  flush=True)
-    section = {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
-               "batch_size": settings.batch_size, "rounds": settings.rounds, "cores": len(os.sched_getaffinity(0)),
-               "results": {p: summarize(r) for p, r in runs.items()},
-               "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-               "duration_s": round(time.monotonic() - t0, 1), "method": METHOD}
-    return resummarize(section)
+    def measure(self, work: str, settings: RandomAccessSettings, *, manual_dir: str,
+                tfrecord_dir: str | None = None) -> dict[str, Any]:
+        """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
+        name = f"hmdb51/{settings.config}"
+        dirs = build_both(manual_dir, tfrecord_dir, work, settings.config)
+        import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+        examples = tfds.builder(name, data_dir=dirs["array_record"]).info.splits["train"].num_examples
+        factories = pipelines(name, dirs["tfrecord"], dirs["array_record"], settings.batch_size)
+        runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
+        for _ in range(settings.runs):
+            for pipeline in PIPELINES:
+                runs[pipeline].append(timed(factories[pipeline](), min_seconds=settings.min_seconds))
+                last = runs[pipeline][-1]
+                print(f"[random_access] {pipeline}: {last['examples_per_s']:.0f} examples/s "
+                      f"({last['cores_used']:.2f} cores, others {last['other_cores_busy']:.2f})", flush=True)
+        return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
+                "batch_size": settings.batch_size, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
+                "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+    def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Ratios to the sequential rate, and the notes."""
+        r = doc["results"]
+        seq = r["sequential"]
+        for p in PIPELINES:
+            r[p]["of_sequential"] = round(r[p]["examples_per_s"] / seq["examples_per_s"], 4)
+            r[p]["of_sequential_cpu"] = round(r[p]["cpu_examples_per_s"] / seq["cpu_examples_per_s"], 4)
+        others = max(x["other_cores_busy"] for x in r.values())
+        doc["notes"] = [
+            f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
+            + (": the wall-clock rates are understated and noisy; the cpu-normalized ratios are steadier."
+               if others > 0.25 else " (effectively a quiet machine).")]
+        if doc["mode"] == "quick":
+            doc["notes"].append("Quick mode: tiny inputs and batches, one round; it checks the plumbing, not speed.")
+        return doc
+
+    def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """Batch reads and the better Grain pipeline, each against the sequential rate."""
+        r = doc["results"]
+        best = max(("grain_threads", "grain_processes"), key=lambda p: r[p]["of_sequential"])
+        return [
+            section.target(f"random-access batch reads ({doc['batch_size']} random indices, thread pool) vs sequential "
+                           "vidvol.load",
+                           r["batch_reads"]["of_sequential"], TARGET_OF_SEQUENTIAL, unit="%",
+                           cpu_value=r["batch_reads"]["of_sequential_cpu"],
+                           note="decoded uint8 examples by index vs vidvol.load's float32 batches"),
+            section.target(f"Grain model-ready batches ({best.replace('_', ' ')}) vs sequential vidvol.load",
+                           r[best]["of_sequential"], TARGET_OF_SEQUENTIAL, unit="%",
+                           cpu_value=r[best]["of_sequential_cpu"],
+                           note="per-example Python work (proto parse, per-frame decode calls, clip gather) that "
+                                "vidvol.load does in tf.data's C++ threads, batched"),
+        ]
+
+    def markdown(self, doc: dict[str, Any]) -> list[str]:
+        """Targets, then the rate of every pipeline and its share of the sequential rate."""
+        s = doc
+        out = ["## Random access (ArrayRecord): by index vs sequential", "",
+               f"`benchmarks/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
+               f"{s['split']} ({s['examples']} examples), batches of {s['batch_size']}, {s['rounds']} round(s) on "
+               f"{s['cores']} cores.", ""]
+        out += report.targets_table(s["targets"])
+        labels = {"sequential": "vidvol.load (TFRecord, sequential)", "single_index": "ds[i], one random index",
+                  "batch_reads": f"ds.__getitems__({s['batch_size']} random indices)",
+                  "grain_threads": "Grain, 4 threads", "grain_processes": "Grain, mp_prefetch 2 workers"}
+        out += report.table(
+            ["pipeline", "examples/s", "rounds", "of sequential", "cpu examples/s", "cores busy (others)"],
+            [[labels[p], report.rate(r["examples_per_s"]), ", ".join(report.rate(x) for x in r["examples_per_s_runs"]),
+              f"{100 * r['of_sequential']:.0f}%", report.rate(r["cpu_examples_per_s"]),
+              f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"] for p, r in s["results"].items()])
+        out += [f"- {line}" for line in s.get("notes", []) + s.get("method", [])] + [""]
+        return out
+
+    def run_settings(self, ctx: section.Context) -> RandomAccessSettings:
+        """The run's hmdb51 inputs, default config, timed runs and hmdb51 batch size."""
+        s = ctx.settings
+        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
+                                   runs=s.runs, batch_size=s.hmdb51_batch)
+
+    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
+        """The run's hmdb51 inputs and its TFRecord build of them."""
+        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--rounds", dest="runs", type=int, default=None, help="override the timed rounds")
+
+    def standalone_inputs(self, out: str, settings: RandomAccessSettings, inputs_dir: str,
+                          args: argparse.Namespace) -> dict[str, Any]:
+        """The hmdb51 inputs of the mode (reused when present)."""
+        import inputs  # pylint: disable=g-import-not-at-top
+
+        root = os.path.join(inputs_dir, "hmdb51")
+        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
+        return {"manual_dir": root}
 
 
-def summarize(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
+def summarize_rounds(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
     """Medians of one pipeline's rounds, with every round's rate."""
     return {"examples_per_s": round(statistics.median(r["examples_per_s"] for r in runs), 2),
             "examples_per_s_runs": [round(r["examples_per_s"], 2) for r in runs],
@@ -192,69 +271,7 @@ def summarize(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
             "other_cores_busy": round(statistics.median(r["other_cores_busy"] for r in runs), 2)}
 
 
-def resummarize(section: dict[str, Any]) -> dict[str, Any]:
-    """Ratios to the sequential rate, targets and notes from the section's results."""
-    import report  # pylint: disable=g-import-not-at-top
-
-    r = section["results"]
-    seq = r["sequential"]
-    for p in PIPELINES:
-        r[p]["of_sequential"] = round(r[p]["examples_per_s"] / seq["examples_per_s"], 4)
-        r[p]["of_sequential_cpu"] = round(r[p]["cpu_examples_per_s"] / seq["cpu_examples_per_s"], 4)
-    best = max(("grain_threads", "grain_processes"), key=lambda p: r[p]["of_sequential"])
-    section["targets"] = [
-        report.target(f"random-access batch reads ({section['batch_size']} random indices, thread pool) vs sequential "
-                      "vidvol.load",
-                      r["batch_reads"]["of_sequential"], TARGET_OF_SEQUENTIAL, unit="%",
-                      cpu_value=r["batch_reads"]["of_sequential_cpu"],
-                      note="decoded uint8 examples by index vs vidvol.load's float32 batches"),
-        report.target(f"Grain model-ready batches ({best.replace('_', ' ')}) vs sequential vidvol.load",
-                      r[best]["of_sequential"], TARGET_OF_SEQUENTIAL, unit="%", cpu_value=r[best]["of_sequential_cpu"],
-                      note="per-example Python work (proto parse, per-frame decode calls, clip gather) that "
-                           "vidvol.load does in tf.data's C++ threads, batched"),
-    ]
-    others = max(x["other_cores_busy"] for x in r.values())
-    section["notes"] = [
-        f"Other processes kept up to {others:.2f} of the {section['cores']} cores busy during the timed windows"
-        + (": the wall-clock rates are understated and noisy; the cpu-normalized ratios are steadier." if others > 0.25
-           else " (effectively a quiet machine).")]
-    if section["mode"] == "quick":
-        section["notes"].append("Quick mode: tiny inputs and batches, one round; it checks the plumbing, not speed.")
-    return section
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: inputs (reused), both builds, the timed rounds, random_access.json + RANDOM_ACCESS.md."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--out", required=True, help="work folder (inputs, datasets, random_access.json, RANDOM_ACCESS.md)")
-    parser.add_argument("--quick", action="store_true", help="tiny inputs, one round")
-    parser.add_argument("--inputs", default=None, help="folder holding (or to hold) hmdb51/ inputs (default OUT/inputs)")
-    parser.add_argument("--rounds", type=int, default=None, help="override the timed rounds")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = QUICK if args.quick else FULL
-    if args.rounds:
-        settings = dataclasses.replace(settings, rounds=args.rounds)
-    out = os.path.abspath(args.out)
-    import inputs  # pylint: disable=g-import-not-at-top
-    import report  # pylint: disable=g-import-not-at-top
-
-    root = os.path.join(os.path.abspath(args.inputs or os.path.join(out, "inputs" if not args.quick else "inputs_quick")),
-                        "hmdb51")
-    inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
-    section = measure_section(os.path.join(out, "random_access"), settings, manual_dir=root)
-    bad = report.finite_numbers(section)
-    if bad:
-        raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
-    report.write_json(section, os.path.join(out, "random_access.json"))
-    with open(os.path.join(out, "RANDOM_ACCESS.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(report.random_access_section(section)))
-    print(f"[random_access] wrote {out}/random_access.json and RANDOM_ACCESS.md", flush=True)
-    for t in section["targets"]:
-        print(f"[random_access] {'PASS' if t['pass'] else 'MISS'} {t['name']}: {t['value']:.3g} "
-              f"(target {t['op']} {t['target']:g})", flush=True)
-    return 0
-
+SECTION = RandomAccess()
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(SECTION.main())

@@ -22,7 +22,6 @@ volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `ou
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import resource
@@ -36,6 +35,7 @@ import tensorflow as tf
 
 import baselines
 import fire_memory
+import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -232,15 +232,7 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python benchmarks/reads.py JOB.json OUT.json`: one isolated measurement."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
-        raise SystemExit("usage: python benchmarks/reads.py JOB.json OUT.json")
-    with open(args[0], encoding="utf-8") as f:
-        job = ReadJob(**json.load(f))
-    result = measure_read(job)
-    with open(args[1], "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    return 0
+    return jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job)), argv)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 The results document (a dict, see `run.py`) holds the machine, library versions,
 inputs, read/build measurements and `targets`: one row per promise (`value`, `target`, `op`,
-`pass`). Ratios are the headline; absolute numbers drift between machines.
+`pass`; `section.target`), and one document per registered section under its key, which that
+section renders itself (`Section.markdown`, with the helpers here). Ratios are the headline;
+absolute numbers drift between machines.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import matplotlib
 
@@ -19,31 +21,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 DPI = 110
+Render = Callable[[Mapping[str, Any]], list[str]]  # a section document -> its Markdown lines
 
 
-def target(name: str, value: float, threshold: float, *, op: str = ">=", unit: str = "x", note: str = "",
-           cpu_value: float | None = None) -> dict[str, Any]:
-    """One headline row: `value op threshold` (op '>=' or '<='), with the CPU-normalized value when there is one."""
-    if op not in (">=", "<="):
-        raise ValueError(f"op must be '>=' or '<=', got {op!r}")
-    ok = value >= threshold if op == ">=" else value <= threshold
-    row = {"name": name, "value": float(value), "target": float(threshold), "op": op, "unit": unit,
-           "pass": bool(ok and math.isfinite(value)), "score": score(value, threshold, op=op, unit=unit), "note": note}
-    if cpu_value is not None:
-        row["cpu_value"] = float(cpu_value)
-    return row
-
-
-def score(value: float, threshold: float, *, op: str, unit: str) -> float:
-    """How far a value is from its target, as a factor where >= 1 meets it (growth rates as 1 + rate)."""
-    if op == ">=":
-        return value / threshold
-    if unit == "%":
-        return (1.0 + threshold) / max(1.0 + value, 1e-9)
-    return threshold / max(value, 1e-9)
-
-
-def _fmt(value: float, unit: str) -> str:
+def fmt(value: float, unit: str) -> str:
     """A ratio as '61.2x', a fraction as '83%', MiB/GiB as is."""
     if unit == "%":
         return f"{100 * value:.0f}%"
@@ -52,7 +33,7 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.2f} {unit}"
 
 
-def _rate(value: float) -> str:
+def rate(value: float) -> str:
     """An examples/s figure with sensible precision."""
     return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
 
@@ -64,7 +45,7 @@ def write_json(results: Mapping[str, Any], path: str) -> str:
     return path
 
 
-def _table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
+def table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
     """A Markdown table."""
     header = list(header)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -72,8 +53,26 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
     return lines + [""]
 
 
-def markdown(results: Mapping[str, Any]) -> str:
-    """The RESULTS.md text."""
+def targets_table(rows: Iterable[Mapping[str, Any]], *, cpu: bool = True) -> list[str]:
+    """Markdown table of target rows: promise, measured (cpu-normalized where there is one), target, PASS/MISS."""
+    return table(
+        ["promise", "measured"] + (["cpu-normalized"] if cpu else []) + ["target", ""],
+        [[t["name"], fmt(t["value"], t["unit"])]
+         + ([fmt(t["cpu_value"], t["unit"]) if "cpu_value" in t else ""] if cpu else [])
+         + [f"{t['op']} {fmt(t['target'], t['unit'])}", "PASS" if t["pass"] else "**MISS**"]
+         for t in rows],
+    )
+
+
+def misses(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Markdown list of the missed targets that carry a note (why), or nothing."""
+    missed = [t for t in rows if not t["pass"] and t.get("note")]
+    return ["Misses:", ""] + [f"- {t['name']}: {t['note']}" for t in missed] + [""] if missed else []
+
+
+def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None = None) -> str:
+    """The RESULTS.md text: the headline's tables, each of `sections` ({key: render}) after its build tables."""
+    sections = sections or {}
     m, v = results["machine"], results["versions"]
     out = [
         "# vidvol benchmark results",
@@ -89,15 +88,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "## Headline",
         "",
     ]
-    out += _table(
-        ["promise", "measured", "cpu-normalized", "target", ""],
-        [[t["name"], _fmt(t["value"], t["unit"]), _fmt(t["cpu_value"], t["unit"]) if "cpu_value" in t else "",
-          f"{t['op']} {_fmt(t['target'], t['unit'])}", "PASS" if t["pass"] else "**MISS**"]
-         for t in results["targets"]],
-    )
-    misses = [t for t in results["targets"] if not t["pass"] and t.get("note")]
-    if misses:
-        out += ["Misses:", ""] + [f"- {t['name']}: {t['note']}" for t in misses] + [""]
+    out += targets_table(results["targets"]) + misses(results["targets"])
     out += [
         "## Machine",
         "",
@@ -111,7 +102,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         "## Inputs (generated offline, reused between runs)",
         "",
     ]
-    out += _table(["input", "what"], [[k, _describe(val)] for k, val in results["inputs"].items()])
+    out += table(["input", "what"], [[k, _describe(val)] for k, val in results["inputs"].items()])
     out += ["## Read throughput", "",
             "Each pipeline streams model-ready batches from warm files (page cache) over `.repeat()`ed epochs after "
             "a few warm-up batches, in its own process (full mode). *Limit*: `cv2.imdecode` (libjpeg-turbo) of the "
@@ -129,34 +120,34 @@ def markdown(results: Mapping[str, Any]) -> str:
         for key, label in (("loader", r.get("loader_label", "vidvol.load")), ("baseline", r["baseline_name"])):
             if key in r:
                 p = r[key]
-                rows.append([name, label, _rate(p["examples_per_s"]), ", ".join(_rate(x) for x in p["examples_per_s_runs"]),
-                             _rate(p["examples_per_s"] * fpe) if fpe > 1 else "", f"{p['peak_rss_mib']:.0f}"])
+                rows.append([name, label, rate(p["examples_per_s"]), ", ".join(rate(x) for x in p["examples_per_s_runs"]),
+                             rate(p["examples_per_s"] * fpe) if fpe > 1 else "", f"{p['peak_rss_mib']:.0f}"])
         if "limit" in r:
             lim = r["limit"]
             what = ("volume limit" if lim.get("kind", "").startswith("bytes") else "decode limit")
             unit = "volumes/s" if what == "volume limit" else "frames/s"
-            rows.append([name, f"{what} ({lim['cores']} cores x {_rate(lim['frames_per_s_one_core'])} {unit})",
-                         _rate(lim["examples_per_s"]), ", ".join(_rate(x * lim["cores"] / fpe) for x in lim["frames_per_s_one_core_runs"]),
-                         _rate(lim["examples_per_s"] * fpe), _rate(lim["cpu_examples_per_s"]), ""])
+            rows.append([name, f"{what} ({lim['cores']} cores x {rate(lim['frames_per_s_one_core'])} {unit})",
+                         rate(lim["examples_per_s"]), ", ".join(rate(x * lim["cores"] / fpe) for x in lim["frames_per_s_one_core_runs"]),
+                         rate(lim["examples_per_s"] * fpe), rate(lim["cpu_examples_per_s"]), ""])
     for row in rows:
         if len(row) == 6:
             row.insert(5, "")
     for row, (name, key) in zip(rows, _pipeline_keys(results["read"])):
         if key != "limit":
             p = results["read"][name][key]
-            row[5] = _rate(p["cpu_examples_per_s"])
+            row[5] = rate(p["cpu_examples_per_s"])
             row.insert(6, f"{p['cores_used']:.2f} ({p['other_cores_busy']:.2f})")
         else:
             row.insert(6, "1 (x cores)")
-    out += _table(["dataset", "pipeline", "examples/s", "runs", "frames/s", "cpu-normalized examples/s",
-                   "cores busy (others)", "peak RSS MiB"], rows)
+    out += table(["dataset", "pipeline", "examples/s", "runs", "frames/s", "cpu-normalized examples/s",
+                  "cores busy (others)", "peak RSS MiB"], rows)
     ratio_rows = []
     for name, r in results["read"].items():
         ratio_rows.append([name + (f" ({r['loader_label']})" if "loader_label" in r else ""), r["unit"],
-                           f"{_fmt(r['x_baseline'], 'x')} ({_fmt(r['x_baseline_cpu'], 'x')})",
-                           f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})" if "of_limit" in r else "n/a"])
-    out += _table(["dataset", "example", "loader / baseline (cpu-normalized)", "loader / decode limit (cpu-normalized)"],
-                  ratio_rows)
+                           f"{fmt(r['x_baseline'], 'x')} ({fmt(r['x_baseline_cpu'], 'x')})",
+                           f"{fmt(r['of_limit'], '%')} ({fmt(r['of_limit_cpu'], '%')})" if "of_limit" in r else "n/a"])
+    out += table(["dataset", "example", "loader / baseline (cpu-normalized)", "loader / decode limit (cpu-normalized)"],
+                 ratio_rows)
     if results.get("hmdb51_paths"):
         out += hmdb51_paths_section(results["hmdb51_paths"])
     out += disk_section(results["read"])
@@ -169,11 +160,11 @@ def markdown(results: Mapping[str, Any]) -> str:
             "*shards in flight*: mean number of shard files being written at once during the writing phase (2 workers "
             "can reach 2.0); *cores busy*: CPU seconds of the build (driver + workers) per wall second; *others*: cores "
             "the rest of the machine kept busy meanwhile.", ""]
-    out += _table(
+    out += table(
         ["workers", "writing phase examples/s", "runs", "end-to-end examples/s", "wall s (median)",
          "shards in flight", "cores busy (others)"],
-        [[w, _rate(b[f"workers_{w}"]["examples_per_s"]), ", ".join(_rate(x) for x in b[f"workers_{w}"]["examples_per_s_runs"]),
-          _rate(b[f"workers_{w}"]["e2e_examples_per_s"]), f"{b[f'workers_{w}']['wall_s']:.1f}",
+        [[w, rate(b[f"workers_{w}"]["examples_per_s"]), ", ".join(rate(x) for x in b[f"workers_{w}"]["examples_per_s_runs"]),
+          rate(b[f"workers_{w}"]["e2e_examples_per_s"]), f"{b[f'workers_{w}']['wall_s']:.1f}",
           f"{b[f'workers_{w}']['shards_in_flight']:.2f}",
           f"{b[f'workers_{w}']['cores_used']:.2f} ({b[f'workers_{w}']['other_cores_busy']:.2f})"] for w in (1, 2)],
     )
@@ -189,21 +180,20 @@ def markdown(results: Mapping[str, Any]) -> str:
     out += ["## Build memory: fire_hrr, more experiments", "",
             f"`{mem['dataset']}`, peak RSS of the driver and of every Beam SDK worker subprocess (psutil, polled every "
             f"{mem['interval_s']} s).", ""]
-    out += _table(
+    out += table(
         ["experiments", "examples", "dataset MiB", "wall s", "driver peak MiB", "worker peaks MiB", "tree total peak MiB"],
         [[n, r["examples"], f"{r['dataset_mib']:.0f}", f"{r['wall_s']:.1f}", f"{r['driver_peak_mib']:.0f}",
           ", ".join(f"{w:.0f}" for w in r["worker_peaks_mib"]) or f"{r['worker_peak_mib']:.0f} (threads)",
           f"{r['tree_total_peak_mib']:.0f}"] for n, r in mem["results"].items()],
     )
     out += [mem["verdict"], ""]
-    if results.get("cluster"):
-        out += cluster_section(results["cluster"])
-    if results.get("random_access"):
-        out += random_access_section(results["random_access"])
+    for key, render in sections.items():  # the registered sections (run.SECTIONS), in order
+        if results.get(key):
+            out += render(results[key])
 
     out += ["## Read memory", "", "Peak RSS of the reading process while streaming (imports included; "
             "`before` is the RSS once TF is imported).", ""]
-    out += _table(
+    out += table(
         ["dataset", "pipeline", "before MiB", "peak MiB", "batch"],
         [[name, label, f"{r[key]['rss_before_mib']:.0f}", f"{r[key]['peak_rss_mib']:.0f}", r[key]["batch_size"]]
          for name, r in results["read"].items()
@@ -221,15 +211,15 @@ def hmdb51_paths_section(paths: Mapping[str, Any]) -> list[str]:
            f"`hmdb51/{paths['config']}` train split, each row in its own process against the decode limit timed "
            "before each of its runs (the same stored frames). `tfds.load`: plain TFDS + `cast(video, float32) / 255` "
            "map + batch + prefetch (autocache off); `vidvol.load`: model-ready batches. *x baseline*: against the "
-           f"OpenCV seek baseline ({_rate(paths['baseline_examples_per_s'])} clips/s).", ""]
-    out += _table(
+           f"OpenCV seek baseline ({rate(paths['baseline_examples_per_s'])} clips/s).", ""]
+    out += table(
         ["pipeline", "batch", "seed", "clips/s", "runs", "cpu-normalized clips/s", "cores busy (others)",
          "limit clips/s", "of limit (cpu-normalized)", "x baseline (cpu-normalized)", "peak RSS MiB"],
-        [[r["pipeline"], r["batch_size"], "-" if r["seed"] is None else r["seed"], _rate(r["examples_per_s"]),
-          ", ".join(_rate(x) for x in r["examples_per_s_runs"]), _rate(r["cpu_examples_per_s"]),
-          f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})", _rate(r["limit"]["examples_per_s"]),
-          f"{_fmt(r['of_limit'], '%')} ({_fmt(r['of_limit_cpu'], '%')})",
-          f"{_fmt(r['x_baseline'], 'x')} ({_fmt(r['x_baseline_cpu'], 'x')})", f"{r['peak_rss_mib']:.0f}"]
+        [[r["pipeline"], r["batch_size"], "-" if r["seed"] is None else r["seed"], rate(r["examples_per_s"]),
+          ", ".join(rate(x) for x in r["examples_per_s_runs"]), rate(r["cpu_examples_per_s"]),
+          f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})", rate(r["limit"]["examples_per_s"]),
+          f"{fmt(r['of_limit'], '%')} ({fmt(r['of_limit_cpu'], '%')})",
+          f"{fmt(r['x_baseline'], 'x')} ({fmt(r['x_baseline_cpu'], 'x')})", f"{r['peak_rss_mib']:.0f}"]
          for r in paths["rows"]])
     return out
 
@@ -244,9 +234,9 @@ def disk_section(read: Mapping[str, Any]) -> list[str]:
         if not out:
             out += ["Disk cost of the configs read above (shard files of every split, per clip; and for all "
                     f"{disk['clips_for_all']:,} HMDB51 clips):", ""]
-        out += _table(["dataset", "config", "clips built", "KiB per clip", f"GiB for {disk['clips_for_all']:,} clips"],
-                      [[name, f"`{config}`", d["examples"], f"{d['bytes_per_clip'] / 1024:.1f}", f"{d['gib_for_all']:.2f}"]
-                       for config, d in disk["configs"].items()])
+        out += table(["dataset", "config", "clips built", "KiB per clip", f"GiB for {disk['clips_for_all']:,} clips"],
+                     [[name, f"`{config}`", d["examples"], f"{d['bytes_per_clip'] / 1024:.1f}", f"{d['gib_for_all']:.2f}"]
+                      for config, d in disk["configs"].items()])
     return out
 
 
@@ -263,12 +253,12 @@ def build_limit_section(limit: Mapping[str, Any], no_config: Mapping[str, Any] |
     for name, e in limit.items():
         st = e["stages"]
         rows.append([f"`{name}/{e['config']}`", f"{st['sources']} ({e['source_frames']:,} frames)",
-                     _rate(st["limit_frames_per_s_one_core"]), _fmt(e["example_fn_share"], "%"),
-                     _fmt(e["serialized_share"], "%"),
-                     f"{_rate(e['write_frames_per_s_per_core'])} (**{_fmt(e['write_share'], '%')}**)",
-                     f"{_rate(e['e2e_frames_per_s_per_core'])} ({_fmt(e['e2e_share'], '%')})", f"{e['startup_s']:.1f}"])
-    out += _table(["build", "sources (frames built)", "limit frames/s/core", "example fn", "+ serialize",
-                   "build writing phase frames/s/core (of limit)", "end to end (of limit)", "start-up + driver s"], rows)
+                     rate(st["limit_frames_per_s_one_core"]), fmt(e["example_fn_share"], "%"),
+                     fmt(e["serialized_share"], "%"),
+                     f"{rate(e['write_frames_per_s_per_core'])} (**{fmt(e['write_share'], '%')}**)",
+                     f"{rate(e['e2e_frames_per_s_per_core'])} ({fmt(e['e2e_share'], '%')})", f"{e['startup_s']:.1f}"])
+    out += table(["build", "sources (frames built)", "limit frames/s/core", "example fn", "+ serialize",
+                  "build writing phase frames/s/core (of limit)", "end to end (of limit)", "start-up + driver s"], rows)
     if no_config:
         n, d = no_config["no_config"], no_config["default_config"]
         out += [f"`tfds build hmdb51` with no config builds only its default config "
@@ -278,110 +268,9 @@ def build_limit_section(limit: Mapping[str, Any], no_config: Mapping[str, Any] |
     return out
 
 
-def _opt(value: Any, fmt: str = "{:.2f}") -> str:
+def opt(value: Any, fmt: str = "{:.2f}") -> str:
     """A number, or '-' for None."""
     return "-" if value is None else fmt.format(value)
-
-
-def cluster_section(c: Mapping[str, Any]) -> list[str]:
-    """Markdown lines of the Dask cluster section (`benchmarks/cluster.py`): targets, scaling, memory, driver scale."""
-    out = ["## Builds on a Dask cluster (DaskRunner)", "",
-           f"`benchmarks/cluster.py` ({c['mode']} mode, {c['duration_s'] / 60:.1f} min). Targets:", ""]
-    out += _table(
-        ["promise", "measured", "target", ""],
-        [[t["name"], _fmt(t["value"], t["unit"]), f"{t['op']} {_fmt(t['target'], t['unit'])}",
-          "PASS" if t["pass"] else "**MISS**"] for t in c["targets"]])
-    misses = [t for t in c["targets"] if not t["pass"] and t.get("note")]
-    if misses:
-        out += ["Misses:", ""] + [f"- {t['name']}: {t['note']}" for t in misses] + [""]
-    b = c.get("scaling")
-    if b:
-        out += ["### 1 vs 2 dask workers", "",
-                f"`{b['dataset']}` over {b['examples']} examples in {b['shards']} shards, a fresh "
-                "`LocalDaskCluster` per build, 1 and 2 workers alternating. *Writing phase*: first shard attempt "
-                "opened to last shard written (shard watch); *build()*: the build call on a running cluster; *end to "
-                "end*: the build's process (interpreter, imports, cluster start, build, cluster stop).", ""]
-        out += _table(
-            ["workers", "writing phase examples/s", "runs", "build() examples/s", "end-to-end examples/s", "runs",
-             "wall s", "shards in flight", "cores busy (others)"],
-            [[w, _rate(r["examples_per_s"]), ", ".join(_rate(x) for x in r["examples_per_s_runs"]),
-              _rate(r["build_examples_per_s"]), _rate(r["e2e_examples_per_s"]),
-              ", ".join(_rate(x) for x in r["e2e_examples_per_s_runs"]), f"{r['wall_s']:.1f}",
-              _opt(r["shards_in_flight"]), f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"]
-             for w, r in ((w, b[f"workers_{w}"]) for w in (1, 2))])
-        out += [f"Speed-up 2 vs 1 workers: **{b['speedup']:.2f}x** writing phase, {b['build_speedup']:.2f}x build() "
-                f"call, {b['e2e_speedup']:.2f}x end to end (medians); per pair: "
-                + ", ".join(f"{p['speedup']:.2f}x / {p['e2e_speedup']:.2f}x e2e (others {p['other_cores_busy']:.2f})"
-                            for p in b["pairs"]) + ".", "",
-                "Where the time goes (seconds, medians):", ""]
-        steps = list(b["workers_1"]["steps_s"])
-        out += _table(["step"] + [f"{w} worker{'s' if w > 1 else ''}" for w in (1, 2)],
-                      [[k.replace("_", " ")] + [_opt(b[f"workers_{w}"]["steps_s"][k], "{:.1f}") for w in (1, 2)]
-                       for k in steps]
-                      + [["worker CPU s per example"] + [_opt(b[f"workers_{w}"].get("worker_cpu_s_per_example"))
-                                                         for w in (1, 2)]])
-        out += [f"- {line}" for line in b.get("notes", [])] + [""]
-    m = c.get("memory")
-    if m:
-        out += ["### Dask worker memory: more experiments", "",
-                f"`{m['dataset']}` on {m['workers']} dask workers, RSS polled every {m['interval_s']} s.", ""]
-        out += _table(
-            ["experiments", "examples", "shards", "dataset MiB", "wall s", "worker peaks MiB", "scheduler MiB",
-             "driver MiB"],
-            [[n, r["examples"], r["shards"], f"{r['dataset_mib']:.0f}", f"{r['wall_s']:.1f}",
-              ", ".join(f"{v:.0f}" for v in r["worker_peaks_mib"].values()), f"{r['scheduler_peak_mib']:.0f}",
-              f"{r['driver_peak_mib']:.0f}"] for n, r in m["results"].items()])
-        out += [m["verdict"], ""]
-    d = c.get("driver")
-    if d:
-        rows = d["rows"]
-        phases = rows[0]["driver_phases"]
-        out += ["### Driver at scale (no decoding)", "",
-                f"Synthetic hmdb51-style sources, shards sized for ~{d['example_bytes'] // 1024} KiB examples in "
-                f"{d['max_shard_mib']} MiB shards; each size in a fresh process. Seconds per phase; *total* is the "
-                "driver's (the stand-alone pickles and the workers' sidecars are not in it); RSS: peak (VmHWM) of the "
-                "process (imports included).", ""]
-        out += _table(
-            ["sources", "shards"] + phases + ["total s", "Beam pickler s (MiB)", "cloudpickle s (MiB)", "RSS after imports MiB",
-                                              "peak RSS MiB", "read back"],
-            [[f"{r['entries']:,}", r["shards"]] + [f"{r['times_s'][k]:.2f}" for k in phases]
-             + [f"**{r['driver_total_s']:.1f}**",
-                f"{r['times_s']['pickle.beam_pickler']:.2f} ({r['pickled_mib']['beam_pickler']:.0f})",
-                f"{r['times_s']['pickle.cloudpickle']:.2f} ({r['pickled_mib']['cloudpickle']:.0f})",
-                f"{r['rss_after_imports_mib']:.0f}", f"**{r['peak_rss_mib']:.0f}**",
-                f"{r['examples_read_back']:,}" + ("" if r["keys_match"] else " (keys differ!)")] for r in rows])
-        if d.get("growth_exponents"):
-            out += ["Growth exponent per phase (time ~ n^e; 1 = linear, '-' = under 50 ms):", ""]
-            out += _table(["from -> to"] + phases + ["total"],
-                          [[f"{g['from']:,} -> {g['to']:,}"] + [_opt(g.get(k)) for k in phases]
-                           + [_opt(g.get("driver_total_s"))] for g in d["growth_exponents"]])
-        if c.get("driver_notes"):
-            out += [f"- {line}" for line in c["driver_notes"]] + [""]
-    out += ["Method:", ""] + [f"- {line}" for line in c.get("method", [])] + [""]
-    return out
-
-
-def random_access_section(s: Mapping[str, Any]) -> list[str]:
-    """Markdown lines of the random-access section (`benchmarks/random_access.py`): targets, rates per pipeline."""
-    out = ["## Random access (ArrayRecord): by index vs sequential", "",
-           f"`benchmarks/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
-           f"{s['split']} ({s['examples']} examples), batches of {s['batch_size']}, {s['rounds']} round(s) on "
-           f"{s['cores']} cores.", ""]
-    out += _table(
-        ["promise", "measured", "cpu-normalized", "target", ""],
-        [[t["name"], _fmt(t["value"], t["unit"]), _fmt(t["cpu_value"], t["unit"]),
-          f"{t['op']} {_fmt(t['target'], t['unit'])}", "PASS" if t["pass"] else "**MISS**"]
-         for t in s["targets"]])
-    labels = {"sequential": "vidvol.load (TFRecord, sequential)", "single_index": "ds[i], one random index",
-              "batch_reads": f"ds.__getitems__({s['batch_size']} random indices)", "grain_threads": "Grain, 4 threads",
-              "grain_processes": "Grain, mp_prefetch 2 workers"}
-    out += _table(
-        ["pipeline", "examples/s", "rounds", "of sequential", "cpu examples/s", "cores busy (others)"],
-        [[labels[p], _rate(r["examples_per_s"]), ", ".join(_rate(x) for x in r["examples_per_s_runs"]),
-          f"{100 * r['of_sequential']:.0f}%", _rate(r["cpu_examples_per_s"]),
-          f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"] for p, r in s["results"].items()])
-    out += [f"- {line}" for line in s.get("notes", []) + s.get("method", [])] + [""]
-    return out
 
 
 def _pipeline_keys(read: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -394,10 +283,10 @@ def _describe(spec: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in spec.items() if k not in ("kind", "labels"))
 
 
-def write_markdown(results: Mapping[str, Any], path: str) -> str:
+def write_markdown(results: Mapping[str, Any], path: str, sections: Mapping[str, Render] | None = None) -> str:
     """Writes RESULTS.md."""
     with open(path, "w", encoding="utf-8") as f:
-        f.write(markdown(results))
+        f.write(markdown(results, sections))
     return path
 
 
@@ -417,9 +306,9 @@ def chart(results: Mapping[str, Any], path: str) -> str:
     ticks = []
     for n in names:
         r = results["read"][n]
-        tick = f"{n}\n{_fmt(r['x_baseline'], 'x')} baseline"
+        tick = f"{n}\n{fmt(r['x_baseline'], 'x')} baseline"
         if "of_limit" in r:
-            tick += f", {_fmt(r['of_limit'], '%')} of limit"
+            tick += f", {fmt(r['of_limit'], '%')} of limit"
         ticks.append(tick)
     ax.set_xticks(range(len(names)), ticks, fontsize=8)
     ax.set_yscale("log")
@@ -446,7 +335,7 @@ def chart(results: Mapping[str, Any], path: str) -> str:
     ax.set_xlim(0, cap)
     for i, t in enumerate(rows):
         ax.text(min(t["score"], cap) + 0.03 if t["score"] < cap * 0.8 else 0.05, i,
-                f"{_fmt(t['value'], t['unit'])} (target {t['op']} {_fmt(t['target'], t['unit'])})",
+                f"{fmt(t['value'], t['unit'])} (target {t['op']} {fmt(t['target'], t['unit'])})",
                 va="center", fontsize=8, color="k")
     ax.set_yticks(range(len(rows)), [t["name"] for t in rows], fontsize=8)
     ax.invert_yaxis()
@@ -489,11 +378,11 @@ def finite_numbers(obj: Any, where: str = "results") -> list[str]:
     return bad
 
 
-def write_all(results: Mapping[str, Any], out_dir: str) -> dict[str, str]:
-    """Writes results.json, RESULTS.md and results.png into out_dir; returns their paths."""
+def write_all(results: Mapping[str, Any], out_dir: str, sections: Mapping[str, Render] | None = None) -> dict[str, str]:
+    """Writes results.json, RESULTS.md (with the `sections` renderers) and results.png into out_dir; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     return {
         "json": write_json(results, os.path.join(out_dir, "results.json")),
-        "markdown": write_markdown(results, os.path.join(out_dir, "RESULTS.md")),
+        "markdown": write_markdown(results, os.path.join(out_dir, "RESULTS.md"), sections),
         "chart": chart(results, os.path.join(out_dir, "results.png")),
     }

@@ -52,6 +52,7 @@ def _bench_module(name: str) -> types.ModuleType:
 baselines = _bench_module("baselines")
 inputs = _bench_module("inputs")
 report = _bench_module("report")
+section = _bench_module("section")
 stock_writer = _bench_module("stock_writer")
 
 
@@ -213,11 +214,16 @@ def test_fire_inputs_and_labels(tmp_path):
 
 
 def test_target_rows():
-    assert report.target("a", 60, 50)["pass"] and not report.target("a", 40, 50)["pass"]
-    growth = report.target("g", 0.12, 0.10, op="<=", unit="%")
+    assert section.target("a", 60, 50)["pass"] and not section.target("a", 40, 50)["pass"]
+    growth = section.target("g", 0.12, 0.10, op="<=", unit="%")
     assert not growth["pass"] and growth["score"] < 1
-    assert report.target("m", 1.5, 2.0, op="<=", unit="GiB")["pass"]
-    assert not report.target("nan", float("nan"), 1.0)["pass"]
+    assert section.target("m", 1.5, 2.0, op="<=", unit="GiB")["pass"]
+    assert not section.target("nan", float("nan"), 1.0)["pass"]
+    with pytest.raises(ValueError, match="op must be"):
+        section.target("x", 1.0, 1.0, op=">")
+    row = section.target("c", 0.9, 0.8, unit="%", cpu_value=0.95, note="why")
+    assert list(row) == ["name", "value", "target", "op", "unit", "pass", "score", "note", "cpu_value"]
+    assert section.verdict(row) == "PASS c: 0.9 (target >= 0.8)"
     assert report.finite_numbers({"a": [1.0, float("inf")], "b": {"c": float("nan")}}) == ["results.a[1]", "results.b.c"]
 
 

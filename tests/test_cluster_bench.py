@@ -28,16 +28,17 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 SIZE = 2000
 
 
-def _load_cluster():
-    """benchmarks/cluster.py as a module (it imports its siblings only inside functions)."""
-    spec = importlib.util.spec_from_file_location("vidvol_bench_cluster", BENCHMARKS / "cluster.py")
+def _bench_module(name: str):
+    """benchmarks/<name>.py as a module (one that imports its siblings only inside functions)."""
+    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-cluster = _load_cluster()
+cluster_builds = _bench_module("cluster_builds")
+cluster_driver = _bench_module("cluster_driver")
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +54,8 @@ def driver_run(tmp_path_factory):
 def test_driver_scale_counts_read_back_equal_the_sources(driver_run):
     out, section, _ = driver_run
     (row,) = section["driver"]["rows"]
-    expected_shards = beam_writer.num_shards_for(SIZE, cluster.KINETICS_EXAMPLE_BYTES,
-                                                 max_shard_size=cluster.KINETICS_MAX_SHARD)
+    expected_shards = beam_writer.num_shards_for(SIZE, cluster_driver.KINETICS_EXAMPLE_BYTES,
+                                                 max_shard_size=cluster_driver.KINETICS_MAX_SHARD)
     assert row["entries"] == SIZE
     assert row["examples_read_back"] == SIZE and row["keys_match"] is True
     assert row["shards"] == row["shards_read_back"] == expected_shards
@@ -89,7 +90,7 @@ def test_driver_scale_output_structure(driver_run):
 
 def test_attempt_watch_follows_attempts_through_the_rename(tmp_path):
     shard = tmp_path / "fire_hrr-train.tfrecord-00000-of-00002.partial"
-    watch = cluster.AttemptWatch(str(tmp_path))
+    watch = cluster_builds.AttemptWatch(str(tmp_path))
     attempt = tmp_path / (shard.name + ".0123456789ab.tmp")
     attempt.write_bytes(b"x")
     watch.poll()
@@ -114,8 +115,8 @@ def test_scaling_summary_speedups():
                 "steps_s": steps, "worker_cpu_s": {"scheduler": 1.0, "worker-0": 4.0 * workers},
                 "shard_opens_after_submit_s": []}
 
-    s = cluster.summarize_scaling("fire_hrr/x", {1: [run(1, 8.0, 20.0), run(1, 10.0, 22.0)],
-                                                 2: [run(2, 4.0, 16.0), run(2, 6.0, 18.0)]})
+    s = cluster_builds.summarize_scaling("fire_hrr/x", {1: [run(1, 8.0, 20.0), run(1, 10.0, 22.0)],
+                                                        2: [run(2, 4.0, 16.0), run(2, 6.0, 18.0)]})
     assert math.isclose(s["speedup"], statistics_median([8 / 4, 8 / 6]) / statistics_median([1.0, 0.8]))
     assert [p["speedup"] for p in s["pairs"]] == [2.0, round((8 / 6) / 0.8, 3)]
     assert s["overhead_s"] == {"1": 12.0, "2": 12.0}

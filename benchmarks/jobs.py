@@ -1,0 +1,71 @@
+"""A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree.
+
+A measurement that must not share a process with the benchmark (its peak RSS, its imports, the
+processes it starts) runs one of this folder's scripts with `run_job` (cluster_builds.py,
+cluster_driver.py); `python` names another interpreter (another virtual environment) to run it in.
+A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (reads.py, cluster_builds.py,
+cluster_driver.py). Stdlib only: loadable without the benchmarks folder on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Sequence
+
+
+def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
+            python: str = sys.executable) -> tuple[int, Any]:
+    """Runs `python script args` in a fresh process (log to log_path); (exit status, rusage of its tree)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen([python, os.path.abspath(script), *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+        timer = threading.Timer(timeout, kill_tree, args=(proc.pid,))
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # covers the job and the processes it reaped (scheduler, workers)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILLs a job process and every process under it (dask workers outlive a SIGTERMed driver mid-task)."""
+    import psutil  # pylint: disable=g-import-not-at-top
+
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def tail(path: str, size: int = 4000) -> str:
+    """The last `size` characters of a job's log (or why it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()[-size:]
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+
+
+def job_main(script: str, run: Callable[[dict[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None) -> int:
+    """A job script's entry, `python SCRIPT JOB.json RESULT.json`: writes `run(job)` to RESULT.json."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        raise SystemExit(f"usage: python benchmarks/{os.path.basename(script)} JOB.json RESULT.json")
+    with open(args[0], encoding="utf-8") as f:
+        job = json.load(f)
+    result = run(job)
+    with open(args[1], "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    return 0

@@ -1,0 +1,263 @@
+"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself.
+
+A section measures one thing (Dask builds, random access, ...) into a JSON document: its records,
+what is derived from them (summaries, notes), its `targets` (one row per promise) and its `method`.
+`run.py` runs the headline (reads and builds) and then every section registered in `run.SECTIONS`,
+each on the run's inputs and builds (`Section.in_run`), and stores each document under its key in
+results.json; `report.py` renders each after the headline's build tables (`Section.markdown`). Run
+alone, a section module is a script (`Section.main`): OUT/KEY.json and OUT/KEY.md. See README.md.
+
+Stdlib only (it is loaded by tests without the benchmarks folder on sys.path); `report` is imported
+where a standalone run writes.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import sys
+import time
+from typing import Any, ClassVar, Sequence
+
+OPS = (">=", "<=")
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """What every mode of every section has; a section subclasses it with its own sizes."""
+
+    mode: str  # "full" (`make bench`) or "quick" (`make bench-quick`, the tests: plumbing, not speed)
+    runs: int  # timed repetitions of each measurement (medians reported)
+
+    @property
+    def quick(self) -> bool:
+        """True in quick mode."""
+        return self.mode == "quick"
+
+    def override(self, **changes: Any) -> Settings:
+        """A copy with the changes that are not None (command-line overrides)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def default_inputs_dir(out: str, mode: str) -> str:
+    """OUT/inputs in full mode, OUT/inputs_<mode> otherwise: a quick run never replaces a full run's inputs."""
+    return os.path.join(out, "inputs" if mode == "full" else f"inputs_{mode}")
+
+
+# --------------------------------------------------------------------------------------------
+# Targets
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One promise: `value op threshold` (op '>=' or '<='), with the CPU-normalized value when there is one."""
+
+    name: str
+    value: float
+    threshold: float
+    op: str = ">="
+    unit: str = "x"  # "x" ratio, "%" fraction or growth, or a unit such as "GiB", "s"
+    note: str = ""  # why it misses, or what else the row measured
+    cpu_value: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"op must be '>=' or '<=', got {self.op!r}")
+
+    @property
+    def met(self) -> bool:
+        """Whether the value meets the threshold (a non-finite value never does)."""
+        ok = self.value >= self.threshold if self.op == ">=" else self.value <= self.threshold
+        return bool(ok and math.isfinite(self.value))
+
+    @property
+    def score(self) -> float:
+        """How far the value is from its target, as a factor where >= 1 meets it (growth rates as 1 + rate)."""
+        if self.op == ">=":
+            return self.value / self.threshold
+        if self.unit == "%":
+            return (1.0 + self.threshold) / max(1.0 + self.value, 1e-9)
+        return self.threshold / max(self.value, 1e-9)
+
+    def row(self) -> dict[str, Any]:
+        """The results.json row: name, value, target, op, unit, pass, score, note (and cpu_value)."""
+        row = {"name": self.name, "value": float(self.value), "target": float(self.threshold), "op": self.op,
+               "unit": self.unit, "pass": self.met, "score": self.score, "note": self.note}
+        if self.cpu_value is not None:
+            row["cpu_value"] = float(self.cpu_value)
+        return row
+
+
+def target(name: str, value: float, threshold: float, *, op: str = ">=", unit: str = "x", note: str = "",
+           cpu_value: float | None = None) -> dict[str, Any]:
+    """One target row (`Target(...).row()`)."""
+    return Target(name, value, threshold, op=op, unit=unit, note=note, cpu_value=cpu_value).row()
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """A target row as one line: 'PASS name: value (target op threshold)'."""
+    return (f"{'PASS' if row['pass'] else 'MISS'} {row['name']}: {row['value']:.3g} "
+            f"(target {row['op']} {row['target']:g})")
+
+
+# --------------------------------------------------------------------------------------------
+# A benchmark run, as the sections see it
+
+
+class Context:
+    """One `make bench` run: its folders, its settings, its phase timings and the results so far."""
+
+    def __init__(self, out: str, settings: Settings, inputs_dir: str | None = None):
+        self.out = os.path.abspath(out)
+        self.inputs_dir = os.path.abspath(inputs_dir or default_inputs_dir(self.out, settings.mode))
+        self.settings = settings
+        self.cores = len(os.sched_getaffinity(0))
+        self.phases: dict[str, float] = {}
+        self.results: dict[str, Any] = {}
+        os.makedirs(self.out, exist_ok=True)
+
+    def path(self, *parts: str) -> str:
+        """A path under the output folder."""
+        return os.path.join(self.out, *parts)
+
+    def phase(self, name: str, start: float) -> None:
+        """Records (and prints) how long a phase that began at `start` (time.monotonic()) took."""
+        self.phases[name] = round(time.monotonic() - start, 1)
+        print(f"[bench] {name} done in {self.phases[name]:.0f} s", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# The section
+
+
+class Section(abc.ABC):
+    """One part of the benchmark: what it measures, its promises, how it reads in RESULTS.md.
+
+    A subclass sets `key`, `label`, `summary`, `FULL`, `QUICK` and `method`, and implements
+    `measure`, `targets` and `markdown`; `summarize` (derived figures, notes), `run_settings` and
+    `run_inputs` (what it takes from the run) and the standalone hooks have defaults.
+    """
+
+    key: ClassVar[str]  # its document's key in results.json; standalone: OUT/KEY.json, OUT/KEY.md
+    label: ClassVar[str]  # how run.py's summary lines name it: "[bench] LABEL: PASS ..."
+    summary: ClassVar[str]  # what `run.py --no-KEY` leaves out
+    FULL: ClassVar[Settings]
+    QUICK: ClassVar[Settings]
+    method: ClassVar[Sequence[str]] = ()  # how it measures (RESULTS.md lists it)
+
+    # -- what a section implements --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def measure(self, work: str, settings: Settings, **inputs: Any) -> dict[str, Any]:
+        """Measures into the folder `work`; returns the document's records (no targets yet)."""
+
+    def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Derived figures and notes, from the records alone (so a stored document can be redone)."""
+        return doc
+
+    @abc.abstractmethod
+    def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """The section's promises (`target` rows) and whether the document meets them."""
+
+    def markdown(self, doc: dict[str, Any]) -> list[str]:
+        """Markdown lines of the section (in RESULTS.md after the build tables; standalone, KEY.md)."""
+        raise NotImplementedError(f"{type(self).__name__} has no markdown")
+
+    def run_settings(self, ctx: Context) -> Settings:
+        """Its settings inside a benchmark run: by default those of the run's mode."""
+        return self.mode_settings(ctx.settings.quick)
+
+    def run_inputs(self, ctx: Context) -> dict[str, Any]:
+        """Its `measure` inputs inside a benchmark run (the run's inputs and builds); by default none."""
+        return {}
+
+    # -- what the skeleton does with it ----------------------------------------------------------
+
+    def mode_settings(self, quick: bool) -> Settings:
+        """QUICK or FULL."""
+        return self.QUICK if quick else self.FULL
+
+    def measure_section(self, work: str, settings: Settings, **inputs: Any) -> dict[str, Any]:
+        """Measures (timed) and returns the whole document: records, summaries, targets, method."""
+        start = time.monotonic()
+        os.makedirs(work, exist_ok=True)
+        doc = self.measure(work, settings, **inputs)
+        doc["duration_s"] = round(time.monotonic() - start, 1)
+        return self.resummarize(doc)
+
+    def resummarize(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Recomputes summaries, notes, targets and method of a document from its records."""
+        doc = self.summarize(doc)
+        doc["targets"] = self.targets(doc)
+        doc["method"] = list(self.method)
+        return doc
+
+    def in_run(self, ctx: Context) -> dict[str, Any]:
+        """Measures the section inside a benchmark run (into OUT/KEY, phase KEY)."""
+        start = time.monotonic()
+        doc = self.measure_section(ctx.path(self.key), self.run_settings(ctx), **self.run_inputs(ctx))
+        ctx.phase(self.key, start)
+        return doc
+
+    # -- standalone: `python benchmarks/KEY.py --out DIR` ----------------------------------------
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """The section's own command-line options (beyond --out, --quick, --inputs, --runs, --resummarize)."""
+
+    def apply_arguments(self, settings: Settings, args: argparse.Namespace) -> Settings:
+        """The settings with the section's own command-line overrides."""
+        return settings
+
+    def standalone_inputs(self, out: str, settings: Settings, inputs_dir: str,
+                          args: argparse.Namespace) -> dict[str, Any]:
+        """Writes (or reuses) what a standalone run measures; returns the `measure` inputs."""
+        return {}
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Standalone run: measures into OUT/KEY (or --resummarize OUT/KEY.json), writes KEY.json and KEY.md."""
+        module_doc = sys.modules[type(self).__module__].__doc__ or self.key
+        parser = argparse.ArgumentParser(description=module_doc.strip().split("\n", 1)[0])
+        parser.add_argument("--out", required=True, help=f"work folder (inputs, datasets, {self.key}.json, "
+                            f"{self.key.upper()}.md)")
+        parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (smoke)")
+        parser.add_argument("--inputs", default=None, help="folder holding (or to hold) the generated inputs "
+                            "(default OUT/inputs, quick: OUT/inputs_quick)")
+        parser.add_argument("--runs", type=int, default=None, help="override the timed runs")
+        parser.add_argument("--resummarize", action="store_true", help=f"recompute summaries, notes and targets of "
+                            f"OUT/{self.key}.json and re-render; measure nothing")
+        self.add_arguments(parser)
+        args = parser.parse_args(argv)
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        settings = self.apply_arguments(self.mode_settings(args.quick).override(runs=args.runs), args)
+        out = os.path.abspath(args.out)
+        os.makedirs(out, exist_ok=True)
+        path = os.path.join(out, f"{self.key}.json")
+        if args.resummarize:
+            with open(path, encoding="utf-8") as f:
+                doc = self.resummarize(json.load(f))
+        else:
+            inputs_dir = os.path.abspath(args.inputs or default_inputs_dir(out, settings.mode))
+            doc = self.measure_section(os.path.join(out, self.key), settings,
+                                       **self.standalone_inputs(out, settings, inputs_dir, args))
+        import report  # pylint: disable=g-import-not-at-top
+
+        bad = report.finite_numbers(doc)
+        if bad:
+            raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
+        report.write_json(doc, path)
+        with open(os.path.join(out, f"{self.key.upper()}.md"), "w", encoding="utf-8") as f:
+            f.write("\n".join(self.markdown(doc)))
+        print(f"[{self.key}] wrote {path} and {self.key.upper()}.md"
+              + ("" if args.resummarize else f" in {doc['duration_s'] / 60:.1f} min"), flush=True)
+        for row in doc["targets"]:
+            print(f"[{self.key}] {verdict(row)}", flush=True)
+        return 0
