@@ -14,6 +14,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol
+from vidvol import Clips, Normalize, Output, ReadSpec
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
@@ -120,7 +121,7 @@ def test_numpy_clip_rules_are_the_tf_rules():
 
 
 def test_grain_eval_batches_match_vidvol_load(hmdb_dirs):
-    kwargs = dict(clip_length=8, clip_stride=2, eval_clips=2)
+    kwargs = dict(spec=ReadSpec(clips=Clips(length=8, stride=2, eval_clips=2)))
     grain_batches = list(vidvol.grain_dataset(HMDB, "test", 2, data_dir=hmdb_dirs["array_record"], **kwargs))
     assert [len(b[1]) for b in grain_batches] == [2, 1]  # evaluation keeps the last partial batch
     (x, mask), y = grain_batches[0]
@@ -136,14 +137,15 @@ def test_grain_eval_batches_match_vidvol_load(hmdb_dirs):
 
 def test_grain_training_shuffles_reproducibly_and_draws_clips(hmdb_dirs):
     def epoch(seed):
-        ds = vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, clip_length=6,
-                                  mean=0.5, std=0.25)
+        ds = vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed,
+                                  spec=ReadSpec(clips=Clips(length=6), normalize=Normalize(mean=0.5, std=0.25)))
         return list(ds)
 
     a, b, c = epoch(1), epoch(1), epoch(2)
     assert len(a) == 3 and all(len(y) == 2 for _, y in a)  # 6 training examples
     labels = sorted(int(v) for _, y in a for v in y)
-    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"],
+                                spec=ReadSpec(output=Output(features=["label"])))
     assert labels == sorted(int(source[i]["label"]) for i in range(len(source)))  # every example once
     for ((xa, ma), ya), ((xb, mb), yb) in zip(a, b):
         np.testing.assert_array_equal(xa, xb)
@@ -155,7 +157,7 @@ def test_grain_training_shuffles_reproducibly_and_draws_clips(hmdb_dirs):
 
 
 def test_torch_protocol_without_torch(hmdb_dirs):
-    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=7, clip_length=4)
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=7, spec=ReadSpec(clips=Clips(4)))
     assert len(ds) == 6
     (x, mask), y = ds[0]
     assert x.shape == (4, 64, 64, 3) and x.dtype == np.float32 and mask.shape == (4,) and np.asarray(y).dtype == np.int64
@@ -169,21 +171,23 @@ def test_torch_protocol_without_torch(hmdb_dirs):
         ds.set_epoch(e)
         clips.add(ds[0][0][0].tobytes())
     assert len(clips) > 1  # a new clip draw per epoch
-    evaluation = vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"], clip_length=4, eval_clips=3)
+    evaluation = vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"],
+                                      spec=ReadSpec(clips=Clips(length=4, eval_clips=3)))
     (x, mask), _ = evaluation[1]
     assert x.shape == (3, 4, 64, 64, 3) and mask.shape == (3, 4)
 
 
 def test_torch_dataloader(hmdb_dirs):
     torch = pytest.importorskip("torch")  # the optional `vidvol[torch]` extra
-    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=0, clip_length=4)
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=0, spec=ReadSpec(clips=Clips(4)))
     loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, multiprocessing_context="spawn")
     batches = list(loader)
     assert [len(y) for _, y in batches] == [4, 2]
     (x, mask), y = batches[0]
     assert isinstance(x, torch.Tensor) and x.shape == (4, 4, 64, 64, 3) and x.dtype == torch.float32
     assert mask.shape == (4, 4) and y.dtype == torch.int64
-    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"],
+                                spec=ReadSpec(output=Output(features=["label"])))
     assert sorted(int(v) for _, y in batches for v in y) == sorted(int(source[i]["label"]) for i in range(len(source)))
     forked = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
     with pytest.raises(Exception, match="multiprocessing_context='spawn'"):  # a clear error, not a segfault
