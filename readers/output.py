@@ -160,7 +160,7 @@ def full_mask_check(info: tfds.core.DatasetInfo, mask: tf.Tensor) -> tf.Operatio
         full = tf.reduce_all(tf.equal(mask, tf.ones([], mask.dtype)))
     return tf.debugging.Assert(full, [
         f"vidvol.load with Output(mask_dtype=None) on {info.full_name}: an example has padding (its mask is not all "
-        "ones), so the mask cannot be left out; pass Output(mask_dtype='uint8') (or 'bool', 'float32') and use the mask"])
+        "ones), so the mask cannot be left out; pass Output(mask_dtype=tf.uint8) (or tf.bool, tf.float32) and use the mask"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,7 +118,7 @@ class Normalize:
         if isinstance(self.mean, tuple) and isinstance(std, tuple) and len(self.mean) != len(std):
             raise ValueError(f"Normalize.mean and Normalize.std must have as many channels, got {self.mean!r} and {std!r}")
         if self.resize is not None:
-            size = tuple(self.resize) if isinstance(self.resize, Sequence) else ()
+            size = tuple(self.resize) if not isinstance(self.resize, (str, bytes)) and np.ndim(self.resize) == 1 else ()
             if len(size) != 2:
                 raise ValueError(f"Normalize.resize must be None or (height, width), got {self.resize!r}")
             for d in size:

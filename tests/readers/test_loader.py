@@ -412,14 +412,6 @@ def test_fire_hrr_batches_are_video_mask_hrr(fire_small):
         assert not row_hrr[n:].any() and not row_video[n:].any() and row_video[:n].max() > 0.5
 
 
-@pytest.fixture(scope="module")
-def mri_small(tmp_path_factory):
-    """mri_volumes/small_32 over 4 sample subjects (3 train, 1 test)."""
-    root = tmp_path_factory.mktemp("mri")
-    samples.write_mri_volumes(str(root / "manual"), num_subjects=4, with_split=True)
-    return _build(mri.Builder, "small_32", root / "manual", root / "data")
-
-
 def test_mri_batches_are_volume_mask_label_without_rescaling(mri_small):
     train = readers.load(mri_small, "train", 2, seed=0)
     (volume, mask), label = train.element_spec

@@ -123,7 +123,7 @@ def test_mask_left_out_when_every_voxel_is_real(mri_int16):
 
 def test_left_out_mask_with_padding_stops_the_read_naming_the_fix(mri_int16):
     ds = readers.load(mri_int16, "validation", 1, training=False, spec=_out(mask_dtype=None))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask is not all ones.*pass Output\(mask_dtype='uint8'\)"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask is not all ones.*pass Output\(mask_dtype=tf.uint8\)"):
         list(ds)
 
 

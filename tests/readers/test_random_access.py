@@ -7,6 +7,7 @@ formats, in this process; the TFRecord build is the reference read by `tfds.load
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -192,3 +193,65 @@ def test_torch_dataloader(hmdb_dirs):
     forked = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
     with pytest.raises(Exception, match="multiprocessing_context='spawn'"):  # a clear error, not a segfault
         list(forked)
+
+
+def test_old_keywords_give_the_same_random_access_examples(hmdb_dirs):
+    data_dir = hmdb_dirs["array_record"]
+    spec = ReadSpec(clips=Clips(length=6, stride=2), normalize=Normalize(mean=0.5, std=0.25),
+                    output=Output(mask_dtype="uint8"))
+    with pytest.warns(DeprecationWarning, match=r"clip_length=6 is deprecated: pass "
+                                                r"spec=vidvol.ReadSpec\(clips=vidvol.Clips\(length=6\)\)") as record:
+        old = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, seed=3, clip_length=6, clip_stride=2,
+                                        mean=0.5, std=0.25, mask_dtype="uint8"))
+    assert {w.filename for w in record if "is deprecated: pass" in str(w.message)} == {__file__}
+    new = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, seed=3, spec=spec))
+    assert len(old) == len(new) == 3
+    for ((xo, mo), yo), ((xn, mn), yn) in zip(old, new):
+        assert mo.dtype == mn.dtype == np.uint8
+        for a, b in ((xo, xn), (mo, mn), (yo, yn)):
+            np.testing.assert_array_equal(a, b)
+    with pytest.warns(DeprecationWarning, match=r"eval_clips=2 is deprecated"):
+        old = vidvol.torch_dataset(HMDB, "test", data_dir=data_dir, clip_length=4, eval_clips=2, inputs="video")
+    new = vidvol.torch_dataset(HMDB, "test", data_dir=data_dir,
+                               spec=ReadSpec(clips=Clips(length=4, eval_clips=2), output=Output(inputs="video")))
+    for i in range(len(new)):
+        (xo, yo), (xn, yn) = old[i], new[i]
+        assert xo.shape == (2, 4, 64, 64, 3)
+        np.testing.assert_array_equal(xo, xn)
+        np.testing.assert_array_equal(yo, yn)
+    with pytest.warns(DeprecationWarning, match=re.escape("features=['label'] is deprecated: pass "
+                                                          "spec=vidvol.ReadSpec(output=vidvol.Output(features=['label']))")):
+        old = vidvol.data_source(HMDB, "train", data_dir=data_dir, features=["label"])
+    new = vidvol.data_source(HMDB, "train", data_dir=data_dir, spec=ReadSpec(output=Output(features=["label"])))
+    assert [old[i] for i in range(len(old))] == [new[i] for i in range(len(new))] and set(new[0]) == {"label"}
+    with pytest.warns(DeprecationWarning, match=r"mean=0.5 is deprecated"):
+        made = random_access.SupervisedExamples.make(HMDB, "test", data_dir=data_dir, mean=0.5)
+    assert made.mean == 0.5 and made.plan.clip is None
+
+
+def test_random_access_readers_refuse_what_they_cannot_honour(hmdb_dirs):
+    data_dir = hmdb_dirs["array_record"]
+    refused = [
+        (ReadSpec(normalize=Normalize(resize=(32, 32))), r"cannot honour spec normalize.resize"),
+        (ReadSpec(output=Output(dtype="bfloat16")), r"cannot honour spec output.dtype"),
+        (ReadSpec(output=Output(features=["video", "label"])), r"cannot honour spec output.features"),
+        (ReadSpec(output=Output(mask_dtype=None)), r"cannot leave the mask out"),
+    ]
+    for spec, message in refused:
+        with pytest.raises(ValueError, match=message):
+            vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, spec=spec)
+        with pytest.raises(ValueError, match=message):
+            vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, spec=spec)
+    for spec in (ReadSpec(clips=Clips(length=4)), ReadSpec(normalize=Normalize(mean=0.5)),
+                 ReadSpec(output=Output(mask_dtype="uint8"))):
+        with pytest.raises(ValueError, match=r"vidvol.data_source cannot honour spec .*it returns the stored examples"):
+            vidvol.data_source(HMDB, "train", data_dir=data_dir, spec=spec)
+    with pytest.raises(TypeError, match=r"grain_dataset\(\) got an unexpected keyword argument 'resize'"):
+        vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, resize=(32, 32))  # it never took one
+    # What they do honour: the mask in any mask dtype (bfloat16 too), a mask-less input set.
+    (x, mask), _ = vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, seed=0,
+                                        spec=ReadSpec(output=Output(mask_dtype="bfloat16")))[0]
+    assert str(mask.dtype) == "bfloat16" and x.dtype == np.float32
+    x, _ = vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, seed=0,
+                                spec=ReadSpec(output=Output(inputs="video", mask_dtype=None)))[0]
+    assert x.shape == (20, 64, 64, 3)
