@@ -62,6 +62,11 @@ def _gather_padded(values: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
     return tf.gather(tf.concat([values, pad], 0), indices)
 
 
+def is_training(split: str, training: bool | None = None) -> bool:
+    """`training`, or by default whether the split's name starts with "train" ("train", "train[:80%]", "train+validation")."""
+    return split.split("[")[0].strip().startswith("train") if training is None else bool(training)
+
+
 def supervised_keys(info: tfds.core.DatasetInfo, inputs: str | Sequence[str] | None = None, target: str | None = None) -> tuple[tuple[str, ...], str]:
     """Input feature names and target name: the builder's supervised_keys, plus `mask` for a single input."""
     features = info.features
@@ -384,7 +389,7 @@ def plan_load(
     without a video, all-frames configs without clips, a left-out only input, more pipelines than shards).
     """
     sizing.check_batch_size(batch_size)
-    training = split.name.split("[")[0].strip().startswith("train") if training is None else bool(training)
+    training = is_training(split.name, training)
     drop_remainder = training if drop_remainder is None else drop_remainder
     deterministic = (seed is not None or not training) if tuning.deterministic is None else tuning.deterministic
     out = spec.output

@@ -41,6 +41,7 @@ from vidvol.readers import legacy
 from vidvol.readers import output
 from vidvol.readers import sizing
 from vidvol.readers.plan import ReadPlan
+from vidvol.readers.plan import is_training
 from vidvol.readers.plan import supervised_keys
 from vidvol.readers.spec import ReadSpec
 
@@ -239,7 +240,7 @@ class SupervisedExamples:
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
         info = builder.info
-        training = split.split("[")[0].strip().startswith("train") if training is None else bool(training)
+        training = is_training(split, training)
         in_names, tgt = supervised_keys(info, spec.output.inputs, spec.output.target)
         if spec.output.mask_dtype is None and output.MASK in in_names:
             raise ValueError(f"{where} cannot leave the mask out (Output(mask_dtype=None)); pass another "
