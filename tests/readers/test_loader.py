@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from batch_checks import assert_same_batches  # tests/batch_checks.py (tests/ on sys.path)
 from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec, Tuning
@@ -167,27 +168,17 @@ def test_lean_memory_mode_gives_the_same_batches(hmdb_fixed, caplog):
         np.testing.assert_array_equal(yf.numpy(), yl.numpy())
 
 
-def _assert_same_batches(a, b):
-    """Two lists of batches (any structure) hold equal tensors in the same order."""
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        tf.nest.assert_same_structure(x, y)
-        for u, v in zip(tf.nest.flatten(x), tf.nest.flatten(y)):
-            assert u.dtype == v.dtype and u.shape == v.shape
-            np.testing.assert_array_equal(u.numpy(), v.numpy())
-
-
 def test_parse_per_batch_matches_tfds_per_example_parse(hmdb_fixed, caplog):
     caplog.set_level("INFO", logger=readers_api.__name__)
     kw = dict(seed=5, spec=ReadSpec(normalize=Normalize(mean=0.5, std=0.25)))
     per_batch = list(readers.load(hmdb_fixed, "train", 2, **kw))
     per_example = list(readers.load(hmdb_fixed, "train", 2, tuning=Tuning(parse_per_batch=False), **kw))
     assert re.findall(r"parse per (\w+)", caplog.text) == ["batch", "example"]
-    _assert_same_batches(per_batch, per_example)  # same values, same order under a seed
+    assert_same_batches(per_batch, per_example)  # same values, same order under a seed
     feats = ReadSpec(output=Output(features=["video_id", "label", "mask", "num_frames", "fps", "frame_indices"]))
     by_batch = list(readers.load(hmdb_fixed, "test", 4, spec=feats))
     by_example = list(readers.load(hmdb_fixed, "test", 4, spec=feats, tuning=Tuning(parse_per_batch=False)))
-    _assert_same_batches(by_batch, by_example)  # eval: partial last batch, scalars and text too
+    assert_same_batches(by_batch, by_example)  # eval: partial last batch, scalars and text too
     assert BatchParser.for_features(hmdb_fixed.info.features, ["video", "label"], ["video"]) is not None
 
 
@@ -431,7 +422,7 @@ def test_mri_parse_per_batch_decodes_volume_and_box_mask_like_tfds(mri_small):
     kw = dict(seed=1, spec=ReadSpec(output=Output(features=["volume", "mask", "label", "affine", "original_shape"])))
     per_batch = list(readers.load(mri_small, "train", 2, **kw))
     per_example = list(readers.load(mri_small, "train", 2, tuning=Tuning(parse_per_batch=False), **kw))
-    _assert_same_batches(per_batch, per_example)
+    assert_same_batches(per_batch, per_example)
     assert per_batch[0]["mask"].dtype == tf.uint8 and per_batch[0]["mask"].shape == (2, 32, 32, 32)
     assert int(tf.reduce_sum(tf.cast(per_batch[0]["mask"], tf.int64))) > 0
 

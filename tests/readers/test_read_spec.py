@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from batch_checks import assert_same_batches  # tests/batch_checks.py (tests/ on sys.path)
 import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec, Tuning
 from vidvol.readers import legacy
@@ -177,15 +178,6 @@ def _batches(builder, split, batch_size, **kw):
     return list(tfds.as_numpy(vidvol.load(builder, split, batch_size, **kw)))
 
 
-def _assert_same(a, b):
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        tf.nest.assert_same_structure(x, y)
-        for u, v in zip(tf.nest.flatten(x), tf.nest.flatten(y)):
-            assert u.dtype == v.dtype and u.shape == v.shape
-            np.testing.assert_array_equal(u, v)
-
-
 def _new_spelling_is_quiet(fn):
     """fn() with warnings recorded: none may be ours."""
     with warnings.catch_warnings(record=True) as record:
@@ -222,7 +214,7 @@ def test_old_and_new_spelling_read_the_same_batches(hmdb_small, split, old, new)
     ours = [str(w.message) for w in record if "is deprecated: pass" in str(w.message)]
     assert sorted(m.split("=")[0] for m in ours) == sorted(spelled_old)
     after = _new_spelling_is_quiet(lambda: _batches(hmdb_small, split, 2, **new))
-    _assert_same(before, after)
+    assert_same_batches(before, after)
 
 
 def test_old_and_new_spelling_read_the_same_volumes(mri_small):
@@ -233,7 +225,7 @@ def test_old_and_new_spelling_read_the_same_volumes(mri_small):
     spec = ReadSpec(output=Output(dtype="float16", mask_dtype="uint8"))
     after = _new_spelling_is_quiet(lambda: _batches(mri_small, "train", 2, seed=0, spec=spec,
                                                      tuning=Tuning(direct_reads=False)))
-    _assert_same(before, after)
+    assert_same_batches(before, after)
     assert before[0][0][0].dtype == np.float16 and before[0][0][1].dtype == np.uint8
 
 
