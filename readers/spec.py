@@ -6,10 +6,11 @@ is written once and checked here, in `__post_init__`, the same way for every rea
 a `ValueError` naming the field and the choices). A reader that cannot honour a part says so
 (`ReadSpec.check_supported`) instead of ignoring it.
 
-The parts are what the peers group the same way: DMVR's `make_dataset` takes the sampling
-(`num_frames`, `stride`, `num_test_clips`) and the normalization as separate arguments beside the
-reader, pytorchvideo's `LabeledVideoDataset` a clip sampler object and a transform; `tfds.load`'s
-output options (`as_supervised`, `decoders`) stand beside its read options (`read_config`). The
+The parts are what the peers keep apart too: a DMVR factory takes the sampling and normalization
+in `configure()` (`num_frames`, `stride`, `num_test_clips`, `zero_centering_image`), apart from
+`make_dataset()`'s reader arguments and `tune()`'s speed; pytorchvideo's `LabeledVideoDataset` a
+clip sampler object and a transform; `tfds.load` its output options (`as_supervised`,
+`decoders`) beside its read options (`read_config`). The
 spec is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a
 spec can be compared and stored with an experiment while the tuning follows the machine.
 Later parts (augmentation of the uint8 frames before `normalize`) join as further fields of
@@ -65,8 +66,9 @@ def _per_channel(owner: str, name: str, value: Any) -> float | tuple[float, ...]
 class Clips:
     """Read-time clips: `length` stored frames, `stride` apart; at evaluation `eval_clips` evenly spaced ones.
 
-    `length=None` (the default, as DMVR and tfds.load read whole examples) reads every stored frame
-    of a fixed-length config; an `all_*` config (a variable number of frames) needs a length. Counted
+    `length=None` (the default: whole examples, as tfds.load reads them; vidvol's fixed-length
+    configs are clips already, where DMVR always samples `num_frames`) reads every stored frame of
+    a fixed-length config; an `all_*` config (a variable number of frames) needs a length. Counted
     in stored frames, not seconds (pytorchvideo's samplers take seconds because they decode by
     time; a vidvol example is already a frame sequence at the config's rate). `stride` is DMVR's
     name; `eval_clips` (DMVR's `num_test_clips`) keeps vidvol's earlier name: >1 stacks the clips
