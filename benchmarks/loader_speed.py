@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pipelines: dict[str, Callable[[], dict[str, float]]] = {
         "limit": lambda: limit_rate(frames, cores, args.seconds),
         "vidvol.load": lambda: clip_rate(
-            lambda: readers.load(builder, "train", args.batch_size, seed=None, **args.loader_kwargs), cores, args.seconds
+            lambda: readers.load(builder, "train", args.batch_size, seed=None, tuning=readers.Tuning(**args.loader_kwargs)),
+            cores, args.seconds
         ),
         "tfds.load": lambda: clip_rate(
             lambda: tfds.load(
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cores", type=int, default=0, help="cores for the limit (default: this process's)")
     parser.add_argument("--opencv_videos", type=int, default=64, help="source videos for the OpenCV baseline (0: skip)")
-    parser.add_argument("--loader", default="{}", help="extra vidvol.load kwargs as JSON, e.g. '{\"cycle_length\": 2}'")
+    parser.add_argument("--loader", default="{}", help="vidvol.Tuning fields as JSON, e.g. '{\"cycle_length\": 2}'")
     parser.add_argument("--tfds_autocache", action="store_true",
                         help="let tfds.load cache a small split in memory after the first epoch (off: read the files)")
     parser.add_argument("--json", action="store_true")

@@ -77,18 +77,9 @@ def loader_dataset(job: ReadJob) -> tf.data.Dataset:
     """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
     from vidvol import readers  # pylint: disable=g-import-not-at-top  (registers the datasets too)
 
+    spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype))
     return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
-                        data_dir=job.data_dir, repeat=True, seed=job.seed, **dtype_options(job))
-
-
-def dtype_options(job: ReadJob) -> dict[str, Any]:
-    """`output_dtype` / `mask_dtype` keywords of a loader job (none when they are the defaults)."""
-    out: dict[str, Any] = {}
-    if job.output_dtype != "float32":
-        out["output_dtype"] = job.output_dtype
-    if job.mask_dtype != "float32":
-        out["mask_dtype"] = job.mask_dtype
-    return out
+                        data_dir=job.data_dir, repeat=True, seed=job.seed, spec=spec)
 
 
 def tfds_load_dataset(job: ReadJob) -> tf.data.Dataset:

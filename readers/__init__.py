@@ -1,7 +1,9 @@
 """The read side: model-ready `tf.data` pipelines over prepared datasets (`vidvol.load`).
 
-`api` is the public surface; `stages` the named pipeline stages; `plan` what is read and decoded
-where; `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
+`api` is the public surface; `spec` the options every reader shares (`ReadSpec`: `Clips`,
+`Normalize`, `Output`) and `Tuning`; `legacy` the keywords before them (deprecated); `stages` the
+named pipeline stages; `plan` what is read and decoded where and every decision of a `load`
+pipeline (`plan_load`); `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
 per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator;
 `output` the output dtypes (`output_dtype`, masks, `dequantize_params`); `random_access` the
 by-index readers over ArrayRecord shards (`data_source`, Grain, PyTorch).
@@ -9,13 +11,12 @@ by-index readers over ArrayRecord shards (`data_source`, Grain, PyTorch).
 
 from vidvol.readers.api import DatasetNotPreparedError
 from vidvol.readers.api import dequantize_params
-from vidvol.readers.api import Tuning
 from vidvol.readers.api import distribute
 from vidvol.readers.api import example_bytes
 from vidvol.readers.api import get_builder
 from vidvol.readers.api import load
 from vidvol.readers.api import load_labels
-from vidvol.readers.api import supervised_keys
+from vidvol.readers.plan import supervised_keys
 from vidvol.readers.clip_sampling import ClipWindow
 from vidvol.readers.output import OUTPUT_DTYPES
 from vidvol.readers.output import Dequantization
@@ -30,10 +31,16 @@ from vidvol.readers.sizing import ShardingError
 from vidvol.readers.sizing import default_cycle_length
 from vidvol.readers.sizing import default_memory_budget
 from vidvol.readers.sizing import shuffle_buffer_size
+from vidvol.readers.spec import Clips
+from vidvol.readers.spec import Normalize
+from vidvol.readers.spec import Output
+from vidvol.readers.spec import ReadSpec
+from vidvol.readers.spec import Tuning
 
 __all__ = [
-    "ClipWindow", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "Dequantization",
-    "MAX_CYCLE_LENGTH", "OUTPUT_DTYPES", "RandomAccessError", "ShardingError", "Tuning", "data_source",
-    "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute", "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size",
-    "supervised_keys", "torch_dataset",
+    "ClipWindow", "Clips", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "Dequantization",
+    "MAX_CYCLE_LENGTH", "Normalize", "OUTPUT_DTYPES", "Output", "RandomAccessError", "ReadSpec", "ShardingError",
+    "Tuning", "data_source", "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute",
+    "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size", "supervised_keys",
+    "torch_dataset",
 ]

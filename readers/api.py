@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from typing import Any, Sequence
@@ -13,13 +12,16 @@ import tensorflow_datasets as tfds
 
 from vidvol.readers import allocator
 from vidvol.readers import direct_volumes
+from vidvol.readers import legacy
 from vidvol.readers import output
 from vidvol.readers import shards
 from vidvol.readers import sizing
 from vidvol.readers import stages
-from vidvol.readers.batch_parser import BatchParser
-from vidvol.readers.clip_sampling import ClipWindow
-from vidvol.readers.plan import ReadPlan
+from vidvol.readers.plan import SplitFacts
+from vidvol.readers.plan import plan_load
+from vidvol.readers.plan import supervised_keys
+from vidvol.readers.spec import ReadSpec
+from vidvol.readers.spec import Tuning
 
 logger = logging.getLogger(__name__)
 
@@ -28,32 +30,6 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 class DatasetNotPreparedError(FileNotFoundError):
     """The dataset (config) has not been built into the data directory."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Tuning:
-    """Performance knobs of a read pipeline; none changes which examples come out, only speed and memory.
-
-    Attributes:
-      shuffle_buffer_bytes: memory for the example shuffle buffer (training), in bytes.
-      cycle_length: shard files read in parallel; None: `sizing.default_cycle_length`.
-      memory_budget_bytes: cap for tf.data's autotuned buffers and the lean-mode threshold; None: a
-        quarter of physical memory, at most 16 GiB.
-      deterministic: keep element order in parallel stages; None: True with a seed or at evaluation.
-      parse_per_batch: when every feature read has a fixed stored shape and nothing runs per example,
-        shuffle serialized records and parse each batch in one call (same values and, under a seed,
-        the same order as TFDS's per-example parse). False always reads through `builder.as_dataset`.
-      direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
-        bytes straight from the file into the batch (`readers.direct_volumes`: indexed once, CRC32C
-        checked; same tensors and order). False: through TensorFlow's TFRecord reader.
-    """
-
-    shuffle_buffer_bytes: int = sizing.DEFAULT_SHUFFLE_BUFFER_BYTES
-    cycle_length: int | None = None
-    memory_budget_bytes: int | None = None
-    deterministic: bool | None = None
-    parse_per_batch: bool = True
-    direct_reads: bool = True
 
 
 def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLike | None = None) -> tfds.core.DatasetBuilder:
@@ -82,60 +58,7 @@ def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
         )
 
 
-def supervised_keys(info: tfds.core.DatasetInfo, inputs: str | Sequence[str] | None = None, target: str | None = None) -> tuple[tuple[str, ...], str]:
-    """Input feature names and target name: the builder's supervised_keys, plus `mask` for a single input."""
-    features = info.features
-    keys = info.supervised_keys
-    if inputs is None or target is None:
-        if not keys or len(keys) != 2:
-            raise ValueError(f"{info.full_name}: no (inputs, target) supervised_keys; pass inputs= and target=")
-    if inputs is None:
-        first = keys[0]
-        inputs = tuple(first) if isinstance(first, (tuple, list)) else (first,)
-        if len(inputs) == 1 and "mask" in features and inputs[0] != "mask":
-            inputs = inputs + ("mask",)
-    elif isinstance(inputs, str):
-        inputs = (inputs,)
-    target = keys[1] if target is None else target
-    if not isinstance(target, str):
-        raise ValueError(f"{info.full_name}: target must be one feature name, got {target!r}")
-    names = tuple(inputs) + (target,)
-    unknown = [n for n in names if n not in features]
-    if unknown:
-        raise ValueError(f"{info.full_name}: unknown features {unknown}; expected some of {sorted(features)}")
-    return tuple(inputs), target
-
-
-def _output_names(
-    info: tfds.core.DatasetInfo, features: Sequence[str] | None, inputs: str | Sequence[str] | None, target: str | None
-) -> tuple[tuple[str, ...], tuple[str, ...] | None, str | None]:
-    """(features read, input names or None for dict output, target name or None)."""
-    if features is not None:
-        names = tuple(features)
-        unknown = [n for n in names if n not in info.features]
-        if unknown:
-            raise ValueError(f"{info.full_name}: unknown features {unknown}; expected some of {sorted(info.features)}")
-        return names, None, None
-    in_names, tgt = supervised_keys(info, inputs, target)
-    return tuple(dict.fromkeys(in_names + (tgt,))), in_names, tgt
-
-
-def _read_config(options: tf.data.Options, seed: int | None, cycle: int, input_context, repeat: bool) -> tfds.ReadConfig:
-    """TFDS's ReadConfig for our reader: no autocache, seeded file order, one example per file per turn."""
-    return tfds.ReadConfig(
-        options=options,
-        try_autocache=False,
-        shuffle_seed=seed,
-        interleave_cycle_length=cycle,
-        interleave_block_length=1,
-        input_context=input_context,
-        skip_prefetch=True,
-        num_parallel_calls_for_decode=AUTOTUNE,
-        num_parallel_calls_for_interleave_files=AUTOTUNE,
-        assert_cardinality=not repeat,
-    )
-
-
+@legacy.old_keywords(*legacy.LOAD, tuning=True)
 def load(
     name: str | tfds.core.DatasetBuilder,
     split: str,
@@ -144,24 +67,18 @@ def load(
     data_dir: str | os.PathLike | None = None,
     training: bool | None = None,
     seed: int | None = None,
-    clip_length: int | None = None,
-    clip_stride: int = 1,
-    eval_clips: int = 1,
-    resize: tuple[int, int] | None = None,
-    mean: float | Sequence[float] = 0.0,
-    std: float | Sequence[float] = 1.0,
-    inputs: str | Sequence[str] | None = None,
-    target: str | None = None,
-    features: Sequence[str] | None = None,
+    spec: ReadSpec | None = None,
     input_context: tf.distribute.InputContext | None = None,
-    drop_remainder: bool | None = None,
     repeat: bool = False,
-    mask_dtype: tf.DType | str | None = tf.float32,
-    output_dtype: tf.DType | str = "float32",
+    drop_remainder: bool | None = None,
     tuning: Tuning | None = None,
-    **tuning_fields: Any,
 ) -> tf.data.Dataset:
     """Batched `((video_or_volume, mask), target)` dataset of a prepared vidvol dataset, streamed from its shards.
+
+    The parameters are tfds.load's where they mean the same (`name`, `split`, `batch_size`,
+    `data_dir`); what to read and hand out is one `spec` shared with the random-access readers
+    (DMVR and pytorchvideo likewise keep sampling and transforms out of the reader's own
+    arguments), and speed is `tuning` (DMVR's `tune()`), which never changes the examples.
 
     Args:
       name: registered dataset name with optional config ("hmdb51/split1_20x64x64"), or a builder.
@@ -169,121 +86,43 @@ def load(
       batch_size: examples per batch (per input pipeline when `input_context` is given).
       data_dir: TFDS data directory holding the prepared dataset.
       training: shuffle files and examples, draw random clips, drop the last partial batch.
-        Default: True for splits whose name starts with "train".
+        Default: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
+        the caller's choice; here a training split is read as one trains on it).
       seed: makes file order, example order and random clips reproducible (and the pipeline
         deterministic); each epoch still differs from the last.
-      clip_length, clip_stride, eval_clips: read-time clips of `clip_length` frames, `clip_stride`
-        apart; at evaluation `eval_clips` evenly spaced clips (stacked after the batch axis when > 1).
-      resize: (height, width) to resize frames to, bilinear, after normalization.
-      mean, std: per-channel (or scalar) normalization applied to frames scaled to [0, 1].
-      inputs, target: override the builder's supervised keys (e.g. inputs=("video", "mask")).
-      features: return dicts with just these features instead of the supervised tuple.
+      spec: `vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...))`: the
+        clips, the frame normalization (and resize), the output dtype, mask dtype and structure.
+        None: `ReadSpec()` (every stored frame, float32 in [0, 1], the supervised tuple).
       input_context: `tf.distribute.InputContext`; each pipeline reads a disjoint set of shard files.
-      drop_remainder: default `training`.
       repeat: repeat forever (each pass reshuffled).
-      mask_dtype: dtype of the non-frame inputs (masks) in the supervised output: float32, bfloat16,
-        float16, uint8 or bool; None leaves the `mask` input out (for data whose every voxel/frame is
-        real: a mask with a 0 stops the read with an error naming the fix).
-      output_dtype: dtype of video frames and volumes: "float32" (default), "bfloat16", "float16",
-        or the stored integers ("uint8" frames, "int16" MRI volumes) to dequantize on the device with
-        `dequantize_params(...)` / `vidvol.layers.Dequantize` (then no `resize`, `mean`, `std` here).
-      tuning: performance knobs (`Tuning`); its fields may also be given as keywords
-        (`cycle_length=4`), which override `tuning`.
+      drop_remainder: default `training`.
+      tuning: performance knobs (`vidvol.Tuning`); None: `Tuning()`.
+
+    The keywords of the release before (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...)
+    still work, with a DeprecationWarning giving the new spelling (`readers.legacy`).
     """
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    unknown = sorted(set(tuning_fields) - {f.name for f in dataclasses.fields(Tuning)})
-    if unknown:
-        raise TypeError(f"load() got unexpected keyword arguments {unknown}")
-    tuning = dataclasses.replace(tuning or Tuning(), **tuning_fields)
-    out_dtype = output.output_dtype_name(output_dtype)
-    mask_dt = output.mask_dtype_of(mask_dtype)
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
     allocator.warn_if_not_pooled()
-    info = builder.info
-    training = split.split("[")[0].strip().startswith("train") if training is None else bool(training)
-    drop_remainder = training if drop_remainder is None else drop_remainder
-    deterministic = (seed is not None or not training) if tuning.deterministic is None else tuning.deterministic
-    clip = ClipWindow(clip_length, clip_stride, eval_clips) if clip_length is not None else None
-    names, in_names, tgt = _output_names(info, features, inputs, target)
-    output.check_output_dtype(info, names, out_dtype, resize=resize, mean=mean, std=std)
-    omit_mask = mask_dt is None and in_names is not None and output.MASK in in_names
-    if omit_mask and len(in_names) == 1:
-        raise ValueError(f"{info.full_name}: mask_dtype=None leaves the mask out, and it is the only input; "
-                         "pass mask_dtype='uint8' (or another dtype), or other inputs=")
-    plan = ReadPlan.make(info, names, clip, training, batch_size if drop_remainder else None)
-    plan = plan.with_decoders(output.feature_decoders(
-        info, names, out_dtype, mask_dt, decode_mask=in_names is not None and output.MASK in in_names))
-
-    # What this pipeline reads, and how big its buffers may be (a missing or empty split: an error naming it).
-    instructions = shards.file_instructions(builder, split)
-    split_info = info.splits[split]
-    sizing.check_shards(info.full_name, split, len(instructions), input_context)
-    my_files = sizing.worker_file_count(len(instructions), input_context)
-    mine = instructions[int(input_context.input_pipeline_id) :: int(input_context.num_input_pipelines)] if input_context else instructions
-    my_examples = sum(f.take for f in mine)
-    cycle = tuning.cycle_length or sizing.default_cycle_length(my_files)
-    budget = tuning.memory_budget_bytes or sizing.default_memory_budget()
-    element_bytes = plan.decoded_bytes()
-    float_batch_bytes = plan.float_bytes(resize) * batch_size
-    lean = sizing.is_lean(float_batch_bytes, budget)
-    if lean:
-        plan = dataclasses.replace(plan, decode_in_batch=False)
-    parser = (
-        BatchParser.for_features(info.features, plan.names, plan.videos, plan.feature_decoders)
-        if tuning.parse_per_batch and not plan.needs_example_map else None
-    )
-    options = tf.data.Options()
-    options.deterministic = deterministic
-    options.autotune.ram_budget = int(budget)
-    if lean:
-        stages.lean_options(options)
-
-    # The stages.
-    read_config = _read_config(options, seed, cycle, input_context, repeat)
-    direct = None
-    if tuning.direct_reads and parser is not None and not plan.videos and not lean:
-        direct = direct_volumes.plan_direct(builder, split, plan.names, read_config)
-    if direct is not None:  # volumes straight from the shard files; the other features parsed per batch
-        volume, indexes = direct
-        others = [n for n in plan.names if n != volume]
-        small = BatchParser.for_features(info.features, others, (), plan.feature_decoders) if others else None
-        parser = direct_volumes.DirectParser(builder, volume, indexes, small, out_dtype,
-                                             batch_size if drop_remainder else None)
-        ds = direct_volumes.read_entries(builder, split, read_config, training, indexes)
-    else:
-        ds = stages.read(builder, split, plan, read_config, shuffle_files=training, parser=parser)
-    random_clips = training and clip is not None
-    if random_clips:
+    plan = plan_load(builder.info, SplitFacts.of(builder, split), batch_size, spec=spec or ReadSpec(),
+                     tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
+                     input_context=input_context)
+    options = plan.options()
+    ds, parser = stages.read(builder, split, plan, plan.read_config(options, input_context, repeat))
+    if plan.random_clips:
         ds = stages.attach_seeds(ds, seed)
-    buffer = 0
-    if training:
-        stored = split_info.num_bytes / max(1, split_info.num_examples)
-        held = stored if parser is not None else plan.buffer_example_bytes(stored)
-        buffer = sizing.shuffle_buffer_size(held, my_examples, tuning.shuffle_buffer_bytes)
-        ds = stages.shuffle(ds, buffer, seed)
+    if plan.training:
+        ds = stages.shuffle(ds, plan.shuffle_buffer, seed)
     if repeat:
         ds = ds.repeat()
-    decode_calls = sizing.lean_decode_parallelism(element_bytes, budget) if lean else AUTOTUNE
-    ds = stages.select_clips(ds, plan, random_clips, decode_calls, deterministic)
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    finish = stages.finisher(plan, in_names, tgt, mean, std, tuple(resize) if resize else None, mask_dt, out_dtype,
-                             full_mask=(lambda m: output.full_mask_check(info, m)) if omit_mask else None)
-    if lean:
-        ds = stages.finish_lean(ds, finish)
+    ds = stages.select_clips(ds, plan.read, plan.random_clips, plan.decode_parallelism, plan.deterministic)
+    ds = ds.batch(batch_size, drop_remainder=plan.drop_remainder)
+    if plan.lean:
+        ds = stages.finish_lean(ds, stages.finisher(plan))
     else:
-        ds = stages.parse_decode_finish(ds, plan, parser, finish, deterministic)
-    ds = ds.with_options(options)
-    logger.info(
-        "%s %s: %d examples in %d files (this pipeline), cycle_length %d, shuffle buffer %d examples, "
-        "parse per %s, decode %s, batch %d (%.0f MiB as float32)%s%s",
-        info.full_name, split, my_examples, my_files, cycle, buffer,
-        ("batch, direct volume reads" if direct is not None else "batch") if parser is not None else "example",
-        "per batch" if plan.decode_in_batch else f"per example, parallelism {decode_calls}", batch_size,
-        float_batch_bytes / 2**20, ", lean memory mode" if lean else "", ", training" if training else "",
-    )
-    return ds
+        ds = stages.parse_decode_finish(ds, plan.read, parser, stages.finisher(plan), plan.deterministic)
+    logger.info("%s", plan.describe(direct=isinstance(parser, direct_volumes.DirectParser)))
+    return ds.with_options(options)
 
 
 def dequantize_params(
@@ -295,10 +134,10 @@ def dequantize_params(
     std: float | Sequence[float] = 1.0,
     data_dir: str | os.PathLike | None = None,
 ) -> output.Dequantization:
-    """Scale and offset that turn `load(name, ..., output_dtype=output_dtype)`'s frames or volume into its float32 output.
+    """Scale and offset that turn `load`'s frames or volume under `Output(dtype=output_dtype)` into its float32 output.
 
     `x * scale + offset` (per channel for per-channel `mean`/`std`) equals what `load` returns with
-    `output_dtype="float32", mean=mean, std=std`, within float rounding; `.layer()` is the Keras
+    `Output(dtype="float32")` and `Normalize(mean=mean, std=std)`, within float rounding; `.layer()` is the Keras
     layer that applies it on the accelerator (`vidvol.layers.Dequantize`). `output_dtype` None: the
     stored integers ("uint8" frames: scale 1/(255 std), offset -mean/std; "int16" MRI volumes: the
     stored integers are the values, scale 1, offset 0). `feature`: default the first video or volume
@@ -318,10 +157,14 @@ def dequantize_params(
     return output.dequantization(info, feature, output_dtype, mean=mean, std=std)
 
 
+@legacy.old_keywords(*legacy.LOAD, tuning=True)
 def distribute(
     strategy: tf.distribute.Strategy, name: str | tfds.core.DatasetBuilder, split: str, global_batch_size: int, **kwargs: Any
 ) -> tf.distribute.DistributedDataset:
-    """`load` per input pipeline of `strategy`, each reading its own shard files (per-replica batches)."""
+    """`load` per input pipeline of `strategy`, each reading its own shard files (per-replica batches).
+
+    `kwargs`: `load`'s keywords (`seed=`, `spec=`, `tuning=`...).
+    """
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         return load(name, split, context.get_per_replica_batch_size(global_batch_size), input_context=context, **kwargs)
@@ -367,7 +210,4 @@ def load_labels(
 
 def example_bytes(name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None) -> float:
     """Stored bytes per example of a split (`num_bytes / num_examples`), the unit of the shuffle buffer rule."""
-    builder = get_builder(name, data_dir)
-    shards.file_instructions(builder, split)  # a missing or empty split: an error naming it
-    info = builder.info.splits[split]
-    return info.num_bytes / max(1, info.num_examples)
+    return SplitFacts.of(get_builder(name, data_dir), split).example_bytes

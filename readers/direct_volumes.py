@@ -15,7 +15,7 @@ cast). For local TFRecord shards of a dataset with one `WholeNumberVolume` store
    volumes in one `tf.py_function` (`VolumeReads`): `os.preadv` puts each volume's bytes straight
    into the int16 batch buffer, which becomes the tensor through DLPack, without a copy; float32 /
    float16 / bfloat16 output is one TensorFlow cast of that batch (outside the GIL, so two batches
-   convert at once: 25 % faster here than NumPy converting inside the Python call). That is the work
+   convert at once, where NumPy converting inside the Python call would hold it). That is the work
    of the benchmark's volume limit (`os.pread` + `astype(float32)`).
 
 Integrity: the first time a record is read in a process its whole record is read and its length

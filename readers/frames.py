@@ -27,9 +27,10 @@ except ImportError:  # an install without it decodes through TensorFlow's ops (s
     simplejpeg = None
 
 JPEG_DECODE_ENV = "VIDVOL_JPEG_DECODE"
-# Frames at least this large decode through JpegBatchDecode by default. Smaller ones stay with TensorFlow's ops:
-# at 64x64 (~45 us a frame) the Python loop's GIL hand-offs between frames cost what the faster decode saves
-# (paired runs: 0.89-1.04x), at 540x960 the host decode reads 1.10x faster.
+# Frames at least this large decode through JpegBatchDecode by default. Smaller ones stay with TensorFlow's ops: a
+# small frame decodes so fast that the Python loop's GIL hand-offs between frames cost what the faster decode saves,
+# while a large frame's decode time dwarfs them (chosen from paired runs of both ways, VIDVOL_JPEG_DECODE=tf vs host,
+# at 64x64 and 540x960; measured rates belong in benchmarks/RESULTS.md, not here).
 HOST_DECODE_MIN_PIXELS = 256 * 256
 
 # Frames decoded by one unrolled call (a whole batch when it fits); longer sequences use tf.map_fn.

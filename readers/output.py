@@ -1,6 +1,7 @@
 """What `vidvol.load` hands the model: the dtype of frames and volumes, the mask, and how to dequantize on the device.
 
-`output_dtype` (frames and volumes; other features keep their own dtype):
+`Output.dtype` (`vidvol.Output`, in `spec=vidvol.ReadSpec(output=...)`; frames and volumes; other
+features keep their own dtype):
 
 - "float32" (default): model-ready floats on the host (frames scaled to [0, 1], then mean/std).
 - "bfloat16" / "float16": the same numbers cast on the host (half the bytes to the device; float16
@@ -10,7 +11,7 @@
   `scale` and `offset` with which `x * scale + offset` equals the float32 output, and
   `vidvol.layers.Dequantize` applies them on the accelerator.
 
-`mask_dtype`: float32 (default), bfloat16, float16, uint8 or bool; None leaves the `mask` input out.
+`Output.mask_dtype`: float32 (default), bfloat16, float16, uint8 or bool; None leaves the `mask` input out.
 Omitting it is for data whose every voxel (frame) is real; the loader checks that per batch and
 stops with an error naming the fix when a mask has a 0 (padding), so nothing is silently lost.
 """
@@ -32,7 +33,7 @@ FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 INTEGER_DTYPES = ("uint8", "int16")
 OUTPUT_DTYPES = FLOAT_DTYPES + INTEGER_DTYPES
 MASK_DTYPES = ("float32", "bfloat16", "float16", "uint8", "bool")
-MASK = "mask"  # the feature `mask_dtype=None` leaves out
+MASK = "mask"  # the feature `Output(mask_dtype=None)` leaves out
 
 
 def _dtype_name(value: Any) -> str | None:
@@ -45,27 +46,26 @@ def _dtype_name(value: Any) -> str | None:
         return None
 
 
-def output_dtype_name(value: Any) -> str:
-    """The canonical name of an `output_dtype`; ValueError listing the choices for anything else."""
+def output_dtype_name(value: Any, field: str = "output_dtype") -> str:
+    """The canonical name of an output dtype; ValueError naming `field` and listing the choices for anything else."""
     name = _dtype_name(value)
     if name not in OUTPUT_DTYPES:
-        raise ValueError(f"output_dtype must be one of {list(OUTPUT_DTYPES)} (or the matching tf/np dtype), "
-                         f"got {value!r}")
+        raise ValueError(f"{field} must be one of {list(OUTPUT_DTYPES)} (or the matching tf/np dtype), got {value!r}")
     return name
 
 
-def mask_dtype_of(value: Any) -> tf.DType | None:
-    """The mask's tf dtype (None: leave the mask out); ValueError listing the choices for anything else."""
+def mask_dtype_name(value: Any, field: str = "mask_dtype") -> str | None:
+    """The canonical name of a mask dtype (None: leave the mask out); ValueError listing the choices for anything else."""
     if value is None:
         return None
     name = _dtype_name(value)
     if name not in MASK_DTYPES:
-        raise ValueError(f"mask_dtype must be one of {list(MASK_DTYPES)} or None (leave the mask out), got {value!r}")
-    return tf.as_dtype(name)
+        raise ValueError(f"{field} must be one of {list(MASK_DTYPES)} or None (leave the mask out), got {value!r}")
+    return name
 
 
 def is_volume(feature: tfds.features.FeatureConnector) -> bool:
-    """Whether a feature is an MRI-style volume whose output dtype `output_dtype` chooses."""
+    """Whether a feature is an MRI-style volume whose output dtype `Output.dtype` chooses."""
     return isinstance(feature, vidvol_features.WholeNumberVolume)
 
 
@@ -77,34 +77,27 @@ def stored_dtype(feature: tfds.features.FeatureConnector) -> str:
 
 
 def data_features(info: tfds.core.DatasetInfo, names: Sequence[str]) -> tuple[str, ...]:
-    """The features among `names` that `output_dtype` applies to: encoded videos and volumes."""
+    """The features among `names` that `Output.dtype` applies to: encoded videos and volumes."""
     return tuple(n for n in names if frames.is_encoded_video(info.features[n]) or is_volume(info.features[n]))
 
 
-def check_output_dtype(info: tfds.core.DatasetInfo, names: Sequence[str], dtype: str, *,
-                       resize: Sequence[int] | None, mean: Any, std: Any) -> None:
-    """ValueError, with the choices this dataset has, when an integer output_dtype does not fit what is read."""
+def check_output_dtype(info: tfds.core.DatasetInfo, names: Sequence[str], dtype: str) -> None:
+    """ValueError, with the choices this dataset has, when an integer Output.dtype does not fit what is read.
+
+    (That an integer dtype takes no resize, mean or std is the spec's own rule: `ReadSpec`.)
+    """
     if dtype in FLOAT_DTYPES:
         return
     data = data_features(info, names)
     if not data:
-        raise ValueError(f"{info.full_name}: output_dtype={dtype!r} applies to video frames and volumes, and none of "
-                         f"{list(names)} is one; use output_dtype='float32'")
+        raise ValueError(f"{info.full_name}: Output.dtype={dtype!r} applies to video frames and volumes, and none of "
+                         f"{list(names)} is one; use Output(dtype='float32')")
     for name in data:
         stored = stored_dtype(info.features[name])
         if stored != dtype:
             raise ValueError(
-                f"{info.full_name}: feature {name!r} is stored as {stored}, so output_dtype must be one of "
+                f"{info.full_name}: feature {name!r} is stored as {stored}, so Output.dtype must be one of "
                 f"{list(FLOAT_DTYPES) + [stored]}, got {dtype!r}")
-    if resize is not None:
-        raise ValueError(
-            f"output_dtype={dtype!r} returns frames as stored, and resizing would round them; resize on the "
-            "device after dequantizing (e.g. keras.layers.Resizing after vidvol.layers.Dequantize), or use a "
-            "float output_dtype")
-    if not (np.all(np.asarray(mean, np.float64) == 0) and np.all(np.asarray(std, np.float64) == 1)):
-        raise ValueError(
-            f"output_dtype={dtype!r} returns frames as stored and applies no mean/std on the host; pass mean= and "
-            "std= to vidvol.dequantize_params(...) instead, whose scale and offset include them")
 
 
 class StoredAs(tfds.decode.Decoder):
@@ -166,13 +159,13 @@ def full_mask_check(info: tfds.core.DatasetInfo, mask: tf.Tensor) -> tf.Operatio
     else:
         full = tf.reduce_all(tf.equal(mask, tf.ones([], mask.dtype)))
     return tf.debugging.Assert(full, [
-        f"vidvol.load(mask_dtype=None) on {info.full_name}: an example has padding (its mask is not all ones), "
-        "so the mask cannot be left out; pass mask_dtype=uint8 (or bool, float32) and use the mask"])
+        f"vidvol.load with Output(mask_dtype=None) on {info.full_name}: an example has padding (its mask is not all "
+        "ones), so the mask cannot be left out; pass Output(mask_dtype=tf.uint8) (or tf.bool, tf.float32) and use the mask"])
 
 
 @dataclasses.dataclass(frozen=True)
 class Dequantization:
-    """How to turn one feature of `vidvol.load(..., output_dtype=...)` into the float32 output, on the device.
+    """How to turn one feature of `vidvol.load` under an `Output.dtype` into the float32 output, on the device.
 
     `x * scale + offset` (per channel when `scale`/`offset` are tuples) equals the float32 output
     within float rounding. `layer()` is the Keras layer that does it (`vidvol.layers.Dequantize`).
@@ -183,11 +176,6 @@ class Dequantization:
     stored_dtype: str
     scale: float | tuple[float, ...]
     offset: float | tuple[float, ...]
-
-    @property
-    def is_identity(self) -> bool:
-        """Whether the output needs no scaling (float outputs, or volumes whose stored ints are the values)."""
-        return bool(np.all(np.asarray(self.scale) == 1.0) and np.all(np.asarray(self.offset) == 0.0))
 
     def layer(self, dtype: str = "float32", name: str | None = None):
         """A `vidvol.layers.Dequantize` applying this scale and offset, computing in `dtype`."""
@@ -201,7 +189,7 @@ class Dequantization:
                 + np.asarray(self.offset, np.float32)).astype(np.float32)
 
 
-def _per_channel(values: Any) -> float | tuple[float, ...]:
+def per_channel(values: Any) -> float | tuple[float, ...]:
     """A float, or a tuple of floats for per-channel values."""
     arr = np.asarray(values, np.float64)
     return float(arr) if arr.ndim == 0 else tuple(float(v) for v in arr.reshape(-1))
@@ -230,5 +218,5 @@ def dequantization(info: tfds.core.DatasetInfo, feature: str, output_dtype: Any 
             raise ValueError(f"{info.full_name}: mean/std normalize video frames; volume {feature!r} takes none")
         return Dequantization(feature, dtype, stored, 1.0, 0.0)
     top = float(np.iinfo(np.dtype(stored)).max)  # frames scaled to [0, 1], then (x - mean) / std
-    return Dequantization(feature, dtype, stored, _per_channel(1.0 / (top * std_arr)),
-                          _per_channel(-mean_arr / std_arr))
+    return Dequantization(feature, dtype, stored, per_channel(1.0 / (top * std_arr)),
+                          per_channel(-mean_arr / std_arr))

@@ -1,4 +1,11 @@
-"""What one read pipeline reads and where each feature is decoded (the `ReadPlan`)."""
+"""What a read pipeline reads and decides, before it reads anything.
+
+`ReadPlan`: the features read, the videos decoded, the clip window and where frames decode (shared
+by `vidvol.load` and the random-access readers). `plan_load`: every decision of one `vidvol.load`
+pipeline (output structure, per-batch parse, direct volume reads, lean mode, buffer sizes,
+parallelism), from the builder's info, a few facts of the split (`SplitFacts`) and the spec, so
+`load` itself is its stages and the decisions can be tested on builder infos without data.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,13 @@ import tensorflow_datasets as tfds
 
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
+from vidvol.readers import output
+from vidvol.readers import shards
+from vidvol.readers import sizing
+from vidvol.readers.batch_parser import BatchParser
+from vidvol.readers.spec import Normalize, ReadSpec, Tuning
+
+AUTOTUNE = tf.data.AUTOTUNE
 
 
 def static_bytes(shape: Sequence[int | None], dtype: Any) -> int:
@@ -48,6 +62,50 @@ def _gather_padded(values: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
     return tf.gather(tf.concat([values, pad], 0), indices)
 
 
+def is_training(split: str, training: bool | None = None) -> bool:
+    """`training`, or by default whether the split's name starts with "train" ("train", "train[:80%]", "train+validation")."""
+    return split.split("[")[0].strip().startswith("train") if training is None else bool(training)
+
+
+def supervised_keys(info: tfds.core.DatasetInfo, inputs: str | Sequence[str] | None = None, target: str | None = None) -> tuple[tuple[str, ...], str]:
+    """Input feature names and target name: the builder's supervised_keys, plus `mask` for a single input."""
+    features = info.features
+    keys = info.supervised_keys
+    if inputs is None or target is None:
+        if not keys or len(keys) != 2:
+            raise ValueError(f"{info.full_name}: no (inputs, target) supervised_keys; set Output.inputs and "
+                             "Output.target (or Output.features for dicts)")
+    if inputs is None:
+        first = keys[0]
+        inputs = tuple(first) if isinstance(first, (tuple, list)) else (first,)
+        if len(inputs) == 1 and "mask" in features and inputs[0] != "mask":
+            inputs = inputs + ("mask",)
+    elif isinstance(inputs, str):
+        inputs = (inputs,)
+    target = keys[1] if target is None else target
+    if not isinstance(target, str):
+        raise ValueError(f"{info.full_name}: target must be one feature name, got {target!r}")
+    names = tuple(inputs) + (target,)
+    unknown = [n for n in names if n not in features]
+    if unknown:
+        raise ValueError(f"{info.full_name}: unknown features {unknown}; expected some of {sorted(features)}")
+    return tuple(inputs), target
+
+
+def output_names(
+    info: tfds.core.DatasetInfo, features: Sequence[str] | None, inputs: str | Sequence[str] | None, target: str | None
+) -> tuple[tuple[str, ...], tuple[str, ...] | None, str | None]:
+    """(features read, input names or None for dict output, target name or None)."""
+    if features is not None:
+        names = tuple(features)
+        unknown = [n for n in names if n not in info.features]
+        if unknown:
+            raise ValueError(f"{info.full_name}: unknown features {unknown}; expected some of {sorted(info.features)}")
+        return names, None, None
+    in_names, tgt = supervised_keys(info, inputs, target)
+    return tuple(dict.fromkeys(in_names + (tgt,))), in_names, tgt
+
+
 @dataclasses.dataclass(frozen=True)
 class ReadPlan:
     """The features read, the videos decoded here, the clip window, and whether frames decode per batch."""
@@ -83,12 +141,13 @@ class ReadPlan:
         videos = tuple(n for n in names if frames.is_encoded_video(features[n]) or n in raw)
         per_frame = per_frame_features(features, videos[0], names) if videos else ()
         if clip is not None and not videos:
-            raise ValueError(f"{info.full_name}: clip_length is set but none of {list(names)} is a video feature")
+            raise ValueError(f"{info.full_name}: Clips.length is set but none of {list(names)} is a video feature")
         for v in videos:
             if features[v].shape[0] is None and clip is None:
                 raise ValueError(
                     f"{info.full_name}: feature {v!r} stores a variable number of frames per example "
-                    f"(shape {features[v].shape}); pass clip_length=T (e.g. 16) to sample fixed-length clips"
+                    f"(shape {features[v].shape}); pass spec=vidvol.ReadSpec(clips=vidvol.Clips(length=T)) (e.g. T=16) "
+                    "to sample fixed-length clips"
                 )
         plan = cls(features, tuple(names), videos, per_frame, clip, training, decode_in_batch=False, raw=raw)
         if static_batch and videos:
@@ -205,3 +264,178 @@ class ReadPlan:
             for v in self.encoded:
                 out[v] = self._decode(v, batch[v], (int(batch[v].shape[0]),))
         return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The decisions of one `vidvol.load` pipeline
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitFacts:
+    """What a plan needs of a split: its name, the examples it takes from each shard file (TFDS's order), bytes per example."""
+
+    name: str
+    shard_examples: tuple[int, ...]
+    example_bytes: float  # stored (serialized) bytes per example: num_bytes / num_examples
+
+    @classmethod
+    def of(cls, builder: tfds.core.DatasetBuilder, split: str) -> "SplitFacts":
+        """The facts of `split` of a prepared builder (a missing or empty split: an error naming it)."""
+        instructions = shards.file_instructions(builder, split)
+        info = builder.info.splits[split]
+        return cls(split, tuple(int(f.take) for f in instructions), info.num_bytes / max(1, info.num_examples))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadPlan:
+    """Everything one `vidvol.load` pipeline decided before reading: what, in which structure, how, how big."""
+
+    info: tfds.core.DatasetInfo
+    split: SplitFacts
+    spec: ReadSpec
+    read: ReadPlan  # the features read, the clip window, where frames decode (per batch unless lean)
+    inputs: tuple[str, ...] | None  # the supervised inputs; None: dicts of `read.names`
+    target: str | None
+    omit_mask: bool  # Output(mask_dtype=None): the mask input is checked full, then left out
+    training: bool
+    seed: int | None
+    batch_size: int
+    drop_remainder: bool
+    deterministic: bool
+    parser: BatchParser | None  # one parse per batch of serialized records; None: TFDS's per-example parse
+    direct_reads: bool  # try reading volumes straight from the shard files (`direct_volumes`; falls back itself)
+    lean: bool  # lean memory mode: a few float batches would not fit the memory budget
+    files: int  # shard files this pipeline reads
+    examples: int  # examples this pipeline reads per epoch
+    cycle_length: int
+    memory_budget: int
+    shuffle_buffer: int  # examples (0: no example shuffle)
+    decode_parallelism: int  # examples decoded at once per example (AUTOTUNE unless lean)
+    float_batch_bytes: int  # one output batch as float32
+
+    @property
+    def static_batch(self) -> int | None:
+        """The batch size when every batch has it (drop_remainder), else None."""
+        return self.batch_size if self.drop_remainder else None
+
+    @property
+    def random_clips(self) -> bool:
+        """Whether each example draws a random clip (training with clips): the reader pairs it with a seed."""
+        return self.training and self.read.clip is not None
+
+    @property
+    def mask_dtype(self) -> tf.DType | None:
+        """The mask input's dtype (None: left out)."""
+        name = self.spec.output.mask_dtype
+        return None if name is None else tf.as_dtype(name)
+
+    def options(self) -> tf.data.Options:
+        """The pipeline's tf.data options: order, RAM budget, and in lean mode no rewrite that keeps extra batches.
+
+        Lean mode turns off map fusion, map parallelization and injected prefetches: each would keep
+        another float batch alive.
+        """
+        options = tf.data.Options()
+        options.deterministic = self.deterministic
+        options.autotune.ram_budget = int(self.memory_budget)
+        if self.lean:
+            options.experimental_optimization.apply_default_optimizations = False
+            options.experimental_optimization.map_parallelization = False
+            options.experimental_optimization.inject_prefetch = False
+        return options
+
+    def read_config(self, options: tf.data.Options, input_context: tf.distribute.InputContext | None,
+                    repeat: bool) -> tfds.ReadConfig:
+        """TFDS's ReadConfig for our reader: no autocache, seeded file order, one example per file per turn."""
+        return tfds.ReadConfig(
+            options=options,
+            try_autocache=False,
+            shuffle_seed=self.seed,
+            interleave_cycle_length=self.cycle_length,
+            interleave_block_length=1,
+            input_context=input_context,
+            skip_prefetch=True,
+            num_parallel_calls_for_decode=AUTOTUNE,
+            num_parallel_calls_for_interleave_files=AUTOTUNE,
+            assert_cardinality=not repeat,
+        )
+
+    def describe(self, direct: bool) -> str:
+        """The log line of the pipeline (`direct`: whether direct volume reads were taken)."""
+        parse = ("batch, direct volume reads" if direct else "batch") if self.parser is not None else "example"
+        decode = "per batch" if self.read.decode_in_batch else f"per example, parallelism {self.decode_parallelism}"
+        return (f"{self.info.full_name} {self.split.name}: {self.examples} examples in {self.files} files (this "
+                f"pipeline), cycle_length {self.cycle_length}, shuffle buffer {self.shuffle_buffer} examples, parse per "
+                f"{parse}, decode {decode}, batch {self.batch_size} ({self.float_batch_bytes / 2**20:.0f} MiB as "
+                f"float32){', lean memory mode' if self.lean else ''}{', training' if self.training else ''}")
+
+
+def plan_load(
+    info: tfds.core.DatasetInfo,
+    split: SplitFacts,
+    batch_size: int,
+    *,
+    spec: ReadSpec,
+    tuning: Tuning,
+    training: bool | None = None,
+    seed: int | None = None,
+    drop_remainder: bool | None = None,
+    input_context: tf.distribute.InputContext | None = None,
+) -> LoadPlan:
+    """The decisions of `vidvol.load(...)` over a dataset with `info` and a split with `split`'s facts; reads nothing.
+
+    `training` None: True for splits whose name starts with "train"; `drop_remainder` None: `training`.
+    Raises what `load` raises for arguments that do not fit the dataset (unknown features, clips
+    without a video, all-frames configs without clips, a left-out only input, more pipelines than shards).
+    """
+    sizing.check_batch_size(batch_size)
+    training = is_training(split.name, training)
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    deterministic = (seed is not None or not training) if tuning.deterministic is None else tuning.deterministic
+    out = spec.output
+
+    # What comes out: the features read, in which structure and dtype.
+    names, inputs, target = output_names(info, out.features, out.inputs, out.target)
+    output.check_output_dtype(info, names, out.dtype)
+    omit_mask = out.mask_dtype is None and inputs is not None and output.MASK in inputs
+    if omit_mask and len(inputs) == 1:
+        raise ValueError(f"{info.full_name}: Output(mask_dtype=None) leaves the mask out, and it is the only input; "
+                         "pass Output(mask_dtype='uint8') (or another dtype), or other Output.inputs")
+    read = ReadPlan.make(info, names, spec.clips.window(), training, batch_size if drop_remainder else None)
+    if spec.normalize != Normalize() and not read.videos:
+        raise ValueError(f"{info.full_name}: Normalize (mean, std, resize) applies to video frames, and none of "
+                         f"{list(names)} is one; use Normalize() (volumes come out as stored)")
+    mask_dtype = None if out.mask_dtype is None else tf.as_dtype(out.mask_dtype)
+    read = read.with_decoders(output.feature_decoders(
+        info, names, out.dtype, mask_dtype, decode_mask=inputs is not None and output.MASK in inputs))
+
+    # How much this pipeline reads, and how big its buffers may be.
+    num_files = len(split.shard_examples)
+    sizing.check_shards(info.full_name, split.name, num_files, input_context)
+    files = sizing.worker_file_count(num_files, input_context)
+    mine = (split.shard_examples[int(input_context.input_pipeline_id)::int(input_context.num_input_pipelines)]
+            if input_context else split.shard_examples)
+    examples = sum(mine)
+    cycle = tuning.cycle_length or sizing.default_cycle_length(files)
+    budget = tuning.memory_budget_bytes or sizing.default_memory_budget()
+    float_batch_bytes = read.float_bytes(spec.normalize.resize) * batch_size
+    lean = sizing.is_lean(float_batch_bytes, budget)
+    if lean:
+        read = dataclasses.replace(read, decode_in_batch=False)
+
+    # How: one parse per batch where every feature has a fixed shape and nothing runs per example first.
+    parser = (BatchParser.for_features(info.features, read.names, read.videos, read.feature_decoders)
+              if tuning.parse_per_batch and not read.needs_example_map else None)
+    shuffle_buffer = 0
+    if training:
+        held = split.example_bytes if parser is not None else read.buffer_example_bytes(split.example_bytes)
+        shuffle_buffer = sizing.shuffle_buffer_size(held, examples, tuning.shuffle_buffer_bytes)
+    return LoadPlan(
+        info=info, split=split, spec=spec, read=read, inputs=inputs, target=target, omit_mask=omit_mask,
+        training=training, seed=seed, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic,
+        parser=parser, direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
+        lean=lean, files=files, examples=examples, cycle_length=cycle, memory_budget=budget,
+        shuffle_buffer=shuffle_buffer,
+        decode_parallelism=sizing.lean_decode_parallelism(read.decoded_bytes(), budget) if lean else AUTOTUNE,
+        float_batch_bytes=float_batch_bytes,
+    )

@@ -5,10 +5,12 @@
   volume float32 + mask), from TFDS's own ArrayRecord data source (`builder.as_data_source`) and
   the feature connectors' NumPy decoders: no TensorFlow graph at read time. A batch of indices is
   decoded in a thread pool (OpenCV releases the GIL while it decodes a frame).
-- `SupervisedExamples`: `vidvol.load`'s per-example steps in NumPy: the supervised `(inputs,
-  target)` features, read-time clips with the same `clip_length`/`clip_stride`/`eval_clips` rules
+- `SupervisedExamples`: `vidvol.load`'s per-example steps in NumPy, from the same `ReadSpec`: the
+  supervised `(inputs, target)` features, read-time clips with the same `Clips` rules
   (`clip_sampling`, shared with `vidvol.load`; only the clip's frames are decoded), frames to
-  float32 in [0, 1] then `(x - mean) / std`, masks to `mask_dtype`: `((x, mask), y)` per example.
+  float32 in [0, 1] then `(x - mean) / std`, masks to `Output.mask_dtype`: `((x, mask), y)` per
+  example. What they cannot do (resize, integer or half outputs, dicts, leaving the mask out) is
+  an error naming it (`ReadSpec.check_supported`), not ignored.
 - `grain_dataset(...)`: a Grain `MapDataset` of `((x, mask), y)` NumPy batches over them (shuffled
   per epoch, random clips drawn by Grain's per-element RNG); `torch_dataset(...)`: the same
   examples as a map-style dataset a `torch.utils.data.DataLoader` batches (torch is not needed to
@@ -28,16 +30,25 @@ import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import file_adapters
 
 from vidvol.readers import api
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
+from vidvol.readers import legacy
+from vidvol.readers import output
+from vidvol.readers import sizing
 from vidvol.readers.plan import ReadPlan
+from vidvol.readers.plan import is_training
+from vidvol.readers.plan import supervised_keys
+from vidvol.readers.spec import ReadSpec
 
-# Threads decoding one `__getitems__` batch (frames decode in OpenCV without the GIL).
-# Two per core: measured on 2 cores, 64x64 JPEG clips, 1 thread ~590 examples/s, 2: ~990, 4: ~1090, 8: ~850.
+# Threads decoding one `__getitems__` batch. Frames decode without the GIL (simplejpeg, OpenCV), but each example also
+# runs Python between its frames, so a second thread per core keeps the core decoding while the first holds the GIL;
+# more threads than that only contend for it: two per core, at most 8 (chosen by timing 1, 2, 4 and 8 threads on
+# `__getitems__` of 64x64 JPEG clips; measured rates belong in benchmarks/RESULTS.md, not here).
 DEFAULT_THREADS = min(8, 2 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
@@ -169,17 +180,25 @@ class DataSource:
         return f"vidvol.DataSource({self.info.full_name!r}, split={self.split!r}, {len(self)} examples)"
 
 
+@legacy.old_keywords("features")
 def data_source(
     name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
-    features: Sequence[str] | None = None, num_threads: int | None = None,
+    spec: ReadSpec | None = None, num_threads: int | None = None,
 ) -> DataSource:
     """Random access to a split of a dataset built with `--file_format array_record`: `ds[i]` -> decoded example.
 
     The examples are those of `tfds.data_source(name, split=split, data_dir=data_dir)` in the same
     order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars) and JPEG pixels
-    (`tf.io.decode_jpeg`'s; TFDS's data source decodes with OpenCV, a few levels apart).
+    (`tf.io.decode_jpeg`'s; TFDS's data source decodes with OpenCV, a few levels apart). `spec`: only
+    `Output(features=[...])` (the features decoded; default all) applies, since the examples are
+    the stored ones; anything else is a ValueError pointing to `grain_dataset` / `torch_dataset`.
+    `num_threads`: threads decoding one `__getitems__` batch (default two per core, at most 8).
     """
-    return DataSource(name, split, data_dir=data_dir, features=features, num_threads=num_threads)
+    spec = spec or ReadSpec()
+    spec.check_supported("vidvol.data_source", ("output.features",),
+                         "it returns the stored examples as tfds.load decodes them; grain_dataset and torch_dataset "
+                         "take clips, normalization and the supervised output")
+    return DataSource(name, split, data_dir=data_dir, features=spec.output.features, num_threads=num_threads)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,24 +221,35 @@ class SupervisedExamples:
     epoch: list[int] = dataclasses.field(default_factory=lambda: [0])  # set_epoch (PyTorch)
 
     @classmethod
+    @legacy.old_keywords(*legacy.SUPERVISED)
     def make(
         cls, name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
-        training: bool | None = None, seed: int | None = None, clip_length: int | None = None, clip_stride: int = 1,
-        eval_clips: int = 1, mean: float | Sequence[float] = 0.0, std: float | Sequence[float] = 1.0,
-        inputs: str | Sequence[str] | None = None, target: str | None = None, mask_dtype: Any = np.float32,
+        training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
         num_threads: int | None = None,
     ) -> "SupervisedExamples":
-        """Checks the arguments as `vidvol.load` does (same names, same defaults) and opens the split."""
+        """Checks the arguments as `vidvol.load` does (same names, same defaults, same spec) and opens the split.
+
+        `spec`: clips, `Normalize(mean, std)` and `Output(mask_dtype, inputs, target)` apply; resize, a
+        dtype other than float32, dicts and a left-out mask are a ValueError (NumPy readers of model-ready
+        float32 examples: resize with the model's own transform).
+        """
+        spec = spec or ReadSpec()
+        where = "vidvol.grain_dataset / vidvol.torch_dataset"
+        spec.check_supported(where, ("clips", "normalize.mean", "normalize.std", "output.mask_dtype", "output.inputs",
+                                     "output.target"), "they give float32 NumPy examples of the supervised tuple")
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
         info = builder.info
-        training = split.split("[")[0].strip().startswith("train") if training is None else bool(training)
-        clip = clip_sampling.ClipWindow(clip_length, clip_stride, eval_clips) if clip_length is not None else None
-        in_names, tgt = api.supervised_keys(info, inputs, target)
+        training = is_training(split, training)
+        in_names, tgt = supervised_keys(info, spec.output.inputs, spec.output.target)
+        if spec.output.mask_dtype is None and output.MASK in in_names:
+            raise ValueError(f"{where} cannot leave the mask out (Output(mask_dtype=None)); pass another "
+                             "Output.mask_dtype, or Output.inputs without the mask")
         names = tuple(dict.fromkeys(in_names + (tgt,)))
-        plan = ReadPlan.make(info, names, clip, training, None)
+        plan = ReadPlan.make(info, names, spec.clips.window(), training, None)
         source = DataSource(builder, split, data_dir=data_dir, features=names, decode_frames=False, num_threads=num_threads)
-        return cls(source, plan, in_names, tgt, mean, std, np.dtype(mask_dtype), seed)
+        mask_dtype = np.dtype(tf.as_dtype(spec.output.mask_dtype or "float32").as_numpy_dtype)
+        return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed)
 
     @property
     def training(self) -> bool:
@@ -273,7 +303,7 @@ class SupervisedExamples:
             count = len(example[plan.videos[0]])
             if plan.training:
                 if rng is None:
-                    raise ValueError("a training example with clip_length needs an rng for its random clip")
+                    raise ValueError("a training example with Clips.length needs an rng for its random clip")
                 indices, valid = clip_sampling.random_clip_np(count, plan.clip, rng)
             else:
                 indices, valid = clip_sampling.even_clips_np(count, plan.clip)
@@ -318,18 +348,18 @@ def stack_batch(examples: Sequence[Any]) -> Any:
     return np.stack([np.asarray(e) for e in examples])
 
 
+@legacy.old_keywords(*legacy.SUPERVISED)
 def grain_dataset(
     name: str | tfds.core.DatasetBuilder, split: str, batch_size: int, *, data_dir: str | os.PathLike | None = None,
-    training: bool | None = None, seed: int | None = None, clip_length: int | None = None, clip_stride: int = 1,
-    eval_clips: int = 1, mean: float | Sequence[float] = 0.0, std: float | Sequence[float] = 1.0,
-    inputs: str | Sequence[str] | None = None, target: str | None = None, drop_remainder: bool | None = None,
-    num_epochs: int | None = 1, mask_dtype: Any = np.float32,
+    training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
+    drop_remainder: bool | None = None, num_epochs: int | None = 1,
 ):
     """A Grain `MapDataset` of `((x, mask), y)` NumPy batches over a split built with ArrayRecord shards.
 
     Arguments as in `vidvol.load` (training: shuffled every epoch, random clips, last partial batch
-    dropped). `seed` makes the order and the clips reproducible (None: fresh entropy). `num_epochs`
-    None repeats forever. Iterate it directly, or for parallel reads
+    dropped; `spec` as `SupervisedExamples.make` takes it). `seed` makes the order and the clips
+    reproducible (None: fresh entropy). `num_epochs` None repeats forever (Grain's own `repeat`
+    rule). Iterate it directly, or for parallel reads
     `ds.to_iter_dataset(grain.ReadOptions(num_threads=8))`, then `.mp_prefetch(
     grain.MultiprocessingOptions(num_workers=2))` for worker processes.
     """
@@ -337,12 +367,8 @@ def grain_dataset(
         import grain  # pylint: disable=g-import-not-at-top
     except ImportError as e:  # pragma: no cover  (grain is in the `grain` and `test` extras)
         raise ImportError("vidvol.grain_dataset needs Grain: pip install 'vidvol[grain]'") from e
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    examples = SupervisedExamples.make(
-        name, split, data_dir=data_dir, training=training, seed=seed, clip_length=clip_length, clip_stride=clip_stride,
-        eval_clips=eval_clips, mean=mean, std=std, inputs=inputs, target=target, mask_dtype=mask_dtype,
-    )
+    sizing.check_batch_size(batch_size)
+    examples = SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec)
     training = examples.training
     drop_remainder = training if drop_remainder is None else drop_remainder
     if seed is None and training:
@@ -390,23 +416,22 @@ class _FinishBatch:
         return self.examples.finish(stack_batch(list(selected)))
 
 
+@legacy.old_keywords(*legacy.SUPERVISED)
 def torch_dataset(
     name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
-    training: bool | None = None, seed: int | None = None, clip_length: int | None = None, clip_stride: int = 1,
-    eval_clips: int = 1, mean: float | Sequence[float] = 0.0, std: float | Sequence[float] = 1.0,
-    inputs: str | Sequence[str] | None = None, target: str | None = None, mask_dtype: Any = np.float32,
+    training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
+    num_threads: int | None = None,
 ) -> SupervisedExamples:
     """A map-style dataset of `((x, mask), y)` NumPy examples for `torch.utils.data.DataLoader`.
 
     `len(ds)`, `ds[i]` and `ds.__getitems__(indices)` (the DataLoader's batched fetch) need no
     torch; the DataLoader shuffles (`shuffle=True`), batches and turns the arrays into tensors.
     Training clips are random per call, or, with `seed`, fixed by (seed, epoch, index): call
-    `ds.set_epoch(e)` before each epoch. Arguments as in `vidvol.load`.
+    `ds.set_epoch(e)` before each epoch. Arguments as in `vidvol.load`; `spec` as
+    `SupervisedExamples.make` takes it; `num_threads` decode one `__getitems__` batch.
     """
-    return SupervisedExamples.make(
-        name, split, data_dir=data_dir, training=training, seed=seed, clip_length=clip_length, clip_stride=clip_stride,
-        eval_clips=eval_clips, mean=mean, std=std, inputs=inputs, target=target, mask_dtype=mask_dtype,
-    )
+    return SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec,
+                                   num_threads=num_threads)
 
 
 __all__ = [

@@ -23,6 +23,12 @@ class ShardingError(ValueError):
     """More input pipelines than shard files: some pipelines would read nothing."""
 
 
+def check_batch_size(batch_size: int) -> None:
+    """ValueError unless `batch_size` is an integer >= 1 (every reader's batch rule)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+
+
 def shuffle_buffer_size(bytes_per_example: float, num_examples: int, buffer_bytes: int = DEFAULT_SHUFFLE_BUFFER_BYTES) -> int:
     """Examples the shuffle buffer holds: `buffer_bytes // bytes_per_example`, within [1, num_examples]."""
     if buffer_bytes <= 0:

@@ -1,7 +1,8 @@
 """The named stages of `vidvol.load`: read -> shuffle -> select clips -> batch/parse -> decode -> finish.
 
 Each stage takes and returns a `tf.data.Dataset` (or returns the per-batch function a stage maps),
-so `load` reads as the sequence of them; lean mode replaces the last stage.
+and follows the decisions of the pipeline's `plan.LoadPlan`, so `load` reads as the sequence of
+them; lean mode replaces the last stage.
 """
 
 from __future__ import annotations
@@ -13,30 +14,43 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.readers import direct_volumes
 from vidvol.readers import output
 from vidvol.readers import shards
 from vidvol.readers.batch_parser import BatchParser
+from vidvol.readers.plan import LoadPlan
 from vidvol.readers.plan import ReadPlan
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
 def read(
-    builder: tfds.core.DatasetBuilder, split: str, plan: ReadPlan, read_config: tfds.ReadConfig,
-    shuffle_files: bool, parser: BatchParser | None,
-) -> tf.data.Dataset:
-    """Records of the split, serialized (parsed later, per batch) or parsed per example, in TFDS's order.
+    builder: tfds.core.DatasetBuilder, split: str, plan: LoadPlan, read_config: tfds.ReadConfig
+) -> tuple[tf.data.Dataset, BatchParser | direct_volumes.DirectParser | None]:
+    """Records of the split in TFDS's order, and the parser of their batches (None: parsed per example here).
 
-    TFRecord shards are read by `shards.read_records` (a damaged file fails naming itself), anything
-    else by TFDS's own reader.
+    Volumes straight from the shard files where the plan asks for it and `direct_volumes` finds the
+    shards fit (the other features parsed per batch); TFRecord shards otherwise by
+    `shards.read_records` (a damaged file fails naming itself), anything else by TFDS's own reader.
     """
+    names, decoders = plan.read.names, plan.read.feature_decoders
+    direct = direct_volumes.plan_direct(builder, split, names, read_config) if plan.direct_reads else None
+    if direct is not None:
+        volume, indexes = direct
+        others = [n for n in names if n != volume]
+        small = BatchParser.for_features(builder.info.features, others, (), decoders) if others else None
+        parser = direct_volumes.DirectParser(builder, volume, indexes, small, plan.spec.output.dtype, plan.static_batch)
+        return direct_volumes.read_entries(builder, split, read_config, plan.training, indexes), parser
+    parser, shuffle_files = plan.parser, plan.training
     if shards.checked_reader_applies(builder, read_config):
         if parser is not None:
-            return shards.read_records(builder, split, read_config, shuffle_files=shuffle_files)
-        return shards.read_examples(builder, split, read_config, shuffle_files=shuffle_files, decoders=plan.decoders())
+            return shards.read_records(builder, split, read_config, shuffle_files=shuffle_files), parser
+        ds = shards.read_examples(builder, split, read_config, shuffle_files=shuffle_files, decoders=plan.read.decoders())
+        return ds, None
     if parser is not None:
-        return tfds_api.read_files(builder, split, read_config, shuffle_files=shuffle_files)
-    return builder.as_dataset(split=split, shuffle_files=shuffle_files, decoders=plan.decoders(), read_config=read_config)
+        return tfds_api.read_files(builder, split, read_config, shuffle_files=shuffle_files), parser
+    ds = builder.as_dataset(split=split, shuffle_files=shuffle_files, decoders=plan.read.decoders(), read_config=read_config)
+    return ds, None
 
 
 def attach_seeds(ds: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
@@ -87,45 +101,39 @@ def resize_frames(x: tf.Tensor, size: tuple[int, int]) -> tf.Tensor:
     return out
 
 
-def finisher(
-    plan: ReadPlan,
-    inputs: Sequence[str] | None,
-    target: str | None,
-    mean: Any,
-    std: Any,
-    resize: tuple[int, int] | None,
-    mask_dtype: tf.DType | None,
-    output_dtype: str = "float32",
-    full_mask: Callable[[tf.Tensor], tf.Operation] | None = None,
-) -> Callable[[Mapping[str, tf.Tensor]], Any]:
-    """The per-batch finish: frames to `output_dtype`, other inputs to `mask_dtype`, output structure.
+def finisher(plan: LoadPlan) -> Callable[[Mapping[str, tf.Tensor]], Any]:
+    """The per-batch finish: frames to `Output.dtype`, other inputs to `Output.mask_dtype`, output structure.
 
     Frames: float32 normalized (float16/bfloat16: that, cast), or the stored integers untouched.
-    Volumes come out of their decoder in `output_dtype` already. `mask_dtype=None` leaves the
-    `mask` input out after `full_mask(mask)` (an assertion that it is all ones) has run.
+    Volumes come out of their decoder in the output dtype already. `Output(mask_dtype=None)` leaves
+    the `mask` input out after an assertion that it is all ones has run.
     """
+    read, inputs, target, mask_dtype = plan.read, plan.inputs, plan.target, plan.mask_dtype
+    mean, std, resize = plan.spec.normalize.mean, plan.spec.normalize.std, plan.spec.normalize.resize
+    output_dtype = plan.spec.output.dtype
+    full_mask = (lambda m: output.full_mask_check(plan.info, m)) if plan.omit_mask else None
 
     def frames(name: str, x: tf.Tensor) -> tf.Tensor:
         if output_dtype not in ("float32", "bfloat16", "float16"):
             return x  # the stored integers; dequantized on the device
-        scale = float(np.iinfo(plan.features[name].np_dtype).max)
+        scale = float(np.iinfo(read.features[name].np_dtype).max)
         y = as_float(x, scale, mean, std)
         y = resize_frames(y, resize) if resize else y
         return y if output_dtype == "float32" else tf.cast(y, output_dtype)
 
     def other(name: str, x: tf.Tensor) -> tf.Tensor:
-        if name in plan.feature_decoders and name != output.MASK:
+        if name in read.feature_decoders and name != output.MASK:
             return x  # a volume, already in output_dtype
         if x.dtype == tf.string or mask_dtype is None:
             return x
         return tf.cast(x, mask_dtype)
 
     def finish(batch: Mapping[str, tf.Tensor]):
-        out = {n: (frames(n, batch[n]) if n in plan.videos else batch[n]) for n in plan.names}
+        out = {n: (frames(n, batch[n]) if n in read.videos else batch[n]) for n in read.names}
         if inputs is None:
             return out
         kept = [n for n in inputs if not (mask_dtype is None and n == output.MASK)]
-        xs = [out[n] if n in plan.videos else other(n, out[n]) for n in kept]
+        xs = [out[n] if n in read.videos else other(n, out[n]) for n in kept]
         if len(kept) < len(inputs) and full_mask is not None:
             with tf.control_dependencies([full_mask(out[output.MASK])]):
                 xs[0] = tf.identity(xs[0])
@@ -147,10 +155,3 @@ def parse_decode_finish(
 def finish_lean(ds: tf.data.Dataset, finish: Callable) -> tf.data.Dataset:
     """Lean mode: one uint8 batch prefetched, the float conversion in the consumer's own `next()`."""
     return ds.prefetch(1).map(finish)
-
-
-def lean_options(options: tf.data.Options) -> None:
-    """Turns off tf.data rewrites that would keep extra float batches alive (map fusion, injected prefetch)."""
-    options.experimental_optimization.apply_default_optimizations = False
-    options.experimental_optimization.map_parallelization = False
-    options.experimental_optimization.inject_prefetch = False

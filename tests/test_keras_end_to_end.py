@@ -65,7 +65,7 @@ def _fit(model: keras.Model, train: tf.data.Dataset, loss: str) -> list[float]:
 def test_hmdb51_trains_from_the_loader(tmp_path):
     samples.write_hmdb51_layout(str(tmp_path / "manual"), videos_per_class=3, num_frames=(12, 30), height=48, width=64, splits=(1,))
     _build("hmdb51", "split1_16x112x112", tmp_path / "manual", tmp_path / "data")
-    kw = dict(data_dir=tmp_path / "data", resize=(32, 32))
+    kw = dict(data_dir=tmp_path / "data", spec=vidvol.ReadSpec(normalize=vidvol.Normalize(resize=(32, 32))))
     train = vidvol.load("hmdb51/split1_16x112x112", "train", 2, seed=0, repeat=True, **kw)
     (video, mask), label = train.element_spec
     assert video.shape == (2, 16, 32, 32, 3) and mask.shape == (2, 16) and label.shape == (2,)
@@ -83,7 +83,8 @@ def test_hmdb51_trains_from_the_loader(tmp_path):
 def test_fire_hrr_trains_per_frame_regression_from_the_loader(tmp_path):
     samples.write_fire_hrr_frames(str(tmp_path / "manual"), experiments=(("exp_a", 12), ("exp_b", 7)))
     _build("fire_hrr", "161x135x240", tmp_path / "manual", tmp_path / "data")
-    train = vidvol.load("fire_hrr/161x135x240", "train", 2, seed=0, repeat=True, resize=(34, 60), data_dir=tmp_path / "data")
+    train = vidvol.load("fire_hrr/161x135x240", "train", 2, seed=0, repeat=True, data_dir=tmp_path / "data",
+                        spec=vidvol.ReadSpec(normalize=vidvol.Normalize(resize=(34, 60))))
     (video, mask), hrr = train.element_spec
     assert video.shape == (2, 161, 34, 60, 3) and mask.shape == (2, 161) and hrr.shape == (2, 161)
     losses = _fit(_video_model(161, 34, 60, outputs=1, per_frame=True), train, "mse")
@@ -107,13 +108,15 @@ def test_all_frames_clips_train_and_evaluate_with_several_clips(tmp_path):
     clip_length = 8
     samples.write_hmdb51_layout(str(tmp_path / "manual"), videos_per_class=3, num_frames=(6, 24), height=48, width=64, splits=(1,))
     _build("hmdb51", "split1_all_112x112", tmp_path / "manual", tmp_path / "data")
-    kw = dict(data_dir=tmp_path / "data", resize=(28, 28), clip_length=clip_length, clip_stride=2)
-    train = vidvol.load("hmdb51/split1_all_112x112", "train", 2, seed=1, repeat=True, **kw)
+    resize = vidvol.Normalize(resize=(28, 28))
+    train = vidvol.load("hmdb51/split1_all_112x112", "train", 2, seed=1, repeat=True, data_dir=tmp_path / "data",
+                        spec=vidvol.ReadSpec(clips=vidvol.Clips(length=clip_length, stride=2), normalize=resize))
     model = _video_model(clip_length, 28, 28, outputs=51, per_frame=False)
     losses = _fit(model, train, keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     assert np.all(np.isfinite(losses))
     # Multi-clip evaluation: fold the clip axis into the batch, average the clip logits per video.
-    test = vidvol.load("hmdb51/split1_all_112x112", "test", 2, eval_clips=3, **kw)
+    test = vidvol.load("hmdb51/split1_all_112x112", "test", 2, data_dir=tmp_path / "data",
+                       spec=vidvol.ReadSpec(clips=vidvol.Clips(length=clip_length, stride=2, eval_clips=3), normalize=resize))
     for (video, mask), label in test.take(1):
         logits = model([tf.reshape(video, (-1, clip_length, 28, 28, 3)), tf.reshape(mask, (-1, clip_length))])
         per_video = tf.reduce_mean(tf.reshape(logits, (-1, 3, 51)), axis=1)

@@ -118,7 +118,8 @@ def test_verify_cli_through_python_m_vidvol(damaged):
 def test_load_names_a_missing_shard_file_and_the_verify_command(damaged, parse_per_batch):
     verify = f"python -m vidvol verify {DATASET} --data_dir {damaged['data_dir']}"
     with pytest.raises(FileNotFoundError) as info:
-        vidvol.load(DATASET, "train", 2, data_dir=damaged["data_dir"], training=False, parse_per_batch=parse_per_batch)
+        vidvol.load(DATASET, "train", 2, data_dir=damaged["data_dir"], training=False,
+                    tuning=vidvol.Tuning(parse_per_batch=parse_per_batch))
     assert f"shard files missing: {damaged['missing']}." in str(info.value) and verify in str(info.value)
 
 
@@ -139,7 +140,8 @@ def test_load_of_a_damaged_file_names_it(built, tmp_path, cut):
     open(flipped, "wb").write(bytes(data))
     verify = f"python -m vidvol verify {DATASET} --data_dir {copy}"
     reads = [lambda: list(vidvol.load(DATASET, "train", 2, data_dir=copy, seed=0, drop_remainder=False)),
-             lambda: list(vidvol.load(DATASET, "train", 2, data_dir=copy, training=False, parse_per_batch=False)),
+             lambda: list(vidvol.load(DATASET, "train", 2, data_dir=copy, training=False,
+                                      tuning=vidvol.Tuning(parse_per_batch=False))),
              lambda: vidvol.load_labels(DATASET, "train", data_dir=copy)]
     for read in reads:
         with pytest.raises(tf.errors.InvalidArgumentError) as info:

@@ -16,6 +16,7 @@ import tensorflow_datasets as tfds
 
 import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
 from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
+from vidvol import Clips, Normalize, Output, ReadSpec
 from vidvol import readers
 from vidvol import samples
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
@@ -42,10 +43,12 @@ def _assert_same(a, b):
 
 
 @pytest.mark.parametrize("kw", [
-    dict(training=False), dict(training=True, seed=3), dict(training=True, seed=3, clip_length=6),
-    dict(training=False, mean=0.45, std=0.225), dict(training=False, mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.25)),
-    dict(training=False, output_dtype="bfloat16"), dict(training=False, output_dtype="uint8"),
-    dict(training=False, resize=(32, 40)),
+    dict(training=False), dict(training=True, seed=3), dict(training=True, seed=3, spec=ReadSpec(clips=Clips(length=6))),
+    dict(training=False, spec=ReadSpec(normalize=Normalize(mean=0.45, std=0.225))),
+    dict(training=False, spec=ReadSpec(normalize=Normalize(mean=(0.4, 0.5, 0.6), std=(0.2, 0.3, 0.25)))),
+    dict(training=False, spec=ReadSpec(output=Output(dtype="bfloat16"))),
+    dict(training=False, spec=ReadSpec(output=Output(dtype="uint8"))),
+    dict(training=False, spec=ReadSpec(normalize=Normalize(resize=(32, 40)))),
 ])
 def test_hmdb51_host_decode_equals_tensorflows_decode(hmdb_small, monkeypatch, kw):
     host = _batches(hmdb_small, "train", 2, "host", monkeypatch, **kw)
@@ -54,12 +57,13 @@ def test_hmdb51_host_decode_equals_tensorflows_decode(hmdb_small, monkeypatch, k
 
 
 def test_fire_hrr_host_decode_equals_tensorflows_decode_and_tfds_load(fire_small, monkeypatch):
-    host = _batches(fire_small, "train", 1, "host", monkeypatch, training=False, features=["video", "mask", "experiment", "window"])
-    ops = _batches(fire_small, "train", 1, "tf", monkeypatch, training=False, features=["video", "mask", "experiment", "window"])
+    names = ["video", "mask", "experiment", "window"]
+    host = _batches(fire_small, "train", 1, "host", monkeypatch, training=False, spec=ReadSpec(output=Output(features=names)))
+    ops = _batches(fire_small, "train", 1, "tf", monkeypatch, training=False, spec=ReadSpec(output=Output(features=names)))
     _assert_same(host, ops)
     stock = {(ex["experiment"], int(ex["window"])): ex for ex in tfds.as_numpy(fire_small.as_dataset(split="train"))}
-    as_stored = _batches(fire_small, "train", 1, "host", monkeypatch, training=False, output_dtype="uint8",
-                         features=["video", "mask", "experiment", "window"])
+    as_stored = _batches(fire_small, "train", 1, "host", monkeypatch, training=False,
+                         spec=ReadSpec(output=Output(dtype="uint8", features=names)))
     assert len(as_stored) == len(stock) == 2
     for batch in as_stored:
         ref = stock[(batch["experiment"][0], int(batch["window"][0]))]

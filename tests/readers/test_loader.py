@@ -13,8 +13,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from batch_checks import assert_same_batches  # tests/batch_checks.py (tests/ on sys.path)
 from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 import vidvol
+from vidvol import Clips, Normalize, Output, ReadSpec, Tuning
 from vidvol import samples
 from vidvol.readers import clip_sampling
 from vidvol.readers import api as readers_api
@@ -114,7 +116,7 @@ def test_every_fixed_config_has_static_shapes(builder_cls, config, manual_dirs, 
 
 def test_eval_values_match_tfds_load(hmdb_fixed):
     reference = _by_id(hmdb_fixed, "test")
-    ds = readers.load(hmdb_fixed, "test", 4, features=["video", "mask", "label", "video_id"])
+    ds = readers.load(hmdb_fixed, "test", 4, spec=ReadSpec(output=Output(features=["video", "mask", "label", "video_id"])))
     seen = []
     for batch in tfds.as_numpy(ds):
         for video, mask, label, vid in zip(batch["video"], batch["mask"], batch["label"], batch["video_id"]):
@@ -139,10 +141,12 @@ def test_supervised_output_is_video_mask_label(hmdb_fixed):
 
 def test_normalization_and_resize(hmdb_fixed):
     mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
-    kw = dict(features=["video", "video_id"], training=False)
-    plain = next(iter(readers.load(hmdb_fixed, "test", 3, **kw)))
-    normed = next(iter(readers.load(hmdb_fixed, "test", 3, mean=mean, std=std, **kw)))
-    resized = next(iter(readers.load(hmdb_fixed, "test", 3, mean=mean, std=std, resize=(24, 40), **kw)))
+    out = Output(features=["video", "video_id"])
+    plain = next(iter(readers.load(hmdb_fixed, "test", 3, training=False, spec=ReadSpec(output=out))))
+    normed = next(iter(readers.load(hmdb_fixed, "test", 3, training=False,
+                                    spec=ReadSpec(normalize=Normalize(mean, std), output=out))))
+    resized = next(iter(readers.load(hmdb_fixed, "test", 3, training=False,
+                                     spec=ReadSpec(normalize=Normalize(mean, std, resize=(24, 40)), output=out))))
     assert plain["video_id"].numpy().tolist() == normed["video_id"].numpy().tolist()
     expected = (plain["video"].numpy() - np.array(mean, np.float32)) / np.array(std, np.float32)
     np.testing.assert_allclose(normed["video"].numpy(), expected, atol=1e-5)
@@ -153,8 +157,9 @@ def test_normalization_and_resize(hmdb_fixed):
 
 def test_lean_memory_mode_gives_the_same_batches(hmdb_fixed, caplog):
     caplog.set_level("INFO", logger=readers_api.__name__)
-    fast = list(readers.load(hmdb_fixed, "test", 4, mean=0.5, std=0.25))
-    lean = list(readers.load(hmdb_fixed, "test", 4, mean=0.5, std=0.25, memory_budget_bytes=2**20))
+    spec = ReadSpec(normalize=Normalize(mean=0.5, std=0.25))
+    fast = list(readers.load(hmdb_fixed, "test", 4, spec=spec))
+    lean = list(readers.load(hmdb_fixed, "test", 4, spec=spec, tuning=Tuning(memory_budget_bytes=2**20)))
     assert "lean memory mode" in caplog.text
     assert len(fast) == len(lean) == 2
     for ((xf, mf), yf), ((xl, ml), yl) in zip(fast, lean):
@@ -163,27 +168,17 @@ def test_lean_memory_mode_gives_the_same_batches(hmdb_fixed, caplog):
         np.testing.assert_array_equal(yf.numpy(), yl.numpy())
 
 
-def _assert_same_batches(a, b):
-    """Two lists of batches (any structure) hold equal tensors in the same order."""
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        tf.nest.assert_same_structure(x, y)
-        for u, v in zip(tf.nest.flatten(x), tf.nest.flatten(y)):
-            assert u.dtype == v.dtype and u.shape == v.shape
-            np.testing.assert_array_equal(u.numpy(), v.numpy())
-
-
 def test_parse_per_batch_matches_tfds_per_example_parse(hmdb_fixed, caplog):
     caplog.set_level("INFO", logger=readers_api.__name__)
-    kw = dict(seed=5, mean=0.5, std=0.25)
+    kw = dict(seed=5, spec=ReadSpec(normalize=Normalize(mean=0.5, std=0.25)))
     per_batch = list(readers.load(hmdb_fixed, "train", 2, **kw))
-    per_example = list(readers.load(hmdb_fixed, "train", 2, parse_per_batch=False, **kw))
+    per_example = list(readers.load(hmdb_fixed, "train", 2, tuning=Tuning(parse_per_batch=False), **kw))
     assert re.findall(r"parse per (\w+)", caplog.text) == ["batch", "example"]
-    _assert_same_batches(per_batch, per_example)  # same values, same order under a seed
-    feats = ["video_id", "label", "mask", "num_frames", "fps", "frame_indices"]
-    by_batch = list(readers.load(hmdb_fixed, "test", 4, features=feats))
-    by_example = list(readers.load(hmdb_fixed, "test", 4, features=feats, parse_per_batch=False))
-    _assert_same_batches(by_batch, by_example)  # eval: partial last batch, scalars and text too
+    assert_same_batches(per_batch, per_example)  # same values, same order under a seed
+    feats = ReadSpec(output=Output(features=["video_id", "label", "mask", "num_frames", "fps", "frame_indices"]))
+    by_batch = list(readers.load(hmdb_fixed, "test", 4, spec=feats))
+    by_example = list(readers.load(hmdb_fixed, "test", 4, spec=feats, tuning=Tuning(parse_per_batch=False)))
+    assert_same_batches(by_batch, by_example)  # eval: partial last batch, scalars and text too
     assert BatchParser.for_features(hmdb_fixed.info.features, ["video", "label"], ["video"]) is not None
 
 
@@ -192,7 +187,7 @@ def test_variable_length_features_are_parsed_per_example(hmdb_all, caplog):
     features = hmdb_all.info.features
     assert BatchParser.for_features(features, ["video", "label"], ["video"]) is None
     assert BatchParser.for_features(features, ["label", "num_frames"], []) is not None
-    readers.load(hmdb_all, "train", 2, clip_length=4, seed=0)
+    readers.load(hmdb_all, "train", 2, spec=ReadSpec(clips=Clips(length=4)), seed=0)
     assert "parse per example" in caplog.text
 
 
@@ -203,12 +198,14 @@ def test_drop_remainder_in_training_only(hmdb_fixed):
 
 def test_training_epoch_covers_split_and_is_deterministic_under_seed(hmdb_fixed):
     all_ids = sorted(_by_id(hmdb_fixed, "train"))
-    ds = readers.load(hmdb_fixed, "train", 1, seed=7, features=["video_id", "label"])
+    ids_labels = ReadSpec(output=Output(features=["video_id", "label"]))
+    ds = readers.load(hmdb_fixed, "train", 1, seed=7, spec=ids_labels)
     first, second = _ids(ds), _ids(ds)
     assert sorted(first) == sorted(second) == all_ids
-    again = readers.load(hmdb_fixed, "train", 1, seed=7, features=["video_id", "label"])
+    again = readers.load(hmdb_fixed, "train", 1, seed=7, spec=ids_labels)
     assert _ids(again) == first and _ids(again) == second
-    orders = {tuple(_ids(readers.load(hmdb_fixed, "train", 1, seed=s, features=["video_id"]))) for s in range(6)}
+    ids = ReadSpec(output=Output(features=["video_id"]))
+    orders = {tuple(_ids(readers.load(hmdb_fixed, "train", 1, seed=s, spec=ids))) for s in range(6)}
     assert len(orders | {tuple(first), tuple(second)}) > 1
 
 
@@ -217,7 +214,7 @@ def test_load_labels_reads_only_the_target_in_eval_order(hmdb_fixed, hmdb_dirs):
     eval_labels = np.concatenate([y.numpy() for _, y in readers.load(hmdb_fixed, "test", 4)])
     np.testing.assert_array_equal(labels, eval_labels)
     assert labels.dtype == np.int64 and labels.shape == (6,)
-    ds = readers.load(hmdb_fixed, "test", 2, features=["label", "video_id"])
+    ds = readers.load(hmdb_fixed, "test", 2, spec=ReadSpec(output=Output(features=["label", "video_id"])))
     assert set(ds.element_spec) == {"label", "video_id"}
 
 
@@ -226,8 +223,8 @@ def test_shuffle_buffer_is_sized_in_bytes(hmdb_fixed, caplog):
     info = hmdb_fixed.info.splits["train"]
     assert per_example == pytest.approx(info.num_bytes / info.num_examples)
     caplog.set_level("INFO", logger=readers_api.__name__)
-    readers.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=int(3.5 * per_example))
-    readers.load(hmdb_fixed, "train", 2, shuffle_buffer_bytes=2**30)
+    readers.load(hmdb_fixed, "train", 2, tuning=Tuning(shuffle_buffer_bytes=int(3.5 * per_example)))
+    readers.load(hmdb_fixed, "train", 2, tuning=Tuning(shuffle_buffer_bytes=2**30))
     buffers = [int(m) for m in re.findall(r"shuffle buffer (\d+) examples", caplog.text)]
     assert buffers == [3, info.num_examples]  # held: the serialized records (parsed per batch)
     assert readers.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37
@@ -249,7 +246,8 @@ def test_two_input_pipelines_read_disjoint_files_covering_the_split(hmdb_fixed):
     reads = []
     for pipeline in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
-        ds = readers.load(hmdb_fixed, "train", 1, seed=1, input_context=context, features=["video_id"])
+        ds = readers.load(hmdb_fixed, "train", 1, seed=1, input_context=context,
+                          spec=ReadSpec(output=Output(features=["video_id"])))
         reads.append(_ids(ds))
     assert reads[0] and reads[1]
     assert not set(reads[0]) & set(reads[1])
@@ -276,9 +274,9 @@ def test_unprepared_dataset_and_bad_arguments(tmp_path, hmdb_fixed):
     with pytest.raises(ValueError, match="batch_size"):
         readers.load(hmdb_fixed, "train", 0)
     with pytest.raises(ValueError, match="unknown features"):
-        readers.load(hmdb_fixed, "train", 2, inputs=("video", "nope"))
+        readers.load(hmdb_fixed, "train", 2, spec=ReadSpec(output=Output(inputs=("video", "nope"))))
     with pytest.raises(ValueError, match="no video feature|none of"):
-        readers.load(hmdb_fixed, "train", 2, features=["label"], clip_length=4)
+        readers.load(hmdb_fixed, "train", 2, spec=ReadSpec(clips=Clips(length=4), output=Output(features=["label"])))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -317,7 +315,7 @@ def test_even_clips_are_evenly_spaced_and_masked_past_the_end():
 
 
 def test_all_frames_config_needs_clip_length(hmdb_all):
-    with pytest.raises(ValueError, match="variable number of frames.*clip_length"):
+    with pytest.raises(ValueError, match=r"variable number of frames.*Clips\(length=T\)"):
         readers.load(hmdb_all, "train", 2)
 
 
@@ -339,7 +337,8 @@ def test_training_clips_decode_the_sampled_frames_and_vary_per_epoch(hmdb_all):
     lengths = sorted(r["video"].shape[0] for r in reference.values())
     stride = lengths[0] // 3 + 1  # the shortest video is shorter than a clip's span (3 * stride + 1)
     assert lengths[-1] >= 3 * stride + 3  # and the longest has several starts to draw from
-    kw = dict(clip_length=4, clip_stride=stride, seed=5, features=["video", "mask", "frame_indices", "video_id"])
+    kw = dict(seed=5, spec=ReadSpec(clips=Clips(length=4, stride=stride),
+                                    output=Output(features=["video", "mask", "frame_indices", "video_id"])))
     ds = readers.load(hmdb_all, "train", 2, **kw)
     assert ds.element_spec["video"].shape == (2, 4, 112, 112, 3)
     epochs = []
@@ -359,10 +358,10 @@ def test_training_clips_decode_the_sampled_frames_and_vary_per_epoch(hmdb_all):
 
 def test_eval_takes_n_evenly_spaced_clips(hmdb_all):
     reference = _by_id(hmdb_all, "test")
-    ds = readers.load(
-        hmdb_all, "test", 4, clip_length=5, clip_stride=2, eval_clips=3,
-        features=["video", "mask", "frame_indices", "video_id", "label"],
-    )
+    ds = readers.load(hmdb_all, "test", 4, spec=ReadSpec(
+        clips=Clips(length=5, stride=2, eval_clips=3),
+        output=Output(features=["video", "mask", "frame_indices", "video_id", "label"]),
+    ))
     assert ds.element_spec["video"].shape.as_list() == [None, 3, 5, 112, 112, 3]
     seen = 0
     for batch in tfds.as_numpy(ds):
@@ -373,7 +372,7 @@ def test_eval_takes_n_evenly_spaced_clips(hmdb_all):
             assert starts == np.round(np.linspace(0, max(n - 9, 0), 3)).astype(int).tolist()
             seen += 1
     assert seen == len(reference)
-    (video, mask), label = next(iter(readers.load(hmdb_all, "test", 4, clip_length=5, eval_clips=3)))
+    (video, mask), label = next(iter(readers.load(hmdb_all, "test", 4, spec=ReadSpec(clips=Clips(5, eval_clips=3)))))
     assert video.shape == (4, 3, 5, 112, 112, 3) and mask.shape == (4, 3, 5) and label.shape == (4,)
 
 
@@ -404,21 +403,13 @@ def test_fire_hrr_batches_are_video_mask_hrr(fire_small):
         assert not row_hrr[n:].any() and not row_video[n:].any() and row_video[:n].max() > 0.5
 
 
-@pytest.fixture(scope="module")
-def mri_small(tmp_path_factory):
-    """mri_volumes/small_32 over 4 sample subjects (3 train, 1 test)."""
-    root = tmp_path_factory.mktemp("mri")
-    samples.write_mri_volumes(str(root / "manual"), num_subjects=4, with_split=True)
-    return _build(mri.Builder, "small_32", root / "manual", root / "data")
-
-
 def test_mri_batches_are_volume_mask_label_without_rescaling(mri_small):
     train = readers.load(mri_small, "train", 2, seed=0)
     (volume, mask), label = train.element_spec
     assert volume.shape == (2, 32, 32, 32) and volume.dtype == tf.float32
     assert mask.shape == (2, 32, 32, 32) and label.shape == (2,)
     reference = {ex["path"].decode(): ex for ex in tfds.as_numpy(mri_small.as_dataset(split="train"))}
-    ds = readers.load(mri_small, "train", 3, training=False, features=["volume", "mask", "path"])
+    ds = readers.load(mri_small, "train", 3, training=False, spec=ReadSpec(output=Output(features=["volume", "mask", "path"])))
     batch = next(iter(tfds.as_numpy(ds)))
     assert len(batch["path"]) == 3
     for volume, mask, path in zip(batch["volume"], batch["mask"], batch["path"]):
@@ -428,10 +419,10 @@ def test_mri_batches_are_volume_mask_label_without_rescaling(mri_small):
 
 
 def test_mri_parse_per_batch_decodes_volume_and_box_mask_like_tfds(mri_small):
-    kw = dict(seed=1, features=["volume", "mask", "label", "affine", "original_shape"])
+    kw = dict(seed=1, spec=ReadSpec(output=Output(features=["volume", "mask", "label", "affine", "original_shape"])))
     per_batch = list(readers.load(mri_small, "train", 2, **kw))
-    per_example = list(readers.load(mri_small, "train", 2, parse_per_batch=False, **kw))
-    _assert_same_batches(per_batch, per_example)
+    per_example = list(readers.load(mri_small, "train", 2, tuning=Tuning(parse_per_batch=False), **kw))
+    assert_same_batches(per_batch, per_example)
     assert per_batch[0]["mask"].dtype == tf.uint8 and per_batch[0]["mask"].shape == (2, 32, 32, 32)
     assert int(tf.reduce_sum(tf.cast(per_batch[0]["mask"], tf.int64))) > 0
 

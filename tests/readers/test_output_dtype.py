@@ -1,4 +1,4 @@
-"""`vidvol.load(output_dtype=..., mask_dtype=...)`, `vidvol.dequantize_params` and `vidvol.layers.Dequantize`.
+"""`vidvol.Output(dtype=..., mask_dtype=...)` in `vidvol.load`, `vidvol.dequantize_params` and `vidvol.layers.Dequantize`.
 
 Stored integers x scale + offset must give `vidvol.load`'s float32 output: checked with NumPy and
 with the Keras layer on this (GPU-less) machine, alone and inside small Keras models, over
@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
 from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 import vidvol
+from vidvol import Normalize, Output, ReadSpec, Tuning
 from vidvol import layers
 from vidvol import readers
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
@@ -66,12 +67,17 @@ def _eval(builder, split, batch, **kw):
     return list(tfds.as_numpy(readers.load(builder, split, batch, training=False, **kw)))
 
 
+def _out(normalize: Normalize = Normalize(), **output) -> ReadSpec:
+    """A spec with these Output fields (and `normalize`)."""
+    return ReadSpec(normalize=normalize, output=Output(**output))
+
+
 # -- MRI ----------------------------------------------------------------------------------------
 
 
 def test_int16_volumes_times_scale_plus_offset_equal_float32(mri_int16):
     floats = _eval(mri_int16, "train", 2)
-    ints = _eval(mri_int16, "train", 2, output_dtype="int16", mask_dtype="uint8")
+    ints = _eval(mri_int16, "train", 2, spec=_out(dtype="int16", mask_dtype="uint8"))
     dq = vidvol.dequantize_params(mri_int16, "int16")
     assert (dq.feature, dq.output_dtype, dq.stored_dtype, dq.scale, dq.offset) == ("volume", "int16", "int16", 1.0, 0.0)
     assert vidvol.dequantize_params(mri_int16) == dq  # default: the stored dtype
@@ -87,7 +93,7 @@ def test_int16_volumes_times_scale_plus_offset_equal_float32(mri_int16):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_volumes_are_the_float32_volumes_cast(mri_int16, dtype):
     floats = _eval(mri_int16, "train", 3)
-    halves = _eval(mri_int16, "train", 3, output_dtype=getattr(tf, dtype))
+    halves = _eval(mri_int16, "train", 3, spec=_out(dtype=getattr(tf, dtype)))
     ((vf, _), _), ((vh, mh), _) = floats[0], halves[0]
     assert halves[0][0][0].dtype == tf.as_dtype(dtype).as_numpy_dtype and mh.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(vh, np.float32), tf.cast(tf.cast(vf, dtype), tf.float32).numpy())
@@ -95,7 +101,7 @@ def test_half_precision_volumes_are_the_float32_volumes_cast(mri_int16, dtype):
 
 @pytest.mark.parametrize("mask_dtype", ["float32", "bfloat16", "float16", "uint8", "bool", tf.bool, np.uint8])
 def test_mask_dtypes_give_the_same_mask(mri_int16, mask_dtype):
-    ds = readers.load(mri_int16, "validation", 1, training=False, mask_dtype=mask_dtype)
+    ds = readers.load(mri_int16, "validation", 1, training=False, spec=_out(mask_dtype=mask_dtype))
     expected_dtype = tf.as_dtype(mask_dtype)
     assert ds.element_spec[0][1].dtype == expected_dtype
     (_, mask), _ = next(iter(ds))
@@ -105,7 +111,7 @@ def test_mask_dtypes_give_the_same_mask(mri_int16, mask_dtype):
 
 
 def test_mask_left_out_when_every_voxel_is_real(mri_int16):
-    ds = readers.load(mri_int16, "train", 3, training=False, output_dtype="int16", mask_dtype=None)
+    ds = readers.load(mri_int16, "train", 3, training=False, spec=_out(dtype="int16", mask_dtype=None))
     volume_spec, label_spec = ds.element_spec
     assert isinstance(volume_spec, tf.TensorSpec) and volume_spec.dtype == tf.int16
     assert volume_spec.shape[1:] == (32, 32, 32) and label_spec.shape[1:] == ()
@@ -116,8 +122,8 @@ def test_mask_left_out_when_every_voxel_is_real(mri_int16):
 
 
 def test_left_out_mask_with_padding_stops_the_read_naming_the_fix(mri_int16):
-    ds = readers.load(mri_int16, "validation", 1, training=False, mask_dtype=None)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask is not all ones.*pass mask_dtype=uint8"):
+    ds = readers.load(mri_int16, "validation", 1, training=False, spec=_out(mask_dtype=None))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"mask is not all ones.*pass Output\(mask_dtype=tf.uint8\)"):
         list(ds)
 
 
@@ -125,23 +131,23 @@ def test_int16_of_a_volume_stored_as_float_is_an_error_naming_float_output(mri_i
     floats = _eval(mri_int16, "test", 1)
     assert np.any(floats[0][0][0] != np.rint(floats[0][0][0]))  # really non-whole values
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"stored as float32.*use output_dtype float32"):
-        _eval(mri_int16, "test", 1, output_dtype="int16")
-    np.testing.assert_array_equal(_eval(mri_int16, "test", 1, output_dtype="float16")[0][0][0],
+        _eval(mri_int16, "test", 1, spec=_out(dtype="int16"))
+    np.testing.assert_array_equal(_eval(mri_int16, "test", 1, spec=_out(dtype="float16"))[0][0][0],
                                   floats[0][0][0].astype(np.float16))
 
 
 def test_dict_output_takes_the_output_dtype_and_keeps_the_stored_mask(mri_int16):
-    batch = _eval(mri_int16, "train", 3, output_dtype="int16", features=["volume", "mask", "label"])[0]
-    reference = _eval(mri_int16, "train", 3, features=["volume", "mask", "label"])[0]
+    batch = _eval(mri_int16, "train", 3, spec=_out(dtype="int16", features=["volume", "mask", "label"]))[0]
+    reference = _eval(mri_int16, "train", 3, spec=_out(features=["volume", "mask", "label"]))[0]
     assert batch["volume"].dtype == np.int16 and batch["mask"].dtype == np.uint8
     np.testing.assert_array_equal(batch["volume"].astype(np.float32), reference["volume"])
     np.testing.assert_array_equal(batch["mask"], reference["mask"])
 
 
 def test_per_example_parse_gives_the_same_int16_batches(mri_int16):
-    kw = dict(seed=3, output_dtype="int16", mask_dtype="bool")
+    kw = dict(seed=3, spec=_out(dtype="int16", mask_dtype="bool"))
     per_batch = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, **kw)))
-    per_example = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, parse_per_batch=False, **kw)))
+    per_example = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, tuning=Tuning(parse_per_batch=False), **kw)))
     assert len(per_batch) == len(per_example) == 1
     for a, b in zip(tf.nest.flatten(per_batch), tf.nest.flatten(per_example)):
         assert a.dtype == b.dtype
@@ -150,7 +156,7 @@ def test_per_example_parse_gives_the_same_int16_batches(mri_int16):
 
 def test_keras_dequantize_on_int16_volumes_inside_a_model(mri_int16):
     floats = _eval(mri_int16, "train", 3)
-    ints = _eval(mri_int16, "train", 3, output_dtype="int16", mask_dtype="uint8")
+    ints = _eval(mri_int16, "train", 3, spec=_out(dtype="int16", mask_dtype="uint8"))
     (vf, mf), _ = floats[0]
     (vi, mi), _ = ints[0]
     volume = keras.Input((32, 32, 32), dtype="int16")
@@ -172,7 +178,7 @@ def test_keras_dequantize_on_int16_volumes_inside_a_model(mri_int16):
 
 def test_uint8_frames_over_255_equal_float32_frames(hmdb_small):
     floats = _eval(hmdb_small, "test", 4)
-    ints = _eval(hmdb_small, "test", 4, output_dtype="uint8")
+    ints = _eval(hmdb_small, "test", 4, spec=_out(dtype="uint8"))
     dq = vidvol.dequantize_params(hmdb_small, "uint8")
     assert (dq.feature, dq.stored_dtype, dq.offset) == ("video", "uint8", 0.0) and dq.scale == pytest.approx(1 / 255)
     assert len(ints) == len(floats) >= 1
@@ -184,8 +190,8 @@ def test_uint8_frames_over_255_equal_float32_frames(hmdb_small):
 
 
 def test_uint8_frames_with_per_channel_normalization_through_the_keras_layer(hmdb_small):
-    floats = _eval(hmdb_small, "test", 4, mean=MEAN, std=STD)
-    ints = _eval(hmdb_small, "test", 4, output_dtype="uint8")
+    floats = _eval(hmdb_small, "test", 4, spec=ReadSpec(normalize=Normalize(MEAN, STD)))
+    ints = _eval(hmdb_small, "test", 4, spec=_out(dtype="uint8"))
     dq = vidvol.dequantize_params(hmdb_small, "uint8", mean=MEAN, std=STD)
     assert len(dq.scale) == len(dq.offset) == 3
     (vf, _), _ = floats[0]
@@ -202,8 +208,8 @@ def test_uint8_frames_with_per_channel_normalization_through_the_keras_layer(hmd
 
 
 def test_bfloat16_frames_are_the_float32_frames_cast(hmdb_small):
-    floats = _eval(hmdb_small, "test", 4, mean=0.5, std=0.25)
-    halves = _eval(hmdb_small, "test", 4, mean=0.5, std=0.25, output_dtype="bfloat16")
+    floats = _eval(hmdb_small, "test", 4, spec=ReadSpec(normalize=Normalize(mean=0.5, std=0.25)))
+    halves = _eval(hmdb_small, "test", 4, spec=_out(Normalize(mean=0.5, std=0.25), dtype="bfloat16"))
     (vf, _), _ = floats[0]
     (vh, _), _ = halves[0]
     np.testing.assert_array_equal(np.asarray(vh, np.float32), tf.cast(tf.cast(vf, tf.bfloat16), tf.float32).numpy())
@@ -227,22 +233,22 @@ def test_dequantize_layer_saves_and_loads_with_its_scale_offset_and_dtype(tmp_pa
 
 
 def test_bad_output_and_mask_dtypes_are_clear_errors(mri_int16, hmdb_small):
-    with pytest.raises(ValueError, match=r"output_dtype must be one of \['float32', 'bfloat16', 'float16', 'uint8', "
+    with pytest.raises(ValueError, match=r"Output.dtype must be one of \['float32', 'bfloat16', 'float16', 'uint8', "
                                          r"'int16'\].*got 'float64'"):
-        readers.load(mri_int16, "train", 2, output_dtype="float64")
-    with pytest.raises(ValueError, match=r"'volume' is stored as int16, so output_dtype must be one of "
+        readers.load(mri_int16, "train", 2, spec=_out(dtype="float64"))
+    with pytest.raises(ValueError, match=r"'volume' is stored as int16, so Output.dtype must be one of "
                                          r"\['float32', 'bfloat16', 'float16', 'int16'\], got 'uint8'"):
-        readers.load(mri_int16, "train", 2, output_dtype="uint8")
+        readers.load(mri_int16, "train", 2, spec=_out(dtype="uint8"))
     with pytest.raises(ValueError, match=r"'video' is stored as uint8.*'uint8'\], got 'int16'"):
-        readers.load(hmdb_small, "train", 2, output_dtype=tf.int16)
+        readers.load(hmdb_small, "train", 2, spec=_out(dtype=tf.int16))
     with pytest.raises(ValueError, match="resize on the device"):
-        readers.load(hmdb_small, "train", 2, output_dtype="uint8", resize=(32, 32))
+        readers.load(hmdb_small, "train", 2, spec=_out(Normalize(resize=(32, 32)), dtype="uint8"))
     with pytest.raises(ValueError, match=r"pass mean= and std= to vidvol.dequantize_params"):
-        readers.load(hmdb_small, "train", 2, output_dtype="uint8", mean=0.5)
-    with pytest.raises(ValueError, match=r"mask_dtype must be one of \['float32', .*'bool'\] or None.*int32"):
-        readers.load(mri_int16, "train", 2, mask_dtype=tf.int32)
+        readers.load(hmdb_small, "train", 2, spec=_out(Normalize(mean=0.5), dtype="uint8"))
+    with pytest.raises(ValueError, match=r"Output.mask_dtype must be one of \['float32', .*'bool'\] or None.*int32"):
+        readers.load(mri_int16, "train", 2, spec=_out(mask_dtype=tf.int32))
     with pytest.raises(ValueError, match="the only input"):
-        readers.load(mri_int16, "train", 2, inputs="mask", mask_dtype=None)
+        readers.load(mri_int16, "train", 2, spec=_out(inputs="mask", mask_dtype=None))
     with pytest.raises(ValueError, match=r"stored as uint8, so output_dtype must be one of .*got 'int16'"):
         vidvol.dequantize_params(hmdb_small, "int16")
     with pytest.raises(ValueError, match="neither a video nor a volume"):
@@ -254,17 +260,17 @@ def test_bad_output_and_mask_dtypes_are_clear_errors(mri_int16, hmdb_small):
 
 @pytest.mark.parametrize("dtype", ["float32", "int16"])
 def test_direct_volume_reads_equal_tensorflows_reader_batch_for_batch(mri_int16, caplog, dtype):
-    kw = dict(seed=5, output_dtype=dtype, mask_dtype="uint8", repeat=True)
+    kw = dict(seed=5, spec=_out(dtype=dtype, mask_dtype="uint8"), repeat=True)
     with caplog.at_level("INFO", logger="vidvol.readers.api"):
         direct = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, **kw).take(4)))
     assert "direct volume reads" in caplog.text
-    through_tf = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, direct_reads=False, **kw).take(4)))
+    through_tf = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, tuning=Tuning(direct_reads=False), **kw).take(4)))
     for a, b in zip(tf.nest.flatten(direct), tf.nest.flatten(through_tf)):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
-    evaluation = _eval(mri_int16, "train", 2, output_dtype=dtype, features=["volume", "label", "path", "affine"])
-    reference = _eval(mri_int16, "train", 2, output_dtype=dtype, features=["volume", "label", "path", "affine"],
-                      direct_reads=False)
+    dicts = _out(dtype=dtype, features=["volume", "label", "path", "affine"])
+    evaluation = _eval(mri_int16, "train", 2, spec=dicts)
+    reference = _eval(mri_int16, "train", 2, spec=dicts, tuning=Tuning(direct_reads=False))
     for a, b in zip(evaluation, reference):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])
@@ -298,7 +304,7 @@ def test_direct_reads_detect_a_corrupted_volume_by_its_crc(mri_int16, tmp_path):
     shard.write_bytes(bytes(data))
     with pytest.raises(tf.errors.OpError, match=r"tfrecord-.*is corrupted \(its CRC32C does not match\). "
                                                 r"Check every shard: python -m vidvol verify"):
-        _eval(builder, "train", 3, output_dtype="int16")
+        _eval(builder, "train", 3, spec=_out(dtype="int16"))
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ formats, in this process; the TFRecord build is the reference read by `tfds.load
 from __future__ import annotations
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol
+from vidvol import Clips, Normalize, Output, ReadSpec
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
@@ -120,7 +122,7 @@ def test_numpy_clip_rules_are_the_tf_rules():
 
 
 def test_grain_eval_batches_match_vidvol_load(hmdb_dirs):
-    kwargs = dict(clip_length=8, clip_stride=2, eval_clips=2)
+    kwargs = dict(spec=ReadSpec(clips=Clips(length=8, stride=2, eval_clips=2)))
     grain_batches = list(vidvol.grain_dataset(HMDB, "test", 2, data_dir=hmdb_dirs["array_record"], **kwargs))
     assert [len(b[1]) for b in grain_batches] == [2, 1]  # evaluation keeps the last partial batch
     (x, mask), y = grain_batches[0]
@@ -136,14 +138,15 @@ def test_grain_eval_batches_match_vidvol_load(hmdb_dirs):
 
 def test_grain_training_shuffles_reproducibly_and_draws_clips(hmdb_dirs):
     def epoch(seed):
-        ds = vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, clip_length=6,
-                                  mean=0.5, std=0.25)
+        ds = vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed,
+                                  spec=ReadSpec(clips=Clips(length=6), normalize=Normalize(mean=0.5, std=0.25)))
         return list(ds)
 
     a, b, c = epoch(1), epoch(1), epoch(2)
     assert len(a) == 3 and all(len(y) == 2 for _, y in a)  # 6 training examples
     labels = sorted(int(v) for _, y in a for v in y)
-    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"],
+                                spec=ReadSpec(output=Output(features=["label"])))
     assert labels == sorted(int(source[i]["label"]) for i in range(len(source)))  # every example once
     for ((xa, ma), ya), ((xb, mb), yb) in zip(a, b):
         np.testing.assert_array_equal(xa, xb)
@@ -155,7 +158,7 @@ def test_grain_training_shuffles_reproducibly_and_draws_clips(hmdb_dirs):
 
 
 def test_torch_protocol_without_torch(hmdb_dirs):
-    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=7, clip_length=4)
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=7, spec=ReadSpec(clips=Clips(4)))
     assert len(ds) == 6
     (x, mask), y = ds[0]
     assert x.shape == (4, 64, 64, 3) and x.dtype == np.float32 and mask.shape == (4,) and np.asarray(y).dtype == np.int64
@@ -169,22 +172,86 @@ def test_torch_protocol_without_torch(hmdb_dirs):
         ds.set_epoch(e)
         clips.add(ds[0][0][0].tobytes())
     assert len(clips) > 1  # a new clip draw per epoch
-    evaluation = vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"], clip_length=4, eval_clips=3)
+    evaluation = vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"],
+                                      spec=ReadSpec(clips=Clips(length=4, eval_clips=3)))
     (x, mask), _ = evaluation[1]
     assert x.shape == (3, 4, 64, 64, 3) and mask.shape == (3, 4)
 
 
 def test_torch_dataloader(hmdb_dirs):
     torch = pytest.importorskip("torch")  # the optional `vidvol[torch]` extra
-    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=0, clip_length=4)
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=0, spec=ReadSpec(clips=Clips(4)))
     loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, multiprocessing_context="spawn")
     batches = list(loader)
     assert [len(y) for _, y in batches] == [4, 2]
     (x, mask), y = batches[0]
     assert isinstance(x, torch.Tensor) and x.shape == (4, 4, 64, 64, 3) and x.dtype == torch.float32
     assert mask.shape == (4, 4) and y.dtype == torch.int64
-    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"], features=["label"])
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"],
+                                spec=ReadSpec(output=Output(features=["label"])))
     assert sorted(int(v) for _, y in batches for v in y) == sorted(int(source[i]["label"]) for i in range(len(source)))
     forked = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
     with pytest.raises(Exception, match="multiprocessing_context='spawn'"):  # a clear error, not a segfault
         list(forked)
+
+
+def test_old_keywords_give_the_same_random_access_examples(hmdb_dirs):
+    data_dir = hmdb_dirs["array_record"]
+    spec = ReadSpec(clips=Clips(length=6, stride=2), normalize=Normalize(mean=0.5, std=0.25),
+                    output=Output(mask_dtype="uint8"))
+    with pytest.warns(DeprecationWarning, match=r"clip_length=6 is deprecated: pass "
+                                                r"spec=vidvol.ReadSpec\(clips=vidvol.Clips\(length=6\)\)") as record:
+        old = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, seed=3, clip_length=6, clip_stride=2,
+                                        mean=0.5, std=0.25, mask_dtype="uint8"))
+    assert {w.filename for w in record if "is deprecated: pass" in str(w.message)} == {__file__}
+    new = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, seed=3, spec=spec))
+    assert len(old) == len(new) == 3
+    for ((xo, mo), yo), ((xn, mn), yn) in zip(old, new):
+        assert mo.dtype == mn.dtype == np.uint8
+        for a, b in ((xo, xn), (mo, mn), (yo, yn)):
+            np.testing.assert_array_equal(a, b)
+    with pytest.warns(DeprecationWarning, match=r"eval_clips=2 is deprecated"):
+        old = vidvol.torch_dataset(HMDB, "test", data_dir=data_dir, clip_length=4, eval_clips=2, inputs="video")
+    new = vidvol.torch_dataset(HMDB, "test", data_dir=data_dir,
+                               spec=ReadSpec(clips=Clips(length=4, eval_clips=2), output=Output(inputs="video")))
+    for i in range(len(new)):
+        (xo, yo), (xn, yn) = old[i], new[i]
+        assert xo.shape == (2, 4, 64, 64, 3)
+        np.testing.assert_array_equal(xo, xn)
+        np.testing.assert_array_equal(yo, yn)
+    with pytest.warns(DeprecationWarning, match=re.escape("features=['label'] is deprecated: pass "
+                                                          "spec=vidvol.ReadSpec(output=vidvol.Output(features=['label']))")):
+        old = vidvol.data_source(HMDB, "train", data_dir=data_dir, features=["label"])
+    new = vidvol.data_source(HMDB, "train", data_dir=data_dir, spec=ReadSpec(output=Output(features=["label"])))
+    assert [old[i] for i in range(len(old))] == [new[i] for i in range(len(new))] and set(new[0]) == {"label"}
+    with pytest.warns(DeprecationWarning, match=r"mean=0.5 is deprecated"):
+        made = random_access.SupervisedExamples.make(HMDB, "test", data_dir=data_dir, mean=0.5)
+    assert made.mean == 0.5 and made.plan.clip is None
+
+
+def test_random_access_readers_refuse_what_they_cannot_honour(hmdb_dirs):
+    data_dir = hmdb_dirs["array_record"]
+    refused = [
+        (ReadSpec(normalize=Normalize(resize=(32, 32))), r"cannot honour spec normalize.resize"),
+        (ReadSpec(output=Output(dtype="bfloat16")), r"cannot honour spec output.dtype"),
+        (ReadSpec(output=Output(features=["video", "label"])), r"cannot honour spec output.features"),
+        (ReadSpec(output=Output(mask_dtype=None)), r"cannot leave the mask out"),
+    ]
+    for spec, message in refused:
+        with pytest.raises(ValueError, match=message):
+            vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, spec=spec)
+        with pytest.raises(ValueError, match=message):
+            vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, spec=spec)
+    for spec in (ReadSpec(clips=Clips(length=4)), ReadSpec(normalize=Normalize(mean=0.5)),
+                 ReadSpec(output=Output(mask_dtype="uint8"))):
+        with pytest.raises(ValueError, match=r"vidvol.data_source cannot honour spec .*it returns the stored examples"):
+            vidvol.data_source(HMDB, "train", data_dir=data_dir, spec=spec)
+    with pytest.raises(TypeError, match=r"grain_dataset\(\) got an unexpected keyword argument 'resize'"):
+        vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, resize=(32, 32))  # it never took one
+    # What they do honour: the mask in any mask dtype (bfloat16 too), a mask-less input set.
+    (x, mask), _ = vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, seed=0,
+                                        spec=ReadSpec(output=Output(mask_dtype="bfloat16")))[0]
+    assert str(mask.dtype) == "bfloat16" and x.dtype == np.float32
+    x, _ = vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, seed=0,
+                                spec=ReadSpec(output=Output(inputs="video", mask_dtype=None)))[0]
+    assert x.shape == (20, 64, 64, 3)

@@ -15,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol
+from vidvol import Clips, Output, ReadSpec, Tuning
 from vidvol import samples
 from vidvol.builders import clips
 from vidvol.builders import video
@@ -115,10 +116,10 @@ def test_raw_config_stores_and_reads_through_plain_tfds_load(built):
 def test_vidvol_load_raw_is_tfds_frames_over_255_and_close_to_jpeg(built):
     _, _, jpeg, raw = built
     reference = _by_id(raw, "test")
-    names = ["video", "mask", "label", "video_id"]
-    got_raw = {vid.decode(): (v, m) for b in tfds.as_numpy(vidvol.load(raw, "test", 3, features=names))
+    names = ReadSpec(output=Output(features=["video", "mask", "label", "video_id"]))
+    got_raw = {vid.decode(): (v, m) for b in tfds.as_numpy(vidvol.load(raw, "test", 3, spec=names))
                for v, m, vid in zip(b["video"], b["mask"], b["video_id"])}
-    got_jpeg = {vid.decode(): v for b in tfds.as_numpy(vidvol.load(jpeg, "test", 3, features=names))
+    got_jpeg = {vid.decode(): v for b in tfds.as_numpy(vidvol.load(jpeg, "test", 3, spec=names))
                 for v, vid in zip(b["video"], b["video_id"])}
     assert sorted(got_raw) == sorted(reference) == sorted(got_jpeg)
     for vid, (v, m) in got_raw.items():
@@ -152,7 +153,8 @@ def test_batch_parser_decodes_raw_frames_in_one_decode_raw(built):
 
 def test_read_time_clips_and_per_example_path_agree_on_raw(built):
     _, _, jpeg, raw = built
-    kwargs = dict(features=["video", "mask", "video_id"], clip_length=8, clip_stride=2, eval_clips=2)
+    kwargs = dict(spec=ReadSpec(clips=Clips(length=8, stride=2, eval_clips=2),
+                                output=Output(features=["video", "mask", "video_id"])))
     a = {vid.decode(): (v, m) for b in tfds.as_numpy(vidvol.load(raw, "test", 2, **kwargs))
          for v, m, vid in zip(b["video"], b["mask"], b["video_id"])}
     b = {vid.decode(): v for bt in tfds.as_numpy(vidvol.load(jpeg, "test", 2, **kwargs))
@@ -170,8 +172,9 @@ def test_read_time_clips_and_per_example_path_agree_on_raw(built):
                 else:
                     assert v[clip, t].max() == 0
     # Per-example parse (TFDS's own Tensor decode) gives the same batches as the per-batch decode_raw.
-    slow = list(tfds.as_numpy(vidvol.load(raw, "test", 2, features=["video", "video_id"], parse_per_batch=False)))
-    fast = list(tfds.as_numpy(vidvol.load(raw, "test", 2, features=["video", "video_id"])))
+    ids = ReadSpec(output=Output(features=["video", "video_id"]))
+    slow = list(tfds.as_numpy(vidvol.load(raw, "test", 2, spec=ids, tuning=Tuning(parse_per_batch=False))))
+    fast = list(tfds.as_numpy(vidvol.load(raw, "test", 2, spec=ids)))
     for x, y in zip(slow, fast):
         np.testing.assert_array_equal(x["video"], y["video"])
         np.testing.assert_array_equal(x["video_id"], y["video_id"])
@@ -188,7 +191,7 @@ def test_random_access_reader_reads_raw_frames(built, tmp_path):
     ex = source[0]
     assert ex["video"].dtype == np.uint8 and ex["video"].shape == (20, 64, 64, 3)
     np.testing.assert_array_equal(ex["video"], reference[ex["video_id"].decode()]["video"])
-    batches = vidvol.grain_dataset(builder, "test", 2, training=False, clip_length=8)
+    batches = vidvol.grain_dataset(builder, "test", 2, training=False, spec=ReadSpec(clips=Clips(length=8)))
     (x, mask), _ = next(iter(batches))
     assert x.shape == (2, 8, 64, 64, 3) and x.dtype == np.float32 and mask.shape == (2, 8)
     assert os.path.isdir(builder.data_dir)

@@ -1,0 +1,251 @@
+"""What every vidvol reader reads and hands out, as values: `ReadSpec(clips, normalize, output)`, and `Tuning`.
+
+`vidvol.load`, `vidvol.grain_dataset`, `vidvol.torch_dataset`, `SupervisedExamples.make` and
+`vidvol.data_source` take the same `spec=ReadSpec(...)`, so a clip, normalization or output choice
+is written once and checked here, in `__post_init__`, the same way for every reader (a bad value is
+a `ValueError` naming the field and the choices). A reader that cannot honour a part says so
+(`ReadSpec.check_supported`) instead of ignoring it.
+
+The parts are what the peers keep apart too: a DMVR factory takes the sampling and normalization
+in `configure()` (`num_frames`, `stride`, `num_test_clips`, `zero_centering_image`), apart from
+`make_dataset()`'s reader arguments and `tune()`'s speed; pytorchvideo's `LabeledVideoDataset` a
+clip sampler object and a transform; `tfds.load` its output options (`as_supervised`,
+`decoders`) beside its read options (`read_config`). The
+spec is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a
+spec can be compared and stored with an experiment while the tuning follows the machine.
+Later parts (augmentation of the uint8 frames before `normalize`) join as further fields of
+`ReadSpec`, each with its own frozen dataclass; iteration state belongs to the readers, not here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any, Collection, Sequence
+
+import numpy as np
+
+from vidvol.readers import clip_sampling
+from vidvol.readers import output
+from vidvol.readers import sizing
+
+
+def _positive_int(owner: str, name: str, value: Any, *, optional: bool = False) -> None:
+    """ValueError unless `value` is an integer >= 1 (or None when `optional`)."""
+    if optional and value is None:
+        return
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        choice = "None or an integer >= 1" if optional else "an integer >= 1"
+        raise ValueError(f"{owner}.{name} must be {choice}, got {value!r}")
+
+
+def _names(owner: str, name: str, value: Any) -> tuple[str, ...] | None:
+    """None, or feature names as a tuple (one name may be given as a string)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Sequence) else None
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"{owner}.{name} must be None, a feature name or a non-empty sequence of them, got {value!r}")
+    return names
+
+
+def _per_channel(owner: str, name: str, value: Any) -> float | tuple[float, ...]:
+    """A finite number, or one per channel (a non-empty sequence), as float / tuple of floats."""
+    try:
+        values = output.per_channel(value) if np.ndim(value) <= 1 else None
+    except (TypeError, ValueError):
+        values = None
+    flat = values if isinstance(values, tuple) else (values,)
+    if values is None or not flat or not all(math.isfinite(v) for v in flat):
+        raise ValueError(f"{owner}.{name} must be a finite number or one per channel, got {value!r}")
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Clips:
+    """Read-time clips: `length` stored frames, `stride` apart; at evaluation `eval_clips` evenly spaced ones.
+
+    `length=None` (the default: whole examples, as tfds.load reads them; vidvol's fixed-length
+    configs are clips already, where DMVR always samples `num_frames`) reads every stored frame of
+    a fixed-length config; an `all_*` config (a variable number of frames) needs a length. Counted
+    in stored frames, not seconds (pytorchvideo's samplers take seconds because they decode by
+    time; a vidvol example is already a frame sequence at the config's rate). `stride` is DMVR's
+    name; `eval_clips` (DMVR's `num_test_clips`) keeps vidvol's earlier name: >1 stacks the clips
+    after the batch axis. Training draws one uniformly placed clip (`clip_sampling`).
+    """
+
+    length: int | None = None
+    stride: int = 1
+    eval_clips: int = 1
+
+    def __post_init__(self):
+        _positive_int("Clips", "length", self.length, optional=True)
+        _positive_int("Clips", "stride", self.stride)
+        _positive_int("Clips", "eval_clips", self.eval_clips)
+        if self.length is None and (self.stride, self.eval_clips) != (1, 1):
+            raise ValueError(f"Clips.stride and Clips.eval_clips apply to clips of Clips.length frames, which is None "
+                             f"(every stored frame); set length too, got {self!r}")
+
+    def window(self) -> clip_sampling.ClipWindow | None:
+        """The clip rule `clip_sampling` runs (None: no clips, every stored frame)."""
+        if self.length is None:
+            return None
+        return clip_sampling.ClipWindow(int(self.length), int(self.stride), int(self.eval_clips))
+
+
+@dataclasses.dataclass(frozen=True)
+class Normalize:
+    """How frames become model-ready floats: scaled to [0, 1], then `(x - mean) / std`, then resized.
+
+    `mean`/`std`: a number or one per channel; the defaults 0 and 1 keep frames in [0, 1] (what
+    `tfds.load` gives, over 255), since the right statistics depend on the model (DMVR's
+    `zero_centering_image` and torchvision's `Normalize` leave the choice to the caller too).
+    `resize`: `(height, width)`, bilinear, on the normalized floats. It lives here, not in
+    `Output`, because it is the same kind of step as mean/std: host float work on frames that an
+    integer `Output.dtype` leaves to the device, so "an integer dtype takes `Normalize()`" is one
+    rule; and augmentation (crops of the uint8 frames) will run before all of it.
+    """
+
+    mean: float | tuple[float, ...] = 0.0
+    std: float | tuple[float, ...] = 1.0
+    resize: tuple[int, int] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "mean", _per_channel("Normalize", "mean", self.mean))
+        std = _per_channel("Normalize", "std", self.std)
+        if any(s == 0 for s in (std if isinstance(std, tuple) else (std,))):
+            raise ValueError(f"Normalize.std must be non-zero (a number or one per channel), got {self.std!r}")
+        object.__setattr__(self, "std", std)
+        if isinstance(self.mean, tuple) and isinstance(std, tuple) and len(self.mean) != len(std):
+            raise ValueError(f"Normalize.mean and Normalize.std must have as many channels, got {self.mean!r} and {std!r}")
+        if self.resize is not None:
+            size = tuple(self.resize) if not isinstance(self.resize, (str, bytes)) and np.ndim(self.resize) == 1 else ()
+            if len(size) != 2:
+                raise ValueError(f"Normalize.resize must be None or (height, width), got {self.resize!r}")
+            for d in size:
+                _positive_int("Normalize", "resize", d)
+            object.__setattr__(self, "resize", tuple(int(d) for d in size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """What comes out and in which dtype and structure.
+
+    `dtype`: frames and volumes: "float32" (default: what Keras layers and DMVR's outputs take),
+    "bfloat16", "float16", or the stored integers ("uint8" frames, "int16" MRI volumes) to
+    dequantize on the device (`vidvol.dequantize_params`). `mask_dtype`: the `mask` input of the
+    supervised tuple: "float32" (default: multiplies float activations as is), "bfloat16",
+    "float16", "uint8" or "bool"; None leaves it out (data without padding). `features`: dicts of
+    just these features instead of the tuple (`tfds.load`'s default output, restricted); then
+    `inputs`/`target` and `mask_dtype` do not apply. `inputs`/`target`: override the builder's
+    supervised keys (`tfds.load(as_supervised=True)`'s structure, plus the mask).
+    """
+
+    dtype: str = "float32"
+    mask_dtype: str | None = "float32"
+    features: tuple[str, ...] | None = None
+    inputs: tuple[str, ...] | None = None
+    target: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", output.output_dtype_name(self.dtype, "Output.dtype"))
+        object.__setattr__(self, "mask_dtype", output.mask_dtype_name(self.mask_dtype, "Output.mask_dtype"))
+        object.__setattr__(self, "features", _names("Output", "features", self.features))
+        object.__setattr__(self, "inputs", _names("Output", "inputs", self.inputs))
+        if self.target is not None and not (isinstance(self.target, str) and self.target):
+            raise ValueError(f"Output.target must be None or one feature name, got {self.target!r}")
+        if self.features is not None:
+            if self.inputs is not None or self.target is not None:
+                raise ValueError("Output.features returns dicts, Output.inputs/target shape the supervised tuple: "
+                                 f"set one or the other, got {self!r}")
+            if self.mask_dtype != "float32":
+                raise ValueError("Output.mask_dtype applies to the supervised tuple's mask input; dicts "
+                                 f"(Output.features) keep masks as stored, got {self!r}")
+
+
+_PARTS = {"clips": Clips, "normalize": Normalize, "output": Output}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadSpec:
+    """The options every reader shares: which clips, how frames are normalized, what comes out.
+
+    Defaults read every stored frame, frames float32 in [0, 1], the supervised `((x, mask), y)`
+    tuple, as `vidvol.load(name, split, batch_size)` always has.
+    """
+
+    clips: Clips = Clips()
+    normalize: Normalize = Normalize()
+    output: Output = Output()
+
+    def __post_init__(self):
+        for name, cls in _PARTS.items():
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise ValueError(f"ReadSpec.{name} must be a vidvol.{cls.__name__}, got {value!r}")
+        if self.output.dtype in output.INTEGER_DTYPES:
+            if self.normalize.resize is not None:
+                raise ValueError(
+                    f"Output.dtype={self.output.dtype!r} returns frames as stored, and resizing would round them; "
+                    "resize on the device after dequantizing (e.g. keras.layers.Resizing after "
+                    "vidvol.layers.Dequantize), or use a float Output.dtype")
+            if self.normalize != Normalize():
+                raise ValueError(
+                    f"Output.dtype={self.output.dtype!r} returns frames as stored and applies no mean/std on the host; "
+                    "pass mean= and std= to vidvol.dequantize_params(...) instead, whose scale and offset include them")
+
+    def changed(self) -> tuple[str, ...]:
+        """The fields set away from their defaults, as "part.field" ("clips.length", "output.dtype")."""
+        out = []
+        for name, cls in _PARTS.items():
+            part, default = getattr(self, name), cls()
+            out += [f"{name}.{f.name}" for f in dataclasses.fields(cls) if getattr(part, f.name) != getattr(default, f.name)]
+        return tuple(out)
+
+    def check_supported(self, reader: str, supported: Collection[str], why: str) -> None:
+        """ValueError naming the fields `reader` cannot honour (those changed and not in `supported`)."""
+        refused = [f for f in self.changed() if f not in supported and f.split(".")[0] not in supported]
+        if refused:
+            raise ValueError(f"{reader} cannot honour spec {', '.join(refused)} ({why}); it takes "
+                             f"{', '.join(sorted(supported)) or 'the default ReadSpec()'}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Performance knobs of a `vidvol.load` pipeline; none changes which examples come out, only speed and memory.
+
+    Kept out of `ReadSpec` for that reason (as `tfds.ReadConfig` is out of `tfds.load`'s output
+    options and DMVR's `tune()` out of its builders): the same spec reads alike everywhere.
+
+    Attributes:
+      shuffle_buffer_bytes: memory for the example shuffle buffer (training), in bytes (bytes, not
+        examples: the right count depends on the example size).
+      cycle_length: shard files read in parallel; None: `sizing.default_cycle_length`.
+      memory_budget_bytes: cap for tf.data's autotuned buffers and the lean-mode threshold; None: a
+        quarter of physical memory, at most 16 GiB.
+      deterministic: keep element order in parallel stages; None: True with a seed or at evaluation.
+      parse_per_batch: when every feature read has a fixed stored shape and nothing runs per example,
+        shuffle serialized records and parse each batch in one call (same values and, under a seed,
+        the same order as TFDS's per-example parse). False always reads through `builder.as_dataset`.
+      direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
+        bytes straight from the file into the batch (`readers.direct_volumes`: indexed once, CRC32C
+        checked; same tensors and order). False: through TensorFlow's TFRecord reader.
+    """
+
+    shuffle_buffer_bytes: int = sizing.DEFAULT_SHUFFLE_BUFFER_BYTES
+    cycle_length: int | None = None
+    memory_budget_bytes: int | None = None
+    deterministic: bool | None = None
+    parse_per_batch: bool = True
+    direct_reads: bool = True
+
+    def __post_init__(self):
+        _positive_int("Tuning", "shuffle_buffer_bytes", self.shuffle_buffer_bytes)
+        _positive_int("Tuning", "cycle_length", self.cycle_length, optional=True)
+        _positive_int("Tuning", "memory_budget_bytes", self.memory_budget_bytes, optional=True)
+        for name in ("deterministic", "parse_per_batch", "direct_reads"):
+            value = getattr(self, name)
+            if not (isinstance(value, bool) or (name == "deterministic" and value is None)):
+                choices = "None, True or False" if name == "deterministic" else "True or False"
+                raise ValueError(f"Tuning.{name} must be {choices}, got {value!r}")
