@@ -16,7 +16,7 @@ import tensorflow_datasets as tfds
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import preview
 from vidvol import samples
-from vidvol.builders import beam_writer
+from vidvol.builders.writer import skip_report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +78,8 @@ def describe(name: str, data_dir: str, mask_key: str) -> list[str]:
         lines.append(f"  {split:<10} {info.num_examples:>4} examples in {info.num_shards} shards")
         lines.append(f"             mask coverage {coverage:.1%}, read {rate:,.0f} examples/s (tfds.load, 1 pass)")
         lines.append(f"             {spec}")
-    report = beam_writer.read_skip_report(builder.data_dir)
-    lines.append(f"  skip report {os.path.join(builder.data_dir, beam_writer.SKIP_REPORT_NAME)}: {len(report['skipped'])} entries")
+    report = skip_report.read_skip_report(builder.data_dir)
+    lines.append(f"  skip report {os.path.join(builder.data_dir, skip_report.SKIP_REPORT_NAME)}: {len(report['skipped'])} entries")
     return lines
 
 

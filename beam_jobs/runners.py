@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from apache_beam.options import pipeline_options as po
 
-from vidvol.builders import build_log
+from vidvol.builders.writer import build_log
 from vidvol.core import system
 
 logger = logging.getLogger(__name__)

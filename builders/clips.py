@@ -15,11 +15,11 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vidvol.builders import beam_writer
-from vidvol.core import features as vfeatures
 from vidvol.builders import configs
+from vidvol.builders import dataset_builder
 from vidvol.builders import files
 from vidvol.builders import video
+from vidvol.core import features as vfeatures
 
 
 # How clip frames are stored: one JPEG or PNG per frame (TFDS Video), or the whole uint8 clip as raw bytes.
@@ -282,7 +282,7 @@ def clip_features(
     )
 
 
-class ClipBuilder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder, skip_registration=True):
+class ClipBuilder(configs.NamedConfigs, dataset_builder.StreamingBeamBuilder, skip_registration=True):
     """Base of the video-clip datasets: a `ClipConfig` builder whose sources are `ClipSource`s.
 
     A subclass provides `_info` (usually through `clip_features`) and `_split_generators`, whose
@@ -295,9 +295,9 @@ class ClipBuilder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder, skip_r
         per_frame = cfg.height * cfg.width * 3 // {"png": 2, "raw": 1}.get(cfg.image_format, 10)
         return frames * per_frame
 
-    def _clip_examples(self, sources: Sequence[tuple[str, ClipSource]]) -> beam_writer.ExamplesFromSources:
+    def _clip_examples(self, sources: Sequence[tuple[str, ClipSource]]) -> dataset_builder.ExamplesFromSources:
         """`(source id, ClipSource)` pairs -> the split's examples, one video decoded per Beam element."""
-        return beam_writer.ExamplesFromSources(
+        return dataset_builder.ExamplesFromSources(
             sources, functools.partial(clip_example, spec=self.builder_config.clip_spec),
             worker_setup=[video.single_threaded_opencv],
         )

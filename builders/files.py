@@ -40,6 +40,7 @@ from typing import IO, Any, Callable, Iterator, TypeVar
 import fsspec
 
 from vidvol.core import tfds_api
+from vidvol.core.urls import is_url, scheme, split_url
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,6 @@ __all__ = [
     "FileStat",
     "RemoteReadError",
     "basename",
-    "check_data_dir",
     "dirname",
     "exists",
     "fetch_dir",
@@ -76,10 +76,7 @@ __all__ = [
 RETRIES = 3  # retries of a transient error (attempts = RETRIES + 1)
 BACKOFF_S = 0.5  # first wait between attempts; doubles each time
 FETCH_DIR_ENV = "VIDVOL_FETCH_DIR"  # where local_copy puts its temporary files (default: <tmp>/vidvol_fetch_<uid>)
-# Schemes tf.io.gfile can write in TensorFlow builds (TFDS writes data_dir through it).
-DATA_DIR_SCHEMES = ("gs", "hdfs", "file")
 
-_URL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _SECRET_ENV_RE = re.compile(r"SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
 _CREDENTIAL_ENV_PREFIXES = ("AWS_", "FSSPEC_", "GOOGLE_", "AZURE_", "GCSFS_", "HF_")
 _CREDENTIAL_HINTS = {
@@ -133,23 +130,6 @@ class FileStat:
 # --------------------------------------------------------------------------------------------
 
 
-def is_url(path: str | os.PathLike) -> bool:
-    """Whether `path` is a URL (`scheme://...`) rather than a local path."""
-    return bool(_URL_RE.match(os.fspath(path))) if isinstance(path, (str, os.PathLike)) else False
-
-
-def scheme(path: str | os.PathLike) -> str:
-    """The URL scheme of `path` (`"s3"`), `""` for a local path."""
-    m = _URL_RE.match(os.fspath(path))
-    return m.group(1).lower() if m else ""
-
-
-def _split_url(url: str) -> tuple[str, str]:
-    """`s3://b/k` -> (`s3://`, `b/k`)."""
-    m = _URL_RE.match(url)
-    return url[: m.end()], url[m.end():]
-
-
 def join(base: str, *parts: str) -> str:
     """`os.path.join` for local paths; `/`-joined for URLs."""
     base = os.fspath(base)
@@ -167,7 +147,7 @@ def normpath(path: str) -> str:
     """`os.path.normpath` for local paths; URLs normalised after `scheme://`."""
     if not is_url(path):
         return os.path.normpath(path)
-    prefix, rest = _split_url(path)
+    prefix, rest = split_url(path)
     return prefix + posixpath.normpath(rest).lstrip("/") if rest else path
 
 
@@ -175,7 +155,7 @@ def dirname(path: str) -> str:
     """`os.path.dirname` for local paths; the parent URL (never above the bucket) for URLs."""
     if not is_url(path):
         return os.path.dirname(path)
-    prefix, rest = _split_url(path)
+    prefix, rest = split_url(path)
     rest = rest.rstrip("/")
     return prefix + posixpath.dirname(rest) if "/" in rest else prefix + rest
 
@@ -184,7 +164,7 @@ def basename(path: str) -> str:
     """Last component of a local path or URL."""
     if not is_url(path):
         return os.path.basename(path)
-    return posixpath.basename(_split_url(path)[1].rstrip("/"))
+    return posixpath.basename(split_url(path)[1].rstrip("/"))
 
 
 def relpath(path: str, start: str) -> str:
@@ -193,7 +173,7 @@ def relpath(path: str, start: str) -> str:
         return os.path.relpath(path, start)
     if not (is_url(path) and is_url(start)) or scheme(path) != scheme(start):
         raise ValueError(f"no relative path from {start} to {path}")
-    return posixpath.relpath("/" + _split_url(path)[1], "/" + _split_url(start)[1].rstrip("/"))
+    return posixpath.relpath("/" + split_url(path)[1], "/" + split_url(start)[1].rstrip("/"))
 
 
 def isabs(path: str) -> bool:
@@ -449,7 +429,7 @@ def missing_detail(path: str) -> str:
     """Why a URL folder is missing, for messages (`" (bucket 'b' does not exist, ...)"`); `""` for local paths, or when it exists."""
     if not is_url(path):
         return ""
-    prefix, rest = _split_url(path)
+    prefix, rest = split_url(path)
     bucket = rest.split("/", 1)[0]
     try:
         if bucket and not exists(prefix + bucket):
@@ -548,18 +528,3 @@ def manual_dir(dl_manager: Any) -> str:
     if given is not None and is_url(given):
         return given.rstrip("/")
     return os.fspath(dl_manager.manual_dir)
-
-
-def check_data_dir(path: str | os.PathLike | None) -> None:
-    """Raises ValueError for a data_dir tf.io.gfile cannot write (e.g. s3://): the manual_dir may be a bucket, the data_dir not."""
-    if path is None:
-        return
-    text = os.fspath(path)
-    s = scheme(text)
-    if s and s not in DATA_DIR_SCHEMES:
-        raise ValueError(
-            f"data_dir {text}: TFDS writes datasets through tf.io.gfile, which has no {s}:// file system in this "
-            f"TensorFlow. The manual_dir may be a bucket URL (s3://, gs://, any fsspec URL), but the data_dir must be "
-            f"a local path or a gs:// / hdfs:// path tf.io.gfile writes; build into a local data_dir and copy the "
-            f"result to the bucket afterwards (e.g. `aws s3 sync DATA_DIR {text}`)."
-        )

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from vidvol.builders import beam_writer
+from vidvol.builders import example_io
 from vidvol.builders import files
 from vidvol.builders import video
 
@@ -179,14 +179,14 @@ def _summarise(reasons: collections.Counter) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _assemble(key: str, window: int, slots: Iterable[_Slot], spec: WindowSpec) -> tuple[dict[str, Any], list[beam_writer.Skip]]:
+def _assemble(key: str, window: int, slots: Iterable[_Slot], spec: WindowSpec) -> tuple[dict[str, Any], list[example_io.Skip]]:
     """Encodes a window's slots one at a time into a padded example; returns it and its masked parts."""
     zero = zero_frame_bytes(spec)
     encoded: list[bytes] = []
     mask = np.zeros((spec.max_len,), np.uint8)
     target = np.zeros((spec.max_len,), np.float32)
     time = np.zeros((spec.max_len,), np.float32)
-    skips: list[beam_writer.Skip] = []
+    skips: list[example_io.Skip] = []
     for i, slot in enumerate(slots):
         if i >= spec.max_len:
             raise ValueError(f"{key}: window {window} has more than max_len={spec.max_len} frames")
@@ -197,7 +197,7 @@ def _assemble(key: str, window: int, slots: Iterable[_Slot], spec: WindowSpec) -
             problem = "no image"
         if problem:
             encoded.append(zero)
-            skips.append(beam_writer.Skip(source=slot.name, reason=problem, example=key))
+            skips.append(example_io.Skip(source=slot.name, reason=problem, example=key))
         else:
             encoded.append(video.encode_frame(slot.image, image_format=spec.image_format, quality=spec.quality))
             mask[i] = 1
@@ -223,13 +223,13 @@ def _emit_windows(
     windows: Iterable[Iterable[_Slot]],
     spec: WindowSpec,
     empty_context: Callable[[], str] = lambda: "",
-) -> Iterator[beam_writer.KeyExample | beam_writer.Skip]:
+) -> Iterator[example_io.KeyExample | example_io.Skip]:
     """Yields each window with a usable frame (plus its masked parts); a window with none is a skip.
 
     Raises ValueError (a whole-input skip) when no window has a usable frame; skips of dropped
     windows are only yielded once some window was written, so a skipped input leaves one record.
     """
-    pending: list[beam_writer.Skip] = []
+    pending: list[example_io.Skip] = []
     reasons: collections.Counter = collections.Counter()
     emitted = 0
     total = 0
@@ -246,7 +246,7 @@ def _emit_windows(
         else:
             why = collections.Counter(s.reason for s in skips)
             reasons.update(why)
-            pending.append(beam_writer.Skip(source=wkey, reason=f"no usable frame in window {w}: {_summarise(why)}"))
+            pending.append(example_io.Skip(source=wkey, reason=f"no usable frame in window {w}: {_summarise(why)}"))
         del example, skips
     if not emitted:
         context = empty_context()
@@ -276,7 +276,7 @@ def _image_slots(source: FrameSeriesSource, start: int, stop: int, spec: WindowS
         yield slot
 
 
-def frame_series_example(source: FrameSeriesSource, spec: WindowSpec) -> Iterator[beam_writer.KeyExample | beam_writer.Skip]:
+def frame_series_example(source: FrameSeriesSource, spec: WindowSpec) -> Iterator[example_io.KeyExample | example_io.Skip]:
     """Turns one image sequence into its windows: read, resize and encode one frame at a time."""
     n = len(source.frames)
     if n == 0:
@@ -342,7 +342,7 @@ def _video_windows(
         decoded = None
 
 
-def video_series_example(source: VideoSeriesSource, spec: WindowSpec) -> Iterator[beam_writer.KeyExample | beam_writer.Skip]:
+def video_series_example(source: VideoSeriesSource, spec: WindowSpec) -> Iterator[example_io.KeyExample | example_io.Skip]:
     """Turns one video + time series into its windows, each frame's target interpolated at its timestamp.
 
     A URL video is fetched once into a local temporary file, kept for all its windows (one decoding
@@ -365,7 +365,7 @@ def video_series_example(source: VideoSeriesSource, spec: WindowSpec) -> Iterato
         yield from _emit_windows(source.key, source.features, _video_windows(local, spec, seen), spec, context)
 
 
-def series_example(source: FrameSeriesSource | VideoSeriesSource, spec: WindowSpec) -> Iterator[beam_writer.KeyExample | beam_writer.Skip]:
+def series_example(source: FrameSeriesSource | VideoSeriesSource, spec: WindowSpec) -> Iterator[example_io.KeyExample | example_io.Skip]:
     """Either kind of source to its windows (the example function a builder hands to the writer)."""
     if isinstance(source, VideoSeriesSource):
         return video_series_example(source, spec)

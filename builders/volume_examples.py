@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from vidvol.builders import beam_writer
+from vidvol.builders import example_io
 from vidvol.builders import files
 from vidvol.builders import volume
 
@@ -74,7 +74,7 @@ def volume_features(cropped: volume.CroppedVolume, metadata: volume.Volume) -> d
 
 def volume_example(
     source: VolumeSource, spec: VolumeSpec
-) -> Iterator[tuple[str, dict[str, Any]] | beam_writer.Skip]:
+) -> Iterator[tuple[str, dict[str, Any]] | example_io.Skip]:
     """Reads one file through `volume.preprocess_volume` and yields its (key, example); NaN/Inf are reported.
 
     A URL source is fetched into a local temporary file, deleted once the volume is read.
@@ -92,7 +92,7 @@ def volume_example(
             fit=spec.fit,
         )
     if metadata.num_nonfinite:
-        yield beam_writer.Skip(source=source.key, reason=nonfinite_reason(metadata.num_nonfinite), example=source.key)
+        yield example_io.Skip(source=source.key, reason=nonfinite_reason(metadata.num_nonfinite), example=source.key)
     example = {**source.features, **volume_features(cropped, metadata)}
     del cropped
     yield source.key, example

@@ -8,11 +8,11 @@ import functools
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vidvol.builders import beam_writer
 from vidvol.builders import configs
+from vidvol.builders import dataset_builder
 from vidvol.builders import files
-from vidvol.core import features as vidvol_features
 from vidvol.builders import volume_examples
+from vidvol.core import features as vidvol_features
 from vidvol.datasets.mri_volumes import layout
 
 @dataclasses.dataclass
@@ -41,7 +41,7 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
         )
 
 
-class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
+class Builder(configs.NamedConfigs, dataset_builder.StreamingBeamBuilder):
     """DatasetBuilder for NIfTI MRI volumes with per-scan labels (manual data)."""
 
     name = "mri_volumes"
@@ -114,7 +114,7 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
             sources.append(
                 (key, volume_examples.VolumeSource(layout.local_path(manual_dir, row), key, features, row.origin))
             )
-        return beam_writer.ExamplesFromSources(
+        return dataset_builder.ExamplesFromSources(
             sources, functools.partial(volume_examples.volume_example, spec=self.builder_config.volume_spec),
             empty_reason=empty_reason,
         )

@@ -115,16 +115,6 @@ def test_local_paths_take_the_os_calls(tmp_path):
         files.listdir(r + "/nope")
 
 
-def test_check_data_dir_refuses_s3_and_names_what_works():
-    for ok in (None, "/tmp/out", "relative/out", "gs://bucket/tfds", "hdfs://nn/tfds"):
-        files.check_data_dir(ok)
-    with pytest.raises(ValueError) as err:
-        files.check_data_dir("s3://bucket/tfds")
-    text = str(err.value)
-    assert "s3://bucket/tfds" in text and "tf.io.gfile" in text
-    assert "manual_dir may be a bucket" in text and "gs:// / hdfs://" in text
-
-
 def test_transient_errors_are_told_apart():
     assert files.is_transient(ConnectionResetError()) and files.is_transient(TimeoutError())
     assert files.is_transient(OSError(errno.EIO, "InternalError")) and files.is_transient(OSError(errno.ECONNREFUSED, "x"))

@@ -15,8 +15,8 @@ import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
-from vidvol.builders import beam_writer
-from vidvol.builders import build_lock
+from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import formats
 
 DATASET = "mri_volumes/small_32"
 
@@ -155,7 +155,7 @@ def test_tfds_options_the_writer_ignores_are_refused_before_anything_is_written(
         builder.download_and_prepare(download_config=config)
     assert "min_shard_size=1048576" in str(e.value) and "ignore_duplicates=True" in str(e.value)
     assert not os.path.exists(data_dir / "mri_volumes" / "small_32")
-    assert set(beam_writer.UNHONOURED_OPTIONS) <= set(tfds.download.DownloadConfig.__dataclass_fields__)
+    assert set(formats.UNHONOURED_OPTIONS) <= set(tfds.download.DownloadConfig.__dataclass_fields__)
 
 
 def _build_cmd(manual, data_dir, *extra):

@@ -15,9 +15,14 @@ import pytest
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from vidvol.builders import beam_writer
-from vidvol.builders import build_log
-from vidvol.builders import progress
+from vidvol.builders import dataset_builder
+from vidvol.builders import example_io
+from vidvol.builders.writer import build_log
+from vidvol.builders.writer import json_files
+from vidvol.builders.writer import plan
+from vidvol.builders.writer import progress
+from vidvol.builders.writer import results
+from vidvol.builders.writer import skip_report
 
 IN_MEMORY = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 
@@ -83,7 +88,7 @@ def slow_example_fn(record):
     yield name, {"x": np.full((4,), value, np.int64)}
 
 
-class ProgressToy(beam_writer.StreamingBeamBuilder, skip_registration=True):
+class ProgressToy(dataset_builder.StreamingBeamBuilder, skip_registration=True):
     """12 + 2 inputs (one skipped per split), 3 train shards; `pause` seconds per input."""
 
     name = "vidvol_progress_toy"
@@ -104,7 +109,7 @@ class ProgressToy(beam_writer.StreamingBeamBuilder, skip_registration=True):
         return {"train": self._generate_examples(train), "test": self._generate_examples(test)}
 
     def _generate_examples(self, sources):
-        return beam_writer.ExamplesFromSources(sources, slow_example_fn)
+        return dataset_builder.ExamplesFromSources(sources, slow_example_fn)
 
 
 def _prepare(builder, flags=IN_MEMORY):
@@ -139,7 +144,7 @@ def test_in_process_build_writes_records_while_running_and_the_bar_reaches_the_t
     assert "vidvol_progress_toy train: 12/12 inputs (100%), 11 examples, 1 skipped" in err
     assert "vidvol_progress_toy test: 2/2 inputs (100%), 1 examples, 1 skipped" in err
     # Last: the summary lines and where the skip report is.
-    report = os.path.join(builder.data_dir, beam_writer.SKIP_REPORT_NAME)
+    report = os.path.join(builder.data_dir, skip_report.SKIP_REPORT_NAME)
     assert lines[-3:] == [
         "vidvol_progress_toy train: 11 examples in 3 shards (0.0 MiB), 1 inputs skipped (1 ValueError)",
         "vidvol_progress_toy test: 1 examples in 1 shards (0.0 MiB), 1 inputs skipped (1 ValueError)",
@@ -169,15 +174,15 @@ def test_a_non_input_error_fails_the_build_naming_its_source(tmp_path, capsys):
 
 def test_naming_source_keeps_the_type_where_it_can():
     source = ("vid7", type("Rec", (), {"path": "/data/v/vid7.avi"})())
-    again = beam_writer.naming_source(KeyError("x"), source, "test")
+    again = example_io.naming_source(KeyError("x"), source, "test")
     assert type(again) is KeyError and "[source 'vid7' (/data/v/vid7.avi), split 'test']" in str(again)
 
     class Odd(Exception):
         def __init__(self, code: int):
             super().__init__(code)
 
-    wrapped = beam_writer.naming_source(Odd(3), ("s", None), "train")
-    assert isinstance(wrapped, beam_writer.SourceError) and str(wrapped) == "Odd: 3 [source 's', split 'train']"
+    wrapped = example_io.naming_source(Odd(3), ("s", None), "train")
+    assert isinstance(wrapped, example_io.SourceError) and str(wrapped) == "Odd: 3 [source 's', split 'train']"
 
 
 HELPER = '''
@@ -216,7 +221,7 @@ def test_multi_process_workers_records_reach_the_driver_and_errors_name_the_sour
         name = "vidvol_progress_toy"
 
         def _generate_examples(self, sources):
-            return beam_writer.ExamplesFromSources(sources, worker_module.example_fn)
+            return dataset_builder.ExamplesFromSources(sources, worker_module.example_fn)
 
     flags = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
     builder = MultiToy(data_dir=str(tmp_path / "ok"))
@@ -242,11 +247,11 @@ def test_multi_process_workers_records_reach_the_driver_and_errors_name_the_sour
 def test_progress_files_are_removed_with_the_sidecars(tmp_path):
     path = str(tmp_path / "x-train.tfrecord-00000-of-00001.partial")
     open(path, "wb").close()
-    task = beam_writer.ShardTask("train", 0, path, (("a", None),))
-    beam_writer._write_json({"split": "train", "index": 0, "path": path, "keys": ["a"], "num_bytes": 1, "skips": []},  # pylint: disable=protected-access
+    task = plan.ShardTask("train", 0, path, (("a", None),))
+    json_files.write_json({"split": "train", "index": 0, "path": path, "keys": ["a"], "num_bytes": 1, "skips": []},  # pylint: disable=protected-access
                             path + ".info.json")
     progress.ProgressRecorder(progress.progress_path(path), 1, interval=0).write()
-    result = beam_writer.collect_split("train", [task], lambda i, n: str(tmp_path / "final-00000"))
+    result = results.collect_split("train", [task], lambda i, n: str(tmp_path / "final-00000"))
     assert result.shard_lengths == [1]
     assert sorted(os.listdir(tmp_path)) == ["final-00000"]
     assert json.dumps(result.keys) == '["a"]'

@@ -15,7 +15,7 @@ runs inside a `session`. Unless `VIDVOL_VERBOSE=1` (`--verbose` on the build com
   other libraries' errors, never Beam's own records (a failing worker's error reaches the terminal
   as the build's exception, which names the input that caused it);
 - the terminal gets one progress bar per split (plain lines when it is not a TTY: see
-  `vidvol.builders.progress`) and, last, the per-split summary lines and where the skip report is.
+  `vidvol.builders.writer.progress`) and, last, the per-split summary lines and where the skip report is.
   Under the `tfds build` CLI those come at process exit, after TFDS's own output, whose
   `DatasetInfo` dump goes to the log file too.
 
@@ -37,7 +37,7 @@ import tempfile
 import threading
 from typing import Iterator, Sequence, TextIO
 
-from vidvol.builders import progress
+from vidvol.builders.writer import progress
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Streaming Beam writer: shard planning, skips, split infos, file formats and a real tfds read-back."""
+"""The builder base: a toy dataset built through the streaming writer (skips, empty splits, shard list, file formats) and read back with tfds."""
 
 import json
 import os
@@ -8,7 +8,9 @@ import pytest
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from vidvol.builders import beam_writer
+from vidvol.builders import dataset_builder
+from vidvol.builders import example_io
+from vidvol.builders.writer import skip_report
 
 
 def toy_example_fn(record):
@@ -17,11 +19,11 @@ def toy_example_fn(record):
     if name.startswith("bad"):
         raise ValueError(f"{name}: unreadable")
     if name.startswith("half"):
-        yield beam_writer.Skip(source=f"{name}/part1", reason="missing part", example=name)
+        yield example_io.Skip(source=f"{name}/part1", reason="missing part", example=name)
     yield name, {"x": np.full((4,), value, np.int64), "name": name}
 
 
-class ToyBuilder(beam_writer.StreamingBeamBuilder, skip_registration=True):
+class ToyBuilder(dataset_builder.StreamingBeamBuilder, skip_registration=True):
     """A tiny dataset built through the streaming writer."""
 
     name = "vidvol_toy"
@@ -43,7 +45,7 @@ class ToyBuilder(beam_writer.StreamingBeamBuilder, skip_registration=True):
         return {"train": self._generate_examples(train), "test": self._generate_examples(test)}
 
     def _generate_examples(self, sources):
-        return beam_writer.ExamplesFromSources(sources, toy_example_fn)
+        return dataset_builder.ExamplesFromSources(sources, toy_example_fn)
 
 
 def _build(tmp_path, file_format=None, **config):
@@ -51,27 +53,6 @@ def _build(tmp_path, file_format=None, **config):
     opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts, **config))
     return builder
-
-
-def test_plan_shards_is_stable_and_complete():
-    sources = [(f"s{i}", i) for i in range(11)]
-    a = beam_writer.plan_shards("train", sources, 3, lambda i, n: f"f{i}-of-{n}")
-    b = beam_writer.plan_shards("train", list(reversed(sources)), 3, lambda i, n: f"f{i}-of-{n}")
-    assert [t.sources for t in a] == [t.sources for t in b]
-    flat = [s for t in a for s in t.sources]
-    assert sorted(flat) == sorted(sources) and len(flat) == 11
-    assert [len(t.sources) for t in a] == [3, 4, 4]
-    with pytest.raises(ValueError, match="Duplicate source ids"):
-        beam_writer.plan_shards("train", sources + [("s1", 5)], 2, lambda i, n: "x")
-
-
-def test_num_shards_for():
-    assert beam_writer.num_shards_for(0, 10) == 0
-    assert beam_writer.num_shards_for(2, 10, min_shards=4) == 2
-    assert beam_writer.num_shards_for(100, 10 << 20, max_shard_size=100 << 20, min_shards=4) == 12  # 10, to a multiple of 4
-    assert beam_writer.num_shards_for(100, 8 << 20, max_shard_size=100 << 20, min_shards=4) == 8
-    assert beam_writer.num_shards_for(6, 10 << 20, max_shard_size=1 << 20, min_shards=4) == 6
-    assert beam_writer.num_shards_for(100, 1, num_shards=7) == 7
 
 
 def test_build_read_back_and_skip_report(tmp_path):
@@ -84,7 +65,7 @@ def test_build_read_back_and_skip_report(tmp_path):
     assert names == sorted([f"ok{i}" for i in range(10)] + ["half0"])
     for ex in tfds.as_numpy(builder.as_dataset(split="test")):
         assert ex["x"].tolist() == [100] * 4
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     skipped = {(s["source"], s["split"]) for s in report["skipped"]}
     assert skipped == {("bad0", "train"), ("bad1", "test"), ("half0/part1", "train")}
     assert report["splits"]["train"]["skipped_inputs"] == 1
@@ -109,7 +90,7 @@ def test_empty_shards_are_dropped_and_num_shards_honoured(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Empty splits, shard checksums, write failures
+# Empty splits, shard checksums, file formats
 
 
 class EmptySplitsBuilder(ToyBuilder, skip_registration=True):
@@ -122,7 +103,7 @@ class EmptySplitsBuilder(ToyBuilder, skip_registration=True):
         test = [("bad1", ("bad1", -1)), ("bad2", ("bad2", -2))]
         return {
             "train": self._generate_examples(train),
-            "validation": beam_writer.ExamplesFromSources([], toy_example_fn, empty_reason="3 subjects; hashing put none in validation"),
+            "validation": dataset_builder.ExamplesFromSources([], toy_example_fn, empty_reason="3 subjects; hashing put none in validation"),
             "test": self._generate_examples(test),
         }
 
@@ -146,7 +127,7 @@ def test_empty_splits_are_not_registered_and_the_summary_says_why(tmp_path, caps
     assert set(reloaded.info.splits) == {"train"}
     with pytest.raises(ValueError, match=r"Unknown split 'test'. Should be one of \['train'\]"):
         reloaded.as_dataset(split="test")
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     assert report["empty_splits"] == {"validation": "3 subjects; hashing put none in validation",
                                       "test": "every input skipped: 2 ValueError"}
     assert not [f for f in os.listdir(builder.data_dir) if "-test." in f or "-validation." in f]
@@ -158,15 +139,6 @@ def test_a_build_with_no_example_at_all_fails_saying_why(tmp_path):
     with pytest.raises(ValueError, match=r"no split has an example(.|\n)*train: every input skipped: 1 ValueError(.|\n)*bad1: ValueError: bad1: unreadable"):
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts))
     assert not builder.is_prepared()
-
-
-def test_why_empty_words_missing_files():
-    result = beam_writer.SplitResult("test", [], [], 0, [], [
-        {"source": "a", "reason": "FileNotFoundError: a: not found", "split": "test", "example": ""},
-        {"source": "b", "reason": "FileNotFoundError: b: not found", "split": "test", "example": ""},
-        {"source": "c", "reason": "ValueError: c: bad", "split": "test", "example": ""},
-    ], num_sources=3)
-    assert result.why_empty() == "every input skipped: 2 missing files, 1 ValueError"
 
 
 def test_shards_json_records_every_shard_as_written(tmp_path):
@@ -185,27 +157,6 @@ def test_shards_json_records_every_shard_as_written(tmp_path):
     again = tmp_path / "again"
     _build(again, num_shards=20)
     assert (again / "vidvol_toy" / "1.0.0" / "shards.json").read_text() == json.dumps(doc, indent=1, sort_keys=True)
-
-
-def test_a_workers_write_failure_reaches_the_driver_from_its_message():
-    error = beam_writer.shard_write_error(OSError(27, "File too large"), "/d/ds/incomplete.X_1.0.0/ds-train.tfrecord-00001-of-00004.partial")
-    assert isinstance(error, OSError) and "Cannot write /d/ds/incomplete.X_1.0.0/ds-train" in str(error)
-    # What a multi-process runner hands the driver: the worker's traceback as text, inside other errors.
-    wrapped = RuntimeError(f"Pipeline failed: Traceback (most recent call last):\n  ...\n{type(error).__name__}: {error} [while running 'WriteShards']")
-    try:
-        try:
-            raise wrapped
-        except RuntimeError as e:
-            raise KeyError("unrelated") from e
-    except KeyError as outer:
-        failure = beam_writer.write_failure(outer)
-    assert failure == {"path": "/d/ds/incomplete.X_1.0.0/ds-train.tfrecord-00001-of-00004.partial",
-                       "error": "OSError: [Errno 27] File too large"}
-    assert beam_writer.write_failure(ValueError("no marker")) is None
-    assert "file size limit" in beam_writer.write_hint(failure["error"])
-    assert "disk or the quota is full" in beam_writer.write_hint("ResourceExhaustedError: /x; No space left on device")
-    assert "disk or the quota is full" in beam_writer.write_hint("OSError: [Errno 122] Disk quota exceeded")
-    assert "not writable" in beam_writer.write_hint("PermissionDeniedError: /x; Permission denied")
 
 
 def test_array_record_shards_are_real_array_record_with_the_same_examples(tmp_path):
@@ -229,7 +180,7 @@ def test_array_record_shards_are_real_array_record_with_the_same_examples(tmp_pa
         assert [ex["name"] for ex in by_index] == [ex["name"] for ex in in_order]
         for x, y in zip(by_index, in_order):
             np.testing.assert_array_equal(x["x"], y["x"])
-    assert beam_writer.read_skip_report(arrays.data_dir) == beam_writer.read_skip_report(records.data_dir)
+    assert skip_report.read_skip_report(arrays.data_dir) == skip_report.read_skip_report(records.data_dir)
     assert not [f for f in os.listdir(arrays.data_dir) if f.endswith((".partial", ".info.json", ".tmp"))]
 
 
@@ -242,13 +193,3 @@ def test_formats_the_streaming_writer_cannot_honour_fail_before_anything_is_writ
     with pytest.raises(ValueError, match=rf"file_format '{file_format}' is not supported"):
         builder.download_and_prepare(file_format=file_format)
     assert not os.path.exists(tmp_path / "via_prepare")
-
-
-def test_array_record_needs_a_local_data_dir():
-    assert beam_writer.check_file_format(None) is tfds.core.FileFormat.TFRECORD
-    assert beam_writer.check_file_format("tfrecord", "gs://bucket/data") is tfds.core.FileFormat.TFRECORD
-    assert beam_writer.check_file_format("array_record", "/tmp/data") is tfds.core.FileFormat.ARRAY_RECORD
-    with pytest.raises(ValueError, match=r"gs://bucket/data: ArrayRecord files are written and read as local files only"):
-        beam_writer.check_file_format("array_record", "gs://bucket/data")
-    with pytest.raises(ValueError, match="not a valid FileFormat"):
-        beam_writer.check_file_format("csv")

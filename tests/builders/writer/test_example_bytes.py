@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vidvol.builders import example_bytes
+from vidvol.builders.writer import example_bytes
 from vidvol.core import features as vfeatures
 
 RNG = np.random.default_rng(7)

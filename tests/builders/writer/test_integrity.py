@@ -16,7 +16,7 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import samples
-from vidvol.builders import integrity
+from vidvol.builders.writer import integrity
 from vidvol.core import tfds_api
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.readers import shards
