@@ -479,7 +479,7 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
 
 def synthetic_sources(n: int, root: str = "/data/kinetics700/train") -> list[tuple[str, Any]]:
     """n hmdb51-style (source id, ClipSource) pairs with Kinetics-like ids, 700 labels."""
-    from vidvol.builders import clips  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.transforms import clips  # pylint: disable=g-import-not-at-top
 
     out = []
     for i in range(n):

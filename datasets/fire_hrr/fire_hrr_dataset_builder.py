@@ -11,8 +11,8 @@ import tensorflow_datasets as tfds
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
 from vidvol.builders import files
-from vidvol.builders import frame_series
-from vidvol.builders import video
+from vidvol.builders.transforms import frame_series
+from vidvol.builders.transforms import video
 from vidvol.core import features as vfeatures
 from vidvol.datasets.fire_hrr import layout
 

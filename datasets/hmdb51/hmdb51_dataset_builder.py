@@ -6,15 +6,16 @@ import dataclasses
 
 import tensorflow_datasets as tfds
 
-from vidvol.builders import clips
+from vidvol.builders import clip_builder
 from vidvol.builders import files
+from vidvol.builders.transforms import clips
 from vidvol.datasets.hmdb51 import layout
 
 _HOMEPAGE = "https://serre-lab.clps.brown.edu/resource/hmdb-a-large-human-motion-database/"
 
 
 @dataclasses.dataclass
-class Hmdb51Config(clips.ClipConfig):
+class Hmdb51Config(clip_builder.ClipConfig):
     """Official split number, plus the frame geometry, sampling and storage of the clips (`ClipConfig`)."""
 
     split_number: int = 1
@@ -25,14 +26,14 @@ def _configs() -> list[Hmdb51Config]:
     return [
         Hmdb51Config(
             name=f"split{k}_{g.name}", description=f"Official split {k}: {g.description}.", split_number=k,
-            **clips.geometry_fields(g),
+            **clip_builder.geometry_fields(g),
         )
         for k in (1, 2, 3)
-        for g in clips.GEOMETRIES
+        for g in clip_builder.GEOMETRIES
     ]
 
 
-class Builder(clips.ClipBuilder):
+class Builder(clip_builder.ClipBuilder):
     """DatasetBuilder for HMDB51 (manual download)."""
 
     name = "hmdb51"
@@ -50,7 +51,7 @@ solid RAR3 archives `apt-get install unar`. The extracted layout needs none."""
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
-            features=clips.clip_features(self.builder_config, tfds.features.ClassLabel(names_file=layout.CLASS_NAMES_FILE)),
+            features=clip_builder.clip_features(self.builder_config, tfds.features.ClassLabel(names_file=layout.CLASS_NAMES_FILE)),
             supervised_keys=("video", "label"),
             homepage=_HOMEPAGE,
         )

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
 from vidvol.builders import files
-from vidvol.builders import volume_examples
+from vidvol.builders.transforms import volume_examples
 from vidvol.core import features as vidvol_features
 from vidvol.datasets.mri_volumes import layout
 

@@ -15,8 +15,8 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import stringify_path
 
 from vidvol.builders import files
-from vidvol.builders import video
-from vidvol.builders import volume
+from vidvol.builders.transforms import video
+from vidvol.builders.transforms import volume
 
 FLAKY = "vidvolflaky"
 

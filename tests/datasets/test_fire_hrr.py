@@ -16,8 +16,8 @@ import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
 from vidvol.builders import example_io
-from vidvol.builders import frame_series
-from vidvol.builders import video
+from vidvol.builders.transforms import frame_series
+from vidvol.builders.transforms import video
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.fire_hrr import layout

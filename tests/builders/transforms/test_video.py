@@ -1,4 +1,4 @@
-"""Tests for vidvol.builders.video on real AVI/MP4/JPEG/PNG files written with OpenCV."""
+"""Tests for vidvol.builders.transforms.video and .frame_ops on real AVI/MP4/JPEG/PNG files written with OpenCV."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 import pytest
 
-from vidvol.builders import video
+from vidvol.builders.transforms import frame_ops
+from vidvol.builders.transforms import video
 
 HEIGHT, WIDTH = 72, 96  # pattern videos: a 2 x 3 grid of 36 x 32 blocks
 NUM_FRAMES = 40
@@ -342,33 +343,33 @@ def test_stop_at_ends_the_pass_silently(pattern_avi: pathlib.Path, caplog: pytes
 
 def test_resize_frame_modes_and_errors() -> None:
     frame = np.random.default_rng(1).integers(0, 256, (240, 320, 3), dtype=np.uint8)
-    assert video.resize_frame(frame, (64, 48)).shape == (64, 48, 3)
-    assert video.resize_frame(frame, (64, 48), mode="crop").shape == (64, 48, 3)
-    assert video.resize_frame(frame, (480, 700), mode="crop").shape == (480, 700, 3)  # enlarging
-    assert video.resize_frame(frame[..., 0], (30, 40)).shape == (30, 40)  # grayscale
-    assert video.resize_frame(frame[..., :1], (30, 40)).shape == (30, 40, 1)
+    assert frame_ops.resize_frame(frame, (64, 48)).shape == (64, 48, 3)
+    assert frame_ops.resize_frame(frame, (64, 48), mode="crop").shape == (64, 48, 3)
+    assert frame_ops.resize_frame(frame, (480, 700), mode="crop").shape == (480, 700, 3)  # enlarging
+    assert frame_ops.resize_frame(frame[..., 0], (30, 40)).shape == (30, 40)  # grayscale
+    assert frame_ops.resize_frame(frame[..., :1], (30, 40)).shape == (30, 40, 1)
     with pytest.raises(ValueError, match="mode"):
-        video.resize_frame(frame, (64, 48), mode="pad")
+        frame_ops.resize_frame(frame, (64, 48), mode="pad")
     with pytest.raises(ValueError):
-        video.resize_frame(frame, (0, 48))
+        frame_ops.resize_frame(frame, (0, 48))
 
 
 def test_resize_frame_crop_takes_the_centre() -> None:
     # Same size target in crop mode is the identity; a narrower target keeps the middle columns.
     frame = np.tile(np.arange(320, dtype=np.uint16)[None, :, None] % 256, (240, 1, 3)).astype(np.uint8)
-    np.testing.assert_array_equal(video.resize_frame(frame, (240, 320), mode="crop"), frame)
-    middle = video.resize_frame(frame, (240, 100), mode="crop")
+    np.testing.assert_array_equal(frame_ops.resize_frame(frame, (240, 320), mode="crop"), frame)
+    middle = frame_ops.resize_frame(frame, (240, 100), mode="crop")
     np.testing.assert_array_equal(middle, frame[:, 110:210])
     rows = np.ascontiguousarray(frame[:, :240].transpose(1, 0, 2))  # value = row index
-    np.testing.assert_array_equal(video.resize_frame(rows, (100, 240), mode="crop"), rows[70:170])
+    np.testing.assert_array_equal(frame_ops.resize_frame(rows, (100, 240), mode="crop"), rows[70:170])
 
 
 def test_resize_frame_interpolation_override() -> None:
     frame = np.zeros((4, 4), np.uint8)
     frame[:2, :2] = 255
-    nearest = video.resize_frame(frame, (8, 8), interpolation=cv2.INTER_NEAREST)
+    nearest = frame_ops.resize_frame(frame, (8, 8), interpolation=cv2.INTER_NEAREST)
     assert set(np.unique(nearest).tolist()) == {0, 255}
-    linear = video.resize_frame(frame, (8, 8))
+    linear = frame_ops.resize_frame(frame, (8, 8))
     assert len(np.unique(linear)) > 2  # default INTER_LINEAR when enlarging blends the edge
 
 
@@ -377,7 +378,7 @@ def test_resize_frame_interpolation_override() -> None:
 
 def test_pad_and_mask_in_order() -> None:
     frames = np.stack([np.full((4, 5, 3), 10 * (i + 1), np.uint8) for i in range(3)])
-    clip, mask = video.pad_and_mask(frames, 6)
+    clip, mask = frame_ops.pad_and_mask(frames, 6)
     assert clip.shape == (6, 4, 5, 3) and clip.dtype == np.uint8
     assert mask.dtype == np.uint8
     np.testing.assert_array_equal(mask, [1, 1, 1, 0, 0, 0])
@@ -387,28 +388,28 @@ def test_pad_and_mask_in_order() -> None:
 
 def test_pad_and_mask_positions_and_lists() -> None:
     frames = [np.full((4, 5, 3), v, np.uint8) for v in (7, 8, 9)]
-    clip, mask = video.pad_and_mask(frames, 5, positions=[0, 2, 4])
+    clip, mask = frame_ops.pad_and_mask(frames, 5, positions=[0, 2, 4])
     np.testing.assert_array_equal(mask, [1, 0, 1, 0, 1])
     assert int(mask.sum()) == 3
     assert [int(clip[i].max()) for i in range(5)] == [7, 0, 8, 0, 9]
 
 
 def test_pad_and_mask_no_frames_and_errors() -> None:
-    clip, mask = video.pad_and_mask([], 4, frame_shape=(2, 3, 3))
+    clip, mask = frame_ops.pad_and_mask([], 4, frame_shape=(2, 3, 3))
     assert clip.shape == (4, 2, 3, 3) and not clip.any() and not mask.any()
     frames = np.zeros((3, 2, 3, 3), np.uint8)
     with pytest.raises(ValueError, match="more than"):
-        video.pad_and_mask(frames, 2)
+        frame_ops.pad_and_mask(frames, 2)
     with pytest.raises(ValueError, match="frame_shape"):
-        video.pad_and_mask([], 4)
+        frame_ops.pad_and_mask([], 4)
     with pytest.raises(ValueError, match="frame_shape"):
-        video.pad_and_mask(frames, 4, frame_shape=(2, 3, 1))
+        frame_ops.pad_and_mask(frames, 4, frame_shape=(2, 3, 1))
     with pytest.raises(ValueError, match="unique"):
-        video.pad_and_mask(frames, 4, positions=[0, 0, 1])
+        frame_ops.pad_and_mask(frames, 4, positions=[0, 0, 1])
     with pytest.raises(ValueError, match="lie in"):
-        video.pad_and_mask(frames, 4, positions=[0, 1, 4])
+        frame_ops.pad_and_mask(frames, 4, positions=[0, 1, 4])
     with pytest.raises(ValueError, match="uint8"):
-        video.pad_and_mask(frames.astype(np.float32), 4)
+        frame_ops.pad_and_mask(frames.astype(np.float32), 4)
 
 
 # ------------------------------------------------------------------------------- images
@@ -471,7 +472,7 @@ def _smooth_clip() -> np.ndarray:
 
 def test_encode_frames_png_round_trip_is_exact() -> None:
     clip = _smooth_clip()
-    encoded = video.encode_frames(clip, image_format="png")
+    encoded = frame_ops.encode_frames(clip, image_format="png")
     assert len(encoded) == 3 and all(isinstance(b, bytes) for b in encoded)
     assert encoded[0].startswith(b"\x89PNG")
     for frame, data in zip(clip, encoded):
@@ -481,22 +482,22 @@ def test_encode_frames_png_round_trip_is_exact() -> None:
 
 def test_encode_frames_jpeg_round_trip_is_close() -> None:
     clip = _smooth_clip()
-    encoded = video.encode_frames(clip, image_format="jpeg", quality=95)
+    encoded = frame_ops.encode_frames(clip, image_format="jpeg", quality=95)
     assert encoded[0].startswith(b"\xff\xd8")
     for frame, data in zip(clip, encoded):
         decoded = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
         assert np.abs(decoded.astype(int) - frame.astype(int)).mean() < 3.0
     noise = np.random.default_rng(3).integers(0, 256, (48, 64, 3), dtype=np.uint8)
-    assert len(video.encode_frame(noise, quality=95)) > len(video.encode_frame(noise, quality=20))
+    assert len(frame_ops.encode_frame(noise, quality=95)) > len(frame_ops.encode_frame(noise, quality=20))
 
 
 def test_encode_frame_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="image_format"):
-        video.encode_frame(np.zeros((4, 4, 3), np.uint8), image_format="gif")
+        frame_ops.encode_frame(np.zeros((4, 4, 3), np.uint8), image_format="gif")
     with pytest.raises(ValueError, match="RGB uint8"):
-        video.encode_frame(np.zeros((4, 4), np.uint8))
+        frame_ops.encode_frame(np.zeros((4, 4), np.uint8))
     with pytest.raises(ValueError, match="quality"):
-        video.encode_frame(np.zeros((4, 4, 3), np.uint8), quality=101)
+        frame_ops.encode_frame(np.zeros((4, 4, 3), np.uint8), quality=101)
 
 
 def test_container_with_no_decodable_frame(tmp_path: pathlib.Path) -> None:

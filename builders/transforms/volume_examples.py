@@ -10,7 +10,7 @@ import numpy as np
 
 from vidvol.builders import example_io
 from vidvol.builders import files
-from vidvol.builders import volume
+from vidvol.builders.transforms import volume
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,8 @@ import numpy as np
 
 from vidvol.builders import example_io
 from vidvol.builders import files
-from vidvol.builders import video
+from vidvol.builders.transforms import frame_ops
+from vidvol.builders.transforms import video
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ class WindowSpec:
             raise ValueError(f"image_format must be 'jpeg' or 'png', got {self.image_format!r}")
         if not 0 <= self.quality <= 100:
             raise ValueError(f"quality must be in [0, 100], got {self.quality}")
-        if self.resize_mode not in video.RESIZE_MODES:
-            raise ValueError(f"resize_mode must be one of {video.RESIZE_MODES}, got {self.resize_mode!r}")
+        if self.resize_mode not in frame_ops.RESIZE_MODES:
+            raise ValueError(f"resize_mode must be one of {frame_ops.RESIZE_MODES}, got {self.resize_mode!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +159,7 @@ def interpolate_series(
 @functools.lru_cache(maxsize=8)
 def _zero_frame_bytes(height: int, width: int, image_format: str, quality: int) -> bytes:
     """Encoded all-zero frame (cached: padding reuses one bytes object)."""
-    return video.encode_frame(np.zeros((height, width, 3), np.uint8), image_format=image_format, quality=quality)
+    return frame_ops.encode_frame(np.zeros((height, width, 3), np.uint8), image_format=image_format, quality=quality)
 
 
 def zero_frame_bytes(spec: WindowSpec) -> bytes:
@@ -199,7 +200,7 @@ def _assemble(key: str, window: int, slots: Iterable[_Slot], spec: WindowSpec) -
             encoded.append(zero)
             skips.append(example_io.Skip(source=slot.name, reason=problem, example=key))
         else:
-            encoded.append(video.encode_frame(slot.image, image_format=spec.image_format, quality=spec.quality))
+            encoded.append(frame_ops.encode_frame(slot.image, image_format=spec.image_format, quality=spec.quality))
             mask[i] = 1
             target[i] = slot.target
         slot.image = None  # drop the decoded frame now, not when the slot goes

@@ -1,4 +1,4 @@
-"""Tests for vidvol.builders.volume on real NIfTI files written by nibabel."""
+"""Tests for vidvol.builders.transforms.volume on real NIfTI files written by nibabel."""
 
 import gzip
 from pathlib import Path
@@ -7,7 +7,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from vidvol.builders import volume as vol
+from vidvol.builders.transforms import volume as vol
 
 SHAPE = (12, 10, 8)
 ZOOMS = (1.0, 2.0, 3.5)
