@@ -22,7 +22,7 @@ import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
@@ -154,7 +154,7 @@ def test_missing_objects_are_skips_naming_the_url(s3_env, tmp_path):
 
 def test_hmdb51_archives_in_the_bucket_are_fetched_once_and_reused(s3_env, store, tmp_path, caplog):
     rar_writer = pytest.importorskip("rar_writer")
-    caplog.set_level(logging.INFO, logger="vidvol.builders.archive")
+    caplog.set_level(logging.INFO, logger="vidvol.builders.sources.archive")
     _, root = store
     org, splits = root / "hmdb51" / "hmdb51_org", root / "hmdb51" / "testTrainMulti_7030_splits"
     inner = {

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import frame_ops
 from vidvol.builders.transforms import video
 

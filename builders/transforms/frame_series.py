@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from vidvol.builders import example_io
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import frame_ops
 from vidvol.builders.transforms import video
 

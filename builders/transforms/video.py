@@ -6,7 +6,7 @@ order, so that builders never see OpenCV's BGR layout. Decoding is always one se
 slow and lands on the wrong frame, and a single pass also yields the true decoded length, which
 container headers often misreport.
 
-A path may also be a URL (`s3://...`, any fsspec URL, see `vidvol.builders.files`): probing and
+A path may also be a URL (`s3://...`, any fsspec URL, see `vidvol.builders.sources.files`): probing and
 decoding fetch it into a local temporary file for the call (OpenCV reads local files only), and
 `read_image` reads it straight into memory. The example functions fetch a source once
 (`files.local_copy`) and hand the local path to these stages.
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import cv2
 import numpy as np
 
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import frame_ops
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from nibabel.filebasedimages import ImageFileError
 from nibabel.spatialimages import SpatialImage
 from scipy import ndimage
 
-from vidvol.builders import files
+from vidvol.builders.sources import files
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from vidvol.builders import example_io
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import volume
 
 

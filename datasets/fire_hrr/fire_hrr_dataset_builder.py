@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import frame_series
 from vidvol.builders.transforms import video
 from vidvol.core import features as vfeatures

@@ -7,7 +7,8 @@ import dataclasses
 import tensorflow_datasets as tfds
 
 from vidvol.builders import clip_builder
-from vidvol.builders import files
+from vidvol.builders.sources import files
+from vidvol.builders.sources import labels
 from vidvol.builders.transforms import clips
 from vidvol.datasets.hmdb51 import layout
 
@@ -59,7 +60,7 @@ solid RAR3 archives `apt-get install unar`. The extracted layout needs none."""
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
         found = layout.find_layout(files.manual_dir(dl_manager), str(dl_manager.download_dir / "hmdb51_extracted"))
         entries = layout.split_entries(found, self.builder_config.split_number)
-        layout.check_classes(entries, layout.locate_videos(found))
+        labels.check_classes(entries, layout.locate_videos(found))
         return {
             subset: self._generate_examples([e for e in entries if e.subset == subset], found)
             for subset in ("train", "test")

@@ -10,7 +10,8 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
-from vidvol.builders import files
+from vidvol.builders.sources import files
+from vidvol.builders.sources import labels
 from vidvol.builders.transforms import volume_examples
 from vidvol.core import features as vidvol_features
 from vidvol.datasets.mri_volumes import layout
@@ -97,7 +98,7 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
             names = list(cfg.label_names)
             layout.check_labels(rows, names)
         else:
-            names = layout.label_names(row.label for row in rows)
+            names = labels.label_names(row.label for row in rows)
             self.info.features["label"].names = names  # saved as label.labels.txt, reloaded with the dataset
         # A split with no row is still returned, with why: the build leaves it unregistered and says why.
         return {

@@ -9,11 +9,11 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.builders import clip_builder
-from vidvol.builders import files
-from vidvol.builders import video_folder
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import clips
 from vidvol.core import features as vfeatures
 from vidvol.core import tfds_api
+from vidvol.datasets.video_folder import layout
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +40,9 @@ class VideoFolderConfig(clip_builder.ClipConfig):
     group_regex: str | None = None
 
     @property
-    def layout_options(self) -> video_folder.Options:
-        """The layout fields as `vidvol.builders.video_folder.Options`."""
-        return video_folder.Options(
+    def layout_options(self) -> layout.Options:
+        """The layout fields as `vidvol.datasets.video_folder.layout.Options`."""
+        return layout.Options(
             split_set=self.split_set,
             csv_file=self.csv_file,
             fractions={"train": self.train_fraction, "validation": self.validation_fraction, "test": self.test_fraction},
@@ -65,7 +65,7 @@ class Builder(clip_builder.ClipBuilder):
     NAMED_CONFIGS = _configs()[1:]  # `tfds build video_folder/16x112x112` etc.
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
 Point --manual_dir at your videos.
-{video_folder.EXPECTED_LAYOUT}
+{layout.EXPECTED_LAYOUT}
 Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
 `--config '{{"name": "mine", "split_set": "2"}}'` or `VideoFolderConfig(...)`; see the card."""
 
@@ -84,7 +84,7 @@ Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
         manual_dir = files.manual_dir(dl_manager)
-        collection = video_folder.discover(manual_dir, self.builder_config.layout_options)
+        collection = layout.discover(manual_dir, self.builder_config.layout_options)
         extra = (
             {"start": tfds.features.Scalar(dtype=np.float32), "end": tfds.features.Scalar(dtype=np.float32)}
             if collection.has_times else {}

@@ -13,6 +13,7 @@ import tensorflow_datasets as tfds
 
 import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
+from vidvol.builders.sources import labels
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.hmdb51 import layout
@@ -77,12 +78,12 @@ def test_configs_default_first_and_all_splits():
 def test_split_file_parsing_and_malformed_line(tmp_path):
     good = tmp_path / "wave_test_split1.txt"
     good.write_text("a.avi 1 \nb.avi 2\nc.avi 0\n\n")
-    entries = layout.parse_split_file(str(good), "wave")
+    entries = labels.parse_hmdb_split_file(str(good), "wave")
     assert [(e.video, e.subset, e.line) for e in entries] == [("a.avi", "train", 1), ("b.avi", "test", 2)]
     bad = tmp_path / "wave_test_split2.txt"
     bad.write_text("a.avi 1\nb.avi three\n")
     with pytest.raises(ValueError, match=r"wave_test_split2.txt:2: expected"):
-        layout.parse_split_file(str(bad), "wave")
+        labels.parse_hmdb_split_file(str(bad), "wave")
 
 
 def test_mp4_mkv_and_avi_clips_side_by_side(tmp_path, build_in_process):
@@ -104,7 +105,7 @@ def test_mp4_mkv_and_avi_clips_side_by_side(tmp_path, build_in_process):
     bad = tmp_path / "wave_test_split2.txt"
     bad.write_text("a.txt 1\n")
     with pytest.raises(ValueError, match=r"wave_test_split2.txt:1: expected `<video>.<ext> <id>` \(ext one of .avi, .mp4"):
-        layout.parse_split_file(str(bad), "wave")
+        labels.parse_hmdb_split_file(str(bad), "wave")
 
 
 def test_unknown_layout_lists_what_was_found(tmp_path):

@@ -140,13 +140,6 @@ def test_empty_label_or_path_and_repeats_name_file_and_line(tmp_path):
         layout.read_labels_csv(str(header_only))
 
 
-def test_label_names_sort_numbers_numerically_else_as_strings():
-    assert layout.label_names(["10", "2", "0", "1", "2"]) == ["0", "1", "2", "10"]
-    assert layout.label_names(["1.5", "-3", "1e1"]) == ["-3", "1.5", "1e1"]
-    assert layout.label_names(["pass", "fail", "10", "2"]) == ["10", "2", "fail", "pass"]
-    assert layout.label_names(["nan", "1"]) == ["1", "nan"]  # not all finite numbers: string order
-
-
 def test_keys_and_paths_never_hold_a_local_absolute_path(tmp_path):
     manual = tmp_path / "manual"
     inside = layout.Row(str(manual / "v" / "a.nii"), "1", "", "train", 2, "labels.csv")

@@ -16,10 +16,10 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import samples
-from vidvol.builders import video_folder as vf
 from vidvol.builders.transforms import clips
 from vidvol.builders.transforms import video
 from vidvol.builders.writer import skip_report
+from vidvol.datasets.video_folder import layout as vf
 from vidvol.datasets.video_folder import make_dummy_data
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 

@@ -18,7 +18,9 @@ import rar_writer  # tests/rar_writer.py, on sys.path through tests/conftest.py
 import rarfile
 from rar_writer import RarEntry
 
-from vidvol.builders import archive
+from vidvol.builders.sources import archive
+from vidvol.builders.sources import archive_backends
+from vidvol.builders.sources import archive_entries
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SAMPLES_ENV = "VIDVOL_RAR_SAMPLES"
@@ -176,13 +178,13 @@ def test_refuses_unsafe_entry_in_nested_archive(tmp_path, backend):
 @pytest.mark.parametrize("name,expected", [("a/b.txt", "a/b.txt"), ("./a//b.txt", "a/b.txt"),
                                            ("dir/", "dir")])
 def test_safe_entry_path_normalizes(name, expected):
-    assert archive.safe_entry_path("x.rar", name) == expected
+    assert archive_entries.safe_entry_path("x.rar", name) == expected
 
 
 @pytest.mark.parametrize("name", ["", "/", "a\\b.txt", "D:evil", "a/../../b", "..", "x\x00y"])
 def test_safe_entry_path_refuses(name):
     with pytest.raises(archive.UnsafeArchiveError, match=r"x\.rar"):
-        archive.safe_entry_path("x.rar", name)
+        archive_entries.safe_entry_path("x.rar", name)
 
 
 def test_rerun_reuses_extraction_and_redoes_it_when_archive_changes(tmp_path):
@@ -267,7 +269,7 @@ def test_duplicate_and_clashing_entries_raise(tmp_path, backend):
 def test_backend_argument_overrides_the_environment(tmp_path, monkeypatch, no_rar_tool):
     path = rar_writer.write_rar4(tmp_path / "in.rar", [("a.txt", b"a")])
     monkeypatch.setenv(archive.BACKEND_ENV, "libarchive")
-    monkeypatch.setattr(archive, "_load_libarchive", _libarchive_missing)
+    monkeypatch.setattr(archive_backends, "_load_libarchive", _libarchive_missing)
 
     assert archive.extract_rar(str(path), str(tmp_path / "out1"), backend="rarfile") == ["a.txt"]
     with pytest.raises(archive.ArchiveError, match=r"(?s)Only the libarchive backend was tried"):
@@ -287,13 +289,13 @@ def test_unknown_backend_is_refused_before_anything_happens(tmp_path, monkeypatc
 
 
 def _libarchive_missing():
-    raise archive._BackendFailed("the libarchive-c package is not installed", need="libarchive")
+    raise archive_entries.BackendFailed("the libarchive-c package is not installed", need="libarchive")
 
 
 def test_no_backend_at_all_says_what_to_install(tmp_path, monkeypatch, no_rar_tool):
     """Neither an external tool nor libarchive-c: the message names the archive, the entry, what
     each backend said and what to install, and nothing is written."""
-    monkeypatch.setattr(archive, "_load_libarchive", _libarchive_missing)
+    monkeypatch.setattr(archive_backends, "_load_libarchive", _libarchive_missing)
     assert archive.available_backends() == {"rarfile": None, "libarchive": None}
     # Method 0x33 ("normal" compression): rarfile must hand this entry to an external tool.
     path = rar_writer.write_rar4(tmp_path / "packed.rar",
@@ -335,7 +337,7 @@ def test_compressed_entry_libarchive_cannot_decode_reports_both_backends(tmp_pat
 # own bsdtar command line.
 
 _STUB = '''#!{python}
-"""Stand-in for `{tool}` (tests/builders/test_archive.py): prints entries' data through libarchive."""
+"""Stand-in for `{tool}` (tests/builders/sources/test_archive.py): prints entries' data through libarchive."""
 import os, re, sys
 import libarchive
 from libarchive import ffi, read

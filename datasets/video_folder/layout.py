@@ -1,7 +1,4 @@
-"""Labelled video collections on disk: class folders, split lists (UCF101 and HMDB51 formats), CSV lists.
-
-The layouts `video_folder` reads, and the parts `hmdb51` shares (class-folder discovery, HMDB51
-split files, the video-file test):
+"""video_folder's manual_dir layouts: class folders, split lists (UCF101 and HMDB51 formats), CSV lists, hashed splits.
 
 - class folders `<class>/<video>.<ext>` (any container OpenCV decodes), directly in manual_dir
   or in one folder below it (`UCF-101/<class>/...`, `hmdb51_org/<class>/...`); labels are the
@@ -12,50 +9,39 @@ split files, the video-file test):
 - without lists, a deterministic hashed train/validation/test split by video, or by a group
   that a regular expression reads from the file name (UCF101's `_g(\\d+)_`), so that one group
   never straddles two splits;
-- or a CSV `path,label[,split][,start,end]`, where `start`/`end` seconds cut a clip out of a
-  longer video (Kinetics-style lists).
+- or a CSV `path,label[,split][,start,end]` (`csv_list`), where `start`/`end` seconds cut a clip
+  out of a longer video (Kinetics-style lists).
 
-manual_dir may be a local folder or a URL (`s3://bucket/videos`, any fsspec URL): every listing,
-existence check and list read goes through `vidvol.builders.files`. Nothing here decodes a
-video; a listed video that is missing is left for the example function to report as a skip.
+What hmdb51 and mri_volumes share with it (class folders, HMDB51 split files, hashed splits,
+label order) is `vidvol.builders.sources.labels`. manual_dir may be a local folder or a URL
+(`s3://bucket/videos`, any fsspec URL): every listing, existence check and list read goes through
+`vidvol.builders.sources.files`. Nothing here decodes a video; a listed video that is missing is
+left for the example function to report as a skip.
 """
 
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import hashlib
 import logging
-import math
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from vidvol.builders import files
+from vidvol.builders.sources import files
+from vidvol.builders.sources.labels import HMDB_SPLIT_FILE_RE, VIDEO_EXTENSIONS, LayoutError, SplitEntry
+from vidvol.builders.sources.labels import check_classes, class_folders_in, hashed_split, is_absolute, is_hidden
+from vidvol.builders.sources.labels import is_video_name, label_names, list_lines, locate_videos, parse_hmdb_split_file
+from vidvol.datasets.video_folder.csv_list import has_video_csv_header, read_video_csv
 
 logger = logging.getLogger(__name__)
 
-# Containers OpenCV's bundled FFmpeg decodes.
-VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
-HMDB_SPLIT_FILE_RE = re.compile(r"^(?P<cls>.+)_test_split(?P<k>\d+)\.txt$")
-HMDB_SPLIT_IDS = {"0": None, "1": "train", "2": "test"}
 UCF_LIST_RE = re.compile(r"^(?P<subset>train|test)list(?P<k>\d+)\.txt$", re.IGNORECASE)
 UCF_CLASS_INDEX = "classInd.txt"
 SPLITS = ("train", "validation", "test")
-SPLIT_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-CSV_COLUMNS = ("path", "label", "split", "start", "end")
-CSV_ALIASES = {"time_start": "start", "time_end": "end", "start_s": "start", "end_s": "end"}
-# Headerless CSVs: the columns by count, as in `path,label[,split][,start,end]`.
-CSV_POSITIONAL = {
-    2: ("path", "label"),
-    3: ("path", "label", "split"),
-    4: ("path", "label", "start", "end"),
-    5: ("path", "label", "split", "start", "end"),
-}
 NO_SPLIT_SET = "none"
-_IGNORED_DIRS = ("__MACOSX",)
 
 EXPECTED_LAYOUT = """\
 Expected in manual_dir, one of:
@@ -67,19 +53,6 @@ Expected in manual_dir, one of:
   or a CSV with a header row `path,label[,split][,start,end]` (paths relative to manual_dir)"""
 
 
-class LayoutError(ValueError):
-    """The collection cannot be read as it is; the message names the file (and line) and the fix."""
-
-
-def is_video_name(name: str) -> bool:
-    """Whether a file name has a video container extension vidvol decodes."""
-    return name.lower().endswith(VIDEO_EXTENSIONS)
-
-
-def _hidden(name: str) -> bool:
-    return name.startswith(".") or name in _IGNORED_DIRS
-
-
 # --------------------------------------------------------------------------------------------
 # Class folders
 # --------------------------------------------------------------------------------------------
@@ -88,37 +61,6 @@ def _hidden(name: str) -> bool:
 def videos_in(folder: str) -> list[str]:
     """Sorted names of the video files directly in `folder`."""
     return sorted(f for f in files.listdir(folder) if is_video_name(f) and not f.startswith("."))
-
-
-def class_folders_in(folder: str, names: set[str] | None = None) -> dict[str, str]:
-    """Subfolders of `folder` as `{class name: folder}` (only `names` if given), sorted by name.
-
-    A per-class archive extracted in place may nest one level (`<class>/<class>/<video>`, as
-    HMDB51's `<class>.rar` do): the inner folder is then the class folder.
-    """
-    if not files.isdir(folder):
-        return {}
-    found = {}
-    for d in sorted(files.listdir(folder)):
-        path = files.join(folder, d)
-        if (names is not None and d not in names) or (names is None and _hidden(d)) or not files.isdir(path):
-            continue
-        if not any(is_video_name(f) for f in files.listdir(path)) and files.isdir(files.join(path, d)):
-            path = files.join(path, d)
-        found[d] = path
-    return found
-
-
-def locate_videos(class_dirs: Mapping[str, str]) -> dict[str, str]:
-    """Video file name -> class folder it sits in (a name in two folders is an error)."""
-    where: dict[str, str] = {}
-    for cls, folder in class_dirs.items():
-        for fname in files.listdir(folder):
-            if is_video_name(fname):
-                if fname in where:
-                    raise LayoutError(f"{fname} appears in two class folders: {where[fname]} and {cls}")
-                where[fname] = cls
-    return where
 
 
 def _has_class_folders(folder: str, exclude: set[str]) -> bool:
@@ -173,42 +115,6 @@ def find_class_folders(manual_dir: str, exclude: Iterable[str] = ()) -> tuple[st
 # --------------------------------------------------------------------------------------------
 # Split lists
 # --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SplitEntry:
-    """One line of a split list: a video of a class, in a subset."""
-
-    video: str  # file name
-    class_name: str
-    subset: str  # "train" or "test"
-    split_file: str
-    line: int
-    label_index: int | None = None  # UCF101 trainlist's index (1-based), if the line has one
-
-
-def list_lines(path: str) -> Iterator[tuple[int, str, list[str]]]:
-    """`(line number, stripped line, whitespace-split fields)` of each non-blank line of a list file (strict UTF-8)."""
-    with files.open_text(path, encoding="utf-8", errors="strict") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if line:
-                yield lineno, line, line.split()
-
-
-def parse_hmdb_split_file(path: str, class_name: str) -> list[SplitEntry]:
-    """Parses HMDB51's `<video>.<ext> <id>` lines; a malformed line is an error naming file and line."""
-    entries = []
-    for lineno, line, parts in list_lines(path):
-        if len(parts) != 2 or not is_video_name(parts[0]) or parts[1] not in HMDB_SPLIT_IDS:
-            raise ValueError(
-                f"{path}:{lineno}: expected `<video>.<ext> <id>` (ext one of {', '.join(VIDEO_EXTENSIONS)}) "
-                f"with id 0, 1 or 2, got {line!r}"
-            )
-        subset = HMDB_SPLIT_IDS[parts[1]]
-        if subset:
-            entries.append(SplitEntry(parts[0], class_name, subset, path, lineno))
-    return entries
 
 
 def parse_ucf_list(path: str, subset: str) -> list[SplitEntry]:
@@ -288,7 +194,7 @@ def find_split_sets(manual_dir: str) -> list[SplitSet]:
     """Split-list sets in manual_dir or in one of its subfolders (one folder only), by number."""
     folders = [manual_dir] + [
         files.join(manual_dir, d) for d in sorted(files.listdir(manual_dir))
-        if not _hidden(d) and not is_video_name(d) and files.isdir(files.join(manual_dir, d))
+        if not is_hidden(d) and not is_video_name(d) and files.isdir(files.join(manual_dir, d))
     ]
     with_lists = [(folder, sets) for folder in folders if (sets := _split_sets_in(folder))]
     if len(with_lists) > 1:
@@ -363,17 +269,6 @@ def read_split_set(split_set: SplitSet) -> list[SplitEntry]:
     return entries
 
 
-def check_classes(entries: Iterable[SplitEntry], located: Mapping[str, str]) -> None:
-    """A video filed under another class than its split list names is an error, not a guess."""
-    for e in entries:
-        cls = located.get(e.video)
-        if cls is not None and cls != e.class_name:
-            raise LayoutError(
-                f"{e.split_file}:{e.line}: {e.video} is listed for class {e.class_name!r} "
-                f"but sits in the {cls!r} class folder"
-            )
-
-
 def check_label_indices(entries: Iterable[SplitEntry], names: Sequence[str] | None) -> None:
     """UCF101 label indices: as `classInd.txt` gives them when present, else one index per class throughout."""
     position = {n: i + 1 for i, n in enumerate(names)} if names is not None else None
@@ -412,24 +307,6 @@ def check_fractions(fractions: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in fractions.items() if v > 0}
 
 
-def hash_fraction(identity: str) -> float:
-    """A stable number in [0, 1) from the SHA-256 of `identity` (same on every machine and run)."""
-    digest = hashlib.sha256(identity.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
-
-
-def hashed_split(identity: str, fractions: Mapping[str, float]) -> str:
-    """The split `identity` falls into: fractions taken in order as consecutive slices of [0, 1)."""
-    x = hash_fraction(identity)
-    bound = 0.0
-    names = [k for k, v in fractions.items() if v > 0]
-    for name in names:
-        bound += fractions[name]
-        if x < bound:
-            return name
-    return names[-1]
-
-
 def compile_group_regex(pattern: str | None) -> re.Pattern | None:
     """The config's group regex, checked (an invalid one is an error naming it)."""
     if not pattern:
@@ -453,141 +330,6 @@ def group_of(file_name: str, pattern: re.Pattern | None) -> str | None:
 # --------------------------------------------------------------------------------------------
 # CSV lists
 # --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class CsvRow:
-    """One video (or clip of one) listed in a CSV."""
-
-    path: str  # as listed
-    label: str
-    split: str  # "" when the CSV has no split column
-    start: float | None
-    end: float | None
-    csv_path: str
-    line: int
-
-    @property
-    def origin(self) -> str:
-        """`file:line` where the row was read, for messages."""
-        return f"{self.csv_path}:{self.line}"
-
-
-def _canonical_column(cell: str) -> str:
-    name = cell.strip().lower()
-    return CSV_ALIASES.get(name, name)
-
-
-def csv_header(first_row: Sequence[str]) -> tuple[str, ...] | None:
-    """The columns a header row names, or None when the row is data (not all known names, or no path/label)."""
-    cols = tuple(_canonical_column(c) for c in first_row)
-    if cols and all(c in CSV_COLUMNS for c in cols) and {"path", "label"} <= set(cols):
-        return cols
-    return None
-
-
-def has_video_csv_header(path: str) -> bool:
-    """Whether a CSV file's first row is a `path,label,...` header (how a CSV layout is recognised)."""
-    try:
-        with files.open_text(path, newline="", encoding="utf-8-sig") as f:
-            first = next(csv.reader(f), [])
-    except (UnicodeDecodeError, csv.Error, OSError):
-        return False
-    return csv_header(first) is not None
-
-
-def _seconds(text: str, column: str, origin: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise LayoutError(f"{origin}: {column} {text!r} is not a number of seconds") from None
-    if not math.isfinite(value):
-        raise LayoutError(f"{origin}: {column} {text!r} is not a finite number of seconds")
-    return value
-
-
-def read_video_csv(csv_path: str) -> tuple[list[CsvRow], tuple[str, ...]]:
-    """Parses a video CSV into rows and its columns; a malformed row is an error naming file and line.
-
-    A header row (`path,label[,split][,start,end]` in any order; `time_start`/`time_end` accepted)
-    is recognised by its names; without one the columns go by count (2: path,label; 3: +split;
-    4: path,label,start,end; 5: path,label,split,start,end). start/end come together.
-    """
-    if not files.isfile(csv_path):
-        raise FileNotFoundError(f"{csv_path}: CSV list not found{files.missing_detail(files.dirname(csv_path))}")
-    rows: list[CsvRow] = []
-    first_line: dict[tuple[str, float | None, float | None], int] = {}
-    with files.open_text(csv_path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        columns: tuple[str, ...] | None = None
-        for record in reader:
-            line = reader.line_num
-            if not record or all(not c.strip() for c in record):
-                continue
-            if columns is None:
-                columns = csv_header(record)
-                if columns is not None:
-                    if len(set(columns)) != len(columns) or (("start" in columns) != ("end" in columns)):
-                        raise LayoutError(
-                            f"{csv_path}:{line}: header {record} repeats a column or has only one of start/end; "
-                            f"expected `path,label[,split][,start,end]`"
-                        )
-                    continue
-                columns = CSV_POSITIONAL.get(len(record))
-                if columns is None:
-                    raise LayoutError(
-                        f"{csv_path}:{line}: {len(record)} columns and no header row; expected "
-                        f"`path,label[,split][,start,end]` (2 to 5 columns, or a header naming them)"
-                    )
-            if len(record) != len(columns):
-                raise LayoutError(f"{csv_path}:{line}: {len(record)} cells, expected {len(columns)} ({','.join(columns)})")
-            cells = {c: v.strip() for c, v in zip(columns, record)}
-            origin = f"{csv_path}:{line}"
-            if not cells["path"]:
-                raise LayoutError(f"{origin}: empty path")
-            if not is_video_name(cells["path"]):
-                raise LayoutError(f"{origin}: {cells['path']!r} is not a video file ({', '.join(VIDEO_EXTENSIONS)})")
-            if not cells["label"] or "\n" in cells["label"] or "\r" in cells["label"]:
-                raise LayoutError(f"{origin}: empty or multi-line label {cells['label']!r} for {cells['path']}")
-            split = cells.get("split", "").lower()
-            if "split" in cells and not SPLIT_NAME_RE.match(split):
-                raise LayoutError(
-                    f"{origin}: split {cells['split']!r} is not a split name (letters, digits, underscore; e.g. train, validation, test)"
-                )
-            start = end = None
-            if "start" in cells:
-                start = _seconds(cells["start"], "start", origin)
-                end = _seconds(cells["end"], "end", origin)
-            key = (posixpath.normpath(cells["path"].replace("\\", "/")), start, end)
-            if key in first_line:
-                raise LayoutError(f"{origin}: {cells['path']} (same start/end) is already listed at line {first_line[key]}")
-            first_line[key] = line
-            rows.append(CsvRow(cells["path"], cells["label"], split, start, end, csv_path, line))
-    if not rows:
-        raise LayoutError(f"{csv_path}: no rows.\n{EXPECTED_LAYOUT}")
-    return rows, columns or ()
-
-
-def _as_number(value: str) -> float | None:
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def label_names(values: Iterable[str]) -> list[str]:
-    """Distinct labels, sorted numerically when all are finite numbers ("2" < "10"), else as strings."""
-    distinct = set(values)
-    numbers = {v: _as_number(v) for v in distinct}
-    if distinct and all(n is not None for n in numbers.values()):
-        return sorted(distinct, key=lambda v: (numbers[v], v))
-    return sorted(distinct)
-
-
-def is_absolute(path: str) -> bool:
-    """Absolute in the list's own terms (POSIX or this OS), or a URL."""
-    return path.startswith("/") or os.path.isabs(path) or files.is_url(path)
 
 
 def resolve(manual_dir: str, path: str) -> str:
@@ -771,6 +513,8 @@ def _from_csv(manual_dir: str, csv_path: str, options: Options) -> Collection:
             "(give it a split column, or leave splits to the hash)"
         )
     rows, columns = read_video_csv(csv_path)
+    if not rows:
+        raise LayoutError(f"{csv_path}: no rows.\n{EXPECTED_LAYOUT}")
     entries = [
         VideoEntry(
             resolve(manual_dir, r.path), listed_id(manual_dir, r.path), r.label, r.split, r.origin, r.start, r.end,

@@ -1,4 +1,4 @@
-"""vidvol.builders.files: local paths exactly as os/open, URLs through fsspec (a real S3 server), retries, local copies."""
+"""vidvol.builders.sources.files: local paths exactly as os/open, URLs through fsspec (a real S3 server), retries, local copies."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import stringify_path
 
-from vidvol.builders import files
+from vidvol.builders.sources import files
 from vidvol.builders.transforms import video
 from vidvol.builders.transforms import volume
 
