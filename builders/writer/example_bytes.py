@@ -9,8 +9,9 @@ key order; tests compare them byte for byte on every feature kind vidvol writes)
 
 TFDS decides what each feature becomes: the same `_add_ragged_fields` (nested sequences), nest
 flattening and `_item_to_np_array` (dtype/shape checks, errors naming the feature) run first;
-only the message building is ours. Where those TFDS internals are missing (another TFDS
-version), `Serializer` uses TFDS's own path.
+only the message building is ours. They come from `vidvol.core.tfds_api`, which checks them at
+import; where they are missing (another TFDS version, or `VIDVOL_TFDS_PUBLIC_ONLY=1`),
+`Serializer` uses TFDS's own path.
 """
 
 from __future__ import annotations
@@ -23,16 +24,11 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import protowire
+from vidvol.core import tfds_api
 
-try:  # TFDS internals (tensorflow-datasets 4.9): how an example dict becomes a flat feature map
-    from tensorflow_datasets.core import example_serializer as _es
-    from tensorflow_datasets.core import utils as _utils
-    from tensorflow_datasets.core.utils import dtype_utils as _dtype_utils
-
-    _FAST = all(hasattr(_es, n) for n in ("_add_ragged_fields", "_item_to_np_array", "_as_bytes")) and hasattr(
-        _utils, "flatten_nest_dict")
-except ImportError:  # pragma: no cover
-    _FAST = False
+# TFDS's internals for how an example dict becomes a flat feature map (None: TFDS's own serializer path).
+_TFDS = tfds_api.serializer_parts()
+_FAST = _TFDS is not None
 
 
 def _varints(values: np.ndarray) -> bytes:
@@ -59,19 +55,19 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def _feature(item: Any, tensor_info: Any) -> bytes:
     """One `tf.train.Feature` message, as TFDS's `_item_to_tf_feature` fills it."""
-    v = _es._item_to_np_array(item, shape=tensor_info.shape, dtype=tensor_info.np_dtype)  # pylint: disable=protected-access
+    v = _TFDS.item_to_np_array(item, shape=tensor_info.shape, dtype=tensor_info.np_dtype)
     if v.dtype == np.bool_:
         v = v.astype(int)
     if v.dtype == np.uint64:
         v = v.view(np.int64)
-    if _dtype_utils.is_integer(v.dtype):
+    if _TFDS.is_integer(v.dtype):
         packed = _varints(v)
         return _field(3, _field(1, packed) if packed else b"")
-    if _dtype_utils.is_floating(v.dtype):
+    if _TFDS.is_floating(v.dtype):
         packed = np.ascontiguousarray(v, dtype="<f4").tobytes()
         return _field(2, _field(1, packed) if packed else b"")
-    if _dtype_utils.is_string(tensor_info.np_dtype):
-        values = [_es._as_bytes(x) for x in v.flat]  # pylint: disable=protected-access
+    if _TFDS.is_string(tensor_info.np_dtype):
+        values = [_TFDS.as_bytes(x) for x in v.flat]
         return _field(1, b"".join(_field(1, x) for x in values))
     raise ValueError(f"Unsupported value: {v!r}: tf.train.Feature does not support type {type(v)!r}")
 
@@ -126,10 +122,10 @@ _KEY_ORDER: Callable[[str], Any] | None = None
 
 def serialize(example: Mapping[str, Any], tensor_info_dict: Mapping[str, Any]) -> bytes:
     """Bytes of the `tf.train.Example` TFDS would make of the encoded `example` (deterministic map order)."""
-    example = _utils.flatten_nest_dict(example)
-    flat = _utils.flatten_nest_dict({
-        k: _es._add_ragged_fields(example[k], info)  # pylint: disable=protected-access
-        for k, info in _utils.flatten_nest_dict(tensor_info_dict).items()
+    example = _TFDS.flatten_nest_dict(example)
+    flat = _TFDS.flatten_nest_dict({
+        k: _TFDS.add_ragged_fields(example[k], info)
+        for k, info in _TFDS.flatten_nest_dict(tensor_info_dict).items()
     })
     entries = []
     global _KEY_ORDER
