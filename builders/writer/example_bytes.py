@@ -2,8 +2,8 @@
 
 TFDS's `ExampleSerializer` builds a `tf.train.Example` message (copying every value into a
 BytesList, then the whole feature map into the Example) and `SerializeToString` copies it all
-again: for a fire_hrr example (161 JPEG frames of 540x960, ~19 MiB) that is ~100 ms of a 1 s
-example, most of a build's serialization cost. `serialize` produces the same bytes as
+again: for large examples (a window of full-size JPEG frames) those copies are most of what
+serializing costs a build. `serialize` produces the same bytes as
 `serializer.get_tf_example(example).SerializeToString(deterministic=True)` (feature-map entries in
 key order; tests compare them byte for byte on every feature kind vidvol writes) with one join.
 

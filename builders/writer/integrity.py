@@ -4,8 +4,8 @@ At build time each worker hashes the shard file it wrote (SHA-256 of the bytes o
 before the file is renamed into place) and counts its examples; the driver gathers these into
 `shards.json` next to the skip report. SHA-256 rather than CRC32C: it is in Python's standard
 library (no extra package), `sha256sum` checks it with no vidvol at all, it is what TFDS records
-for downloads, and it catches any change, not only the random ones a CRC is built for; at
-1-2 GB/s it costs a small fraction of encoding the examples. The file is the same on every runner
+for downloads, and it catches any change, not only the random ones a CRC is built for; one
+hashing pass over a shard costs a small fraction of encoding its examples. The file is the same on every runner
 (the shard bytes are deterministic, the entries are sorted).
 
 `verify` checks a prepared dataset against it: every shard listed in `dataset_info.json` exists,

@@ -46,8 +46,8 @@ def shard_pipeline(pipeline: beam.Pipeline, num_shards: int, write: beam.PTransf
     The elements are plain ints (`write` holds the ShardRefs): decoding them imports nothing, so no
     worker loads TensorFlow in the first stage while another waits for the second, and every worker
     starts writing at the same time (with vidvol classes as elements, the one worker that ran the
-    first stage had its imports done ~4 s ahead of the others: on a short build, that start lag was
-    most of the writing phase).
+    first stage finished its imports well ahead of the others, and on a short build that start lag
+    was most of the writing phase).
     """
     return (
         pipeline

@@ -189,12 +189,6 @@ def example_key(manual_dir: str, row: Row) -> str:
     return f"external/{digest}/{os.path.basename(row.path)}"
 
 
-def rows_by_split(rows: Sequence[Row]) -> dict[str, list[Row]]:
-    """Rows grouped into train, validation, test, in that order, leaving out splits with no rows."""
-    grouped = {split: [r for r in rows if r.split == split] for split in SPLITS}
-    return {split: group for split, group in grouped.items() if group}
-
-
 def empty_split_reason(rows: Sequence[Row], split: str) -> str:
     """Why no row of labels.csv landed in `split` (for the build's summary), e.g. "7 subjects; hashing put none in test"."""
     if not rows:
