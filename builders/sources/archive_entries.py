@@ -69,6 +69,7 @@ def safe_entry_path(archive: str, name: str) -> str:
 
 
 def refuse_link(archive: str, name: str) -> UnsafeArchiveError:
+    """The error refusing link entry `name` of `archive` (its target could point outside the target folder)."""
     return UnsafeArchiveError(
         f"{archive}: refusing entry {name!r}: symlink/hardlink/redirect entries are "
         "not extracted (the link target could point outside the target folder)")
