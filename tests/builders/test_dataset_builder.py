@@ -193,3 +193,21 @@ def test_formats_the_streaming_writer_cannot_honour_fail_before_anything_is_writ
     with pytest.raises(ValueError, match=rf"file_format '{file_format}' is not supported"):
         builder.download_and_prepare(file_format=file_format)
     assert not os.path.exists(tmp_path / "via_prepare")
+
+
+class GeneratorBuilder(ToyBuilder, skip_registration=True):
+    """A builder whose `_generate_examples` is a plain TFDS generator, not the streaming contract."""
+
+    name = "vidvol_toy_generator"
+
+    def _generate_examples(self, sources):
+        yield from ((key, {"x": np.full((4,), value[1], np.int64), "name": key}) for key, value in sources)
+
+
+def test_a_split_that_is_not_examples_from_sources_fails_naming_the_split_and_the_contract(tmp_path):
+    builder = GeneratorBuilder(data_dir=str(tmp_path))
+    opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    with pytest.raises(TypeError, match=r"vidvol_toy_generator: split 'train': _generate_examples must return "
+                                        r"vidvol\.builders\.dataset_builder\.ExamplesFromSources\(sources, example_fn\), got generator"):
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts))
+    assert not builder.is_prepared()
