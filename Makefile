@@ -14,7 +14,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) -q --upgrade pip setuptools wheel
 	$(PY) -m pip install $(PIP_FLAGS) -q -e '.[test]'
-	@# Real RAR3/RAR5 archives for tests/builders/test_archive.py: the test/files/ of the installed
+	@# Real RAR3/RAR5 archives for tests/builders/sources/test_archive.py: the test/files/ of the installed
 	@# rarfile's source distribution, fetched now so that the tests never reach the network.
 	rm -rf $(VENV)/rar-samples
 	$(PY) -m pip download $(PIP_FLAGS) -q --no-deps --no-binary :all: --no-build-isolation \

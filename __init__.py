@@ -12,9 +12,9 @@ _allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must pre
 
 from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders)
 from vidvol.beam_jobs import runners as _runners  # noqa: E402
-from vidvol.builders import beam_writer as _beam_writer  # noqa: E402
+from vidvol.builders.writer import runner as _writer_runner  # noqa: E402
 
-_beam_writer.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
+_writer_runner.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
 
 from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)
 # What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).

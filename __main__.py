@@ -9,7 +9,7 @@ COMMANDS = {
     "demo": ("vidvol.demo", "build small sample datasets with Beam and read them back"),
     "preview": ("vidvol.preview", "render a PNG preview of a prepared dataset"),
     "build": ("vidvol.beam_jobs.build", "build a dataset/config on a chosen Beam runner"),
-    "verify": ("vidvol.builders.integrity", "check every shard of a prepared dataset (checksums, counts, records)"),
+    "verify": ("vidvol.builders.writer.integrity", "check every shard of a prepared dataset (checksums, counts, records)"),
 }
 
 

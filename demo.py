@@ -17,7 +17,7 @@ import tensorflow_datasets as tfds
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import preview
 from vidvol import samples
-from vidvol.builders import beam_writer
+from vidvol.builders.writer import skip_report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +101,8 @@ def describe(name: str, data_dir: str, mask_key: str) -> list[str]:
         lines.append(f"             vidvol.load: batches ((x(4, {', '.join(map(str, x.shape[1:]))}):{x.dtype.name}, "
                      f"mask(4, {', '.join(map(str, mask.shape[1:]))})), target(4,):{y.dtype.name}), "
                      f"{read} examples read")
-    report = beam_writer.read_skip_report(builder.data_dir)
-    lines.append(f"  skip report {os.path.join(builder.data_dir, beam_writer.SKIP_REPORT_NAME)}: {len(report['skipped'])} entries")
+    report = skip_report.read_skip_report(builder.data_dir)
+    lines.append(f"  skip report {os.path.join(builder.data_dir, skip_report.SKIP_REPORT_NAME)}: {len(report['skipped'])} entries")
     return lines
 
 

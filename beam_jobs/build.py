@@ -46,10 +46,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from vidvol import datasets as _datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
-from vidvol.builders import beam_writer
-from vidvol.builders import build_lock
-from vidvol.builders import build_log
-from vidvol.builders import files
+from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import build_log
+from vidvol.builders.writer import formats
+from vidvol.builders.writer import results
+from vidvol.builders.writer import shard_writer
+from vidvol.builders.writer import skip_report
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +129,7 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResul
     """BuildResult of a prepared builder, from its skip report (or its split infos if there is none)."""
     data_path = os.fspath(builder.data_path)
     try:
-        report = beam_writer.read_skip_report(data_path)
+        report = skip_report.read_skip_report(data_path)
         splits = {name: dict(s) for name, s in report["splits"].items()}
         skipped = list(report["skipped"])
         empty = dict(report.get("empty_splits", {}))
@@ -170,7 +172,7 @@ def build(
 ) -> BuildResult:
     """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite)."""
     flags = list(beam_flags)
-    beam_writer.check_file_format(file_format, data_dir)  # before any service starts or anything is written
+    formats.check_file_format(file_format, data_dir)  # before any service starts or anything is written
     if local_services and runner not in LOCAL_SERVICES:
         raise ValueError(
             f"--local_services starts a local cluster for --runner portable (job service + worker pool) or "
@@ -180,7 +182,7 @@ def build(
         flags = runners.pipeline_flags(runner, flags)
     else:
         runners.check_flags(flags)
-    files.check_data_dir(data_dir)
+    formats.check_data_dir(data_dir)
     builder = make_builder(dataset, data_dir, file_format)
     stale = incomplete_dirs(builder)
     running = _running_build(builder)
@@ -223,7 +225,7 @@ def build(
 
 
 def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:
-    """Who holds this config's build lock, if a live build does (see vidvol.builders.build_lock)."""
+    """Who holds this config's build lock, if a live build does (see vidvol.builders.writer.build_lock)."""
     path = build_lock.lock_path(builder.data_path)
     holder = build_lock.read(path)
     if holder is None or (holder and build_lock.stale_reason(holder, stale_s=build_lock.STALE_S)):
@@ -236,7 +238,7 @@ def summary_lines(result: BuildResult) -> list[str]:
     lines = []
     for split, s in sorted(result.splits.items()):
         if split in result.empty_splits:
-            lines.append(beam_writer.empty_split_line(result.dataset, split, result.empty_splits[split]))
+            lines.append(results.empty_split_line(result.dataset, split, result.empty_splits[split]))
             continue
         whole = [k for k in result.skipped if k.get("split") == split and not k.get("example")]
         reasons = collections.Counter(k["reason"].split(":")[0] for k in whole)
@@ -257,7 +259,7 @@ def summary_lines(result: BuildResult) -> list[str]:
 
 def skips_line(result: BuildResult) -> str | None:
     """`N inputs skipped: see DATA_PATH/skip_report.json` (None when the dataset has no skip report)."""
-    path = os.path.join(result.data_path, beam_writer.SKIP_REPORT_NAME)
+    path = os.path.join(result.data_path, skip_report.SKIP_REPORT_NAME)
     if not tf.io.gfile.exists(path):
         return None
     skipped = sum(s.get("skipped_inputs", 0) for s in result.splits.values())
@@ -354,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 handler.setLevel(logging.WARNING)
                 handler.addFilter(build_log.for_terminal)
         return _run(args, beam_flags)
-    except beam_writer.BuildWriteError as e:  # disk full, quota, file size limit: one clear line, no traceback
+    except shard_writer.BuildWriteError as e:  # disk full, quota, file size limit: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 1
     except build_lock.BuildInProgressError as e:  # another build of this config holds the lock (--if_building fail)
@@ -378,7 +380,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         flags = runners.pipeline_flags(args.runner, beam_flags)
         print("beam options: " + " ".join(shlex.quote(f) for f in flags))
         try:
-            beam_writer.check_file_format(args.file_format, args.data_dir)
+            formats.check_file_format(args.file_format, args.data_dir)
             cmd = tfds_command(args.dataset, manual_dir=args.manual_dir, data_dir=args.data_dir, flags=flags,
                                overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
                                file_format=args.file_format)

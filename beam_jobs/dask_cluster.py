@@ -336,7 +336,7 @@ def check_workers(address: str, manual_dir: str | None = None, *, timeout: float
     from distributed import Client  # pylint: disable=g-import-not-at-top
 
     from vidvol.beam_jobs import worker_probe  # pylint: disable=g-import-not-at-top
-    from vidvol.builders import files  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.sources import files  # pylint: disable=g-import-not-at-top
     from vidvol.core import redact  # pylint: disable=g-import-not-at-top
     from vidvol.core.version import VERSION  # pylint: disable=g-import-not-at-top
 

@@ -20,11 +20,11 @@ import difflib
 import functools
 import io
 import logging
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from apache_beam.options import pipeline_options as po
 
-from vidvol.builders import build_log
+from vidvol.builders.writer import build_log
 from vidvol.core import system
 
 logger = logging.getLogger(__name__)
@@ -36,8 +36,8 @@ DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 RUNNER_ALIASES = {"dask": DASK_RUNNER, "daskrunner": DASK_RUNNER}
 # A local build of at most this many inputs runs in this process, with one worker, unless the user
 # chose `direct_num_workers` or `direct_running_mode`: starting one SDK worker process per core (each
-# importing TensorFlow and Beam) costs more than such a build's work (23 s against 6 s for the
-# 9-video hmdb51 dummy data on 2 cores).
+# importing TensorFlow and Beam) costs more than such a build's work (the worker start-up, not the
+# decoding, is what a build of a few inputs waits for).
 SMALL_BUILD_SOURCES = 50
 # Set on a FnApiRunner whose worker count and mode are vidvol's defaults rather than the user's choice
 # (see `mark_default_workers`), so that a small build may still run in-process.
@@ -112,19 +112,6 @@ RECIPES: dict[str, RunnerRecipe] = {
 def default_num_workers() -> int:
     """Number of local SDK workers: all cores this process may use."""
     return system.num_cpus()
-
-
-def direct_options(
-    num_workers: int | None = None, running_mode: str = "multi_processing", extra: Sequence[str] = ()
-) -> po.PipelineOptions:
-    """Options for a local multi-process build (no Prism download, no network)."""
-    return po.PipelineOptions(
-        [
-            f"--direct_num_workers={num_workers or default_num_workers()}",
-            f"--direct_running_mode={running_mode}",
-            *extra,
-        ]
-    )
 
 
 def register_dask_options() -> bool:

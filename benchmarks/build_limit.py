@@ -89,8 +89,8 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
     """CPU seconds for the inputs of name/config, one core: tight loop, our example function, + serialization."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
-    from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
-    from vidvol.builders import example_bytes  # pylint: disable=g-import-not-at-top
+    from vidvol.builders import example_io  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.writer import example_bytes  # pylint: disable=g-import-not-at-top
 
     cv2.setNumThreads(1)
     sources = list(_builder_sources(name, config, manual_dir))
@@ -107,7 +107,7 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
     examples = 0
     for split, source, example_fn in sources:
         t0 = time.process_time()
-        items = [i for i in beam_writer.run_example_fn(example_fn, source, split) if not isinstance(i, beam_writer.Skip)]
+        items = [i for i in example_io.run_example_fn(example_fn, source, split) if not isinstance(i, example_io.Skip)]
         t1 = time.process_time()
         for _, example in items:
             serializer(example)

@@ -25,7 +25,7 @@ own job process (`jobs.run_job`).
    `clips.ClipSource` records (Kinetics-700 is ~650k videos), each size in a fresh process (a
    `cluster_driver.py` job): the
    source list, shard planning (`num_shards_for` + `plan_shards`), writing the shard plan file
-   (`beam_writer.write_plan`: the sources go to a file, the pipeline carries one small ShardRef per
+   (`writer.plan.write_plan`: the sources go to a file, the pipeline carries one small ShardRef per
    shard; a worker reads its shard's byte range back), what `pipeline.run()` does on the driver before a
    Dask worker gets anything (Beam pipeline construction, Beam's runner-API round trip, the
    DaskRunner's translation to a dask bag, distributed's serialization of the graph) and reading
@@ -86,7 +86,7 @@ METHOD = [
     "the sources being in the plan file the driver writes first, *plan_file*), Beam's runner-API round trip (pickles, bz2 "
     "level 9), the DaskRunner's translation (`dask.bag.from_sequence` tokenizes every element), and distributed's "
     "serialization of the graph (`serialize(to_serialize(expr))`, as `Client.compute`). Shards are empty files; "
-    "*collect* is `beam_writer.collect_split` over one `.info.json` per shard, as the workers write them.",
+    "*collect* is `writer.results.collect_split` over one `.info.json` per shard, as the workers write them.",
 ]
 
 

@@ -121,14 +121,14 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     import psutil  # pylint: disable=g-import-not-at-top
 
     from vidvol.beam_jobs import build, dask_cluster, dask_runner  # pylint: disable=g-import-not-at-top
-    from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
+    from vidvol.builders import dataset_builder  # pylint: disable=g-import-not-at-top
 
     imported = time.time()
     # The workers get the driver's sys.path on their PYTHONPATH: keep this folder's scripts off it.
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != HERE]
     stamps = _Stamps()
-    stamps.wrap(beam_writer.StreamingBeamBuilder, "_plan", "plan_start", "plan_end")
-    stamps.wrap(beam_writer.StreamingBeamBuilder, "_run_pipeline", "pipeline_start", "pipeline_end")
+    stamps.wrap(dataset_builder.StreamingBeamBuilder, "_plan", "plan_start", "plan_end")
+    stamps.wrap(dataset_builder.StreamingBeamBuilder, "_run_pipeline", "pipeline_start", "pipeline_end")
     stamps.wrap(dask_runner.DaskRunner, "run_pipeline", "submit_start", "submitted")
 
     data_dir = job["data_dir"]

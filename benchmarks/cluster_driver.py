@@ -3,7 +3,7 @@
 No decoding, no cluster: for n synthetic hmdb51-style `clips.ClipSource` records (Kinetics-700 is
 ~650k videos), each size in a fresh process (`python benchmarks/cluster_driver.py JOB.json RESULT.json`,
 started by `run_driver` through `jobs.run_job`): the source list, shard planning (`num_shards_for` +
-`plan_shards`), writing the shard plan file (`beam_writer.write_plan`: the sources go to a file, the
+`plan_shards`), writing the shard plan file (`plan.write_plan`: the sources go to a file, the
 pipeline carries one small ShardRef per shard; a worker reads its shard's byte range back), what
 `pipeline.run()` does on the driver before a Dask worker gets anything (Beam pipeline construction,
 Beam's runner-API round trip, the DaskRunner's translation to a dask bag, distributed's
@@ -37,7 +37,7 @@ KINETICS_CLASSES = 700
 
 def synthetic_sources(n: int, root: str = "/data/kinetics700/train") -> list[tuple[str, Any]]:
     """n hmdb51-style (source id, ClipSource) pairs with Kinetics-like ids, 700 labels."""
-    from vidvol.builders import clips  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.transforms import clips  # pylint: disable=g-import-not-at-top
 
     out = []
     for i in range(n):
@@ -57,7 +57,7 @@ def _shard_len(refs: Sequence[Any], index: int) -> int:
 def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str, Any]:
     """What `pipeline.run()` does on the driver on Beam's DaskRunner before a worker gets a task; times each step.
 
-    The pipeline is `_run_pipeline`'s (`beam_writer.shard_pipeline`: Create(shard refs) | Reshuffle |
+    The pipeline is `_run_pipeline`'s (`shard_writer.shard_pipeline`: Create(shard refs) | Reshuffle |
     ParDo), with a trivial DoFn (the real one pickles the same whatever the size); options as
     `runners._dask_options` makes them (one partition per shard), without a scheduler: the steps up
     to `Client.compute` sending the graph.
@@ -72,7 +72,7 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     from distributed.protocol.serialize import serialize, to_serialize  # pylint: disable=g-import-not-at-top
 
     from vidvol.beam_jobs import dask_runner, runners  # pylint: disable=g-import-not-at-top
-    from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.writer import plan, results, shard_writer  # pylint: disable=g-import-not-at-top
 
     def step(name: str, start: float) -> float:
         split_times[name] = round(time.monotonic() - start, 3)
@@ -83,7 +83,7 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     runner = dask_runner.DaskRunner()
     options = PipelineOptions([f"--runner={runners.DASK_RUNNER}", f"--dask_npartitions={len(refs)}"])
     pipeline = beam.Pipeline(runner=runner, options=options)
-    beam_writer.shard_pipeline(pipeline, len(refs), beam.Map(functools.partial(_shard_len, tuple(refs))))
+    shard_writer.shard_pipeline(pipeline, len(refs), beam.Map(functools.partial(_shard_len, tuple(refs))))
     t = step("submit.beam_construct", t)
     proto = pipeline.to_runner_api(use_fake_coders=True)  # pipeline.run(): a non-FnAPI runner gets a round trip
     proto_bytes = proto.ByteSize()
@@ -132,7 +132,7 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     import psutil  # pylint: disable=g-import-not-at-top
     from apache_beam.internal import pickler  # pylint: disable=g-import-not-at-top
 
-    from vidvol.builders import beam_writer  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.writer import plan, results, shard_writer  # pylint: disable=g-import-not-at-top
 
     rss_imports = psutil.Process().memory_info().rss
     times: dict[str, Any] = {}
@@ -148,16 +148,16 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     _note_rss(times, "sources")
 
     t = time.monotonic()
-    num_shards = beam_writer.num_shards_for(len(sources), KINETICS_EXAMPLE_BYTES, max_shard_size=KINETICS_MAX_SHARD)
+    num_shards = plan.num_shards_for(len(sources), KINETICS_EXAMPLE_BYTES, max_shard_size=KINETICS_MAX_SHARD)
     planned = lambda i, k: os.path.join(shard_dir, f"kinetics-{split}.tfrecord-{i:05d}-of-{k:05d}.partial")  # noqa: E731
-    tasks = beam_writer.plan_shards(split, sources, num_shards, planned)
+    tasks = plan.plan_shards(split, sources, num_shards, planned)
     times["plan"] = round(time.monotonic() - t, 3)
     _note_rss(times, "plan")
 
     # The driver writes every shard's sources to the build's plan file; the pipeline carries small refs.
     t = time.monotonic()
-    plan_path = os.path.join(shard_dir, beam_writer.PLAN_NAME)
-    refs = beam_writer.write_plan(tasks, plan_path)
+    plan_path = os.path.join(shard_dir, plan.PLAN_NAME)
+    refs = plan.write_plan(tasks, plan_path)
     times["plan_file"] = round(time.monotonic() - t, 3)
     _note_rss(times, "plan_file")
     plan_mib = os.path.getsize(plan_path) / MIB
@@ -180,7 +180,7 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
 
     t = time.monotonic()
     final = lambda i, k: os.path.join(shard_dir, f"kinetics-{split}.tfrecord-{i:05d}-of-{k:05d}")  # noqa: E731
-    result = beam_writer.collect_split(split, tasks, final)
+    result = results.collect_split(split, tasks, final)
     times["collect"] = round(time.monotonic() - t, 3)
     _note_rss(times, "collect")
     peak_driver = peak_rss_mib()
@@ -280,9 +280,9 @@ def driver_curve(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # Why a driver phase costs what it does (the function that spends the time), for the report's notes.
 PHASE_WHY = {
     "sources": "building one frozen `ClipSource` dataclass (and its features dict) per video in Python",
-    "plan": "`beam_writer.plan_shards` -> `stable_order`: one sha256 per source and a sort (n log n), plus a "
+    "plan": "`plan.plan_shards` -> `stable_order`: one sha256 per source and a sort (n log n), plus a "
             "`collections.Counter` over the ids for the duplicate check",
-    "plan_file": "`beam_writer.write_plan`: every shard's sources cloudpickled into the build's plan file, one "
+    "plan_file": "`plan.write_plan`: every shard's sources cloudpickled into the build's plan file, one "
                  "record per shard, so that the pipeline carries one small `ShardRef` per shard instead of the sources",
     "submit.beam_construct": "`beam.Create(range(shards))` and the DoFn holding one `ShardRef` per shard: "
                              "`Create.expand` encodes the shard numbers, the DoFn is pickled once",
@@ -298,7 +298,7 @@ PHASE_WHY = {
                              "(`dask.tokenize._normalize_dataclass`)",
     "submit.graph_serialize": "distributed's `serialize(to_serialize(expr))` of the graph `Client.compute` sends to "
                               "the scheduler (the elements pickled once more)",
-    "collect": "`beam_writer.collect_split`: one JSON read, remove and rename per shard, then the keys concatenated "
+    "collect": "`results.collect_split`: one JSON read, remove and rename per shard, then the keys concatenated "
                "and checked for duplicates",
 }
 

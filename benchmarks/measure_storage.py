@@ -1,7 +1,7 @@
 """Measures how mri_volumes' `volume` and `mask` encodings trade bytes for read-time decode speed.
 
 Writes anatomy-like int16 NIfTI volumes (`vidvol.samples.write_mri_volumes`), runs each through the
-real example stage (`vidvol.builders.volume_examples`) to a fixed grid, serializes it with TFDS's
+real example stage (`vidvol.builders.transforms.volume_examples`) to a fixed grid, serializes it with TFDS's
 own FeaturesDict/ExampleSerializer under each candidate encoding, and times the read path
 `tfds.load` runs (TFRecordDataset -> FeaturesDict.deserialize_example, parallel map) on warm files.
 The baseline is the pipeline users have today: `tf.py_function(nib.load(path).get_fdata())`.
@@ -27,7 +27,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
 from vidvol import samples
-from vidvol.builders import volume_examples
+from vidvol.builders.transforms import volume_examples
 
 ENCODINGS = ("none", "bytes", "zlib")
 

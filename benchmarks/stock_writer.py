@@ -29,7 +29,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol.builders import beam_writer
+from vidvol.builders import dataset_builder
+from vidvol.builders.writer import results as writer_results
+from vidvol.builders.writer import runner as writer_runner
+from vidvol.builders.writer import skip_report
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ def _skip_file(data_dir: str, split: str) -> str:
     return os.path.join(data_dir, f"skips-{split}.json")
 
 
-def prepare_with_tfds_writer(builder: beam_writer.StreamingBeamBuilder, dl_manager: Any,
+def prepare_with_tfds_writer(builder: dataset_builder.StreamingBeamBuilder, dl_manager: Any,
                              download_config: tfds.download.DownloadConfig) -> None:
     """Prepares `builder` with TFDS's stock Beam writer over its own transforms; writes its skip report.
 
@@ -62,19 +65,19 @@ def prepare_with_tfds_writer(builder: beam_writer.StreamingBeamBuilder, dl_manag
             skips = json.loads(f.read())
         tf.io.gfile.remove(_skip_file(data_dir, split))
         paths = [os.fspath(p) for p in info.filepaths]
-        results.append(beam_writer.SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
-    beam_writer.write_skip_report(os.path.join(data_dir, beam_writer.SKIP_REPORT_NAME), builder.name, results)
+        results.append(writer_results.SplitResult(split, paths, list(info.shard_lengths), int(info.num_bytes), [], skips))
+    skip_report.write_skip_report(os.path.join(data_dir, skip_report.SKIP_REPORT_NAME), builder.name, results)
     name = f"{builder.name}/{builder.builder_config.name}" if builder.builder_config else builder.name
     for result in results:
-        logger.warning("%s", beam_writer.summary_line(name, result))
+        logger.warning("%s", writer_results.summary_line(name, result))
 
 
 def resolve_runner(runner: Any, options: Any) -> tuple[Any, Any]:
     """The (runner, options) vidvol's builders run a build's `beam_runner`/`beam_options` with."""
-    return beam_writer.resolve_runner(runner, options)
+    return writer_runner.resolve_runner(runner, options)
 
 
-def _download_and_prepare(self: beam_writer.StreamingBeamBuilder, dl_manager: Any,
+def _download_and_prepare(self: dataset_builder.StreamingBeamBuilder, dl_manager: Any,
                           download_config: tfds.download.DownloadConfig) -> None:
     """Stands in for `StreamingBeamBuilder._download_and_prepare`: same runner, TFDS's stock writer."""
     if download_config.max_examples_per_split == 0:
@@ -86,7 +89,7 @@ def _download_and_prepare(self: beam_writer.StreamingBeamBuilder, dl_manager: An
 
 def use_tfds_writer() -> None:
     """Makes every vidvol builder in this process write with TFDS's stock writer."""
-    beam_writer.StreamingBeamBuilder._download_and_prepare = _download_and_prepare  # pylint: disable=protected-access
+    dataset_builder.StreamingBeamBuilder._download_and_prepare = _download_and_prepare  # pylint: disable=protected-access
 
 
 def main() -> None:

@@ -1,1 +1,1 @@
-"""Dataset-agnostic stages: video and volume transforms, Beam wiring, read-side helpers."""
+"""The build side, dataset-agnostic, in rooms: transforms (array stages), sources (inputs), writer (Beam writes), builder bases on top."""

@@ -21,6 +21,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.core import tfds_api
+
 INT16_MIN, INT16_MAX = np.iinfo(np.int16).min, np.iinfo(np.int16).max
 # Frames decoded by one unrolled graph (per video, or per batch of videos); more go through tf.map_fn.
 MAX_UNROLLED_FRAMES = 2048
@@ -257,22 +259,23 @@ class VideoFrames(tfds.features.Video):
                  use_colormap: bool = False, dtype: Any = np.uint8, doc: Any = None):
         super().__init__(shape, encoding_format=encoding_format, ffmpeg_extra_args=ffmpeg_extra_args,
                          use_colormap=use_colormap, dtype=dtype, doc=doc)
-        image = self._feature  # TFDS's Image, replaced by the same Image with the fast sequence decode
-        self._feature = _Frame(shape=image.shape, dtype=image.np_dtype, encoding_format=image.encoding_format,
-                               use_colormap=image.use_colormap)
+        image = self.feature  # TFDS's Image, replaced by the same Image with the fast sequence decode
+        tfds_api.replace_sequence_feature(self, _Frame(shape=image.shape, dtype=image.np_dtype,
+                                                       encoding_format=image.encoding_format,
+                                                       use_colormap=image.use_colormap))
 
     @classmethod
     def from_video(cls, video: tfds.features.Video) -> "VideoFrames":
         """The `VideoFrames` reading what a TFDS `Video` feature wrote (same shape, format, dtype)."""
         image = video.feature
         return cls(video.shape, encoding_format=image.encoding_format, dtype=image.np_dtype,
-                   use_colormap=image.use_colormap, ffmpeg_extra_args=getattr(video, "_extra_ffmpeg_args", ()),
+                   use_colormap=image.use_colormap, ffmpeg_extra_args=tfds_api.ffmpeg_args(video),
                    doc=video.doc)
 
     def decode_batch_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         """(B, T) encoded frames -> (B, T, H, W, C); one unrolled decode of all B x T frames when both are static."""
         encoded = tf.convert_to_tensor(tfexample_data)
-        frame = self._feature
+        frame = self.feature
         if encoded.shape.rank == 2 and encoded.shape.is_fully_defined() and 0 < encoded.shape.num_elements() <= MAX_UNROLLED_FRAMES:
             frames = frame.decode_batch_example(tf.reshape(encoded, [-1]))
             dims = [int(d) for d in encoded.shape]

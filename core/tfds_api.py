@@ -1,4 +1,4 @@
-"""Every use of TFDS's private API in vidvol, checked once at import, each with a public fallback.
+"""Every use of TFDS's private API in vidvol, checked once at import, with a public fallback where TFDS has one.
 
 TFDS keeps a few things we need behind underscores or in modules it does not export:
 
@@ -14,6 +14,17 @@ TFDS keeps a few things we need behind underscores or in modules it does not exp
 - `DownloadManager._manual_dir`: the manual_dir as given, before `dl_manager.manual_dir` checks it
   through tf.io.gfile (which has no s3:// here). Fallback: the public `dl_manager.manual_dir`,
   which serves local paths (and schemes tf.io.gfile has, such as gs://) but not s3://.
+- `example_serializer._add_ragged_fields`, `._item_to_np_array`, `._as_bytes` (with
+  `utils.flatten_nest_dict` and `utils.dtype_utils`): how TFDS turns an encoded example into the
+  values of its `tf.train.Example` (nested sequences, dtype and shape checks, text as bytes); the
+  streaming writer writes the message around them itself (`vidvol.builders.writer.example_bytes`).
+  Fallback: TFDS's own `ExampleSerializer` + `SerializeToString(deterministic=True)` (the same
+  bytes, more copies).
+- `Sequence._feature`, `Video._extra_ffmpeg_args`: `vidvol.core.features.VideoFrames` is TFDS's
+  `Video` with its per-frame feature replaced by one that decodes a whole sequence in one call
+  (`replace_sequence_feature`: TFDS has no setter, so no fallback), and `VideoFrames.from_video`
+  carries a `Video`'s ffmpeg arguments over (`ffmpeg_args`; fallback: none, the constructor's
+  default, which only matters when encoding from video files).
 - `DatasetInfo._features`: a dataset whose features depend on its input (`video_folder`: the class
   names found in manual_dir, `start`/`end` only for a CSV with time ranges) sets them once the
   input is read, before anything is written (`replace_features`). TFDS has no public setter
@@ -27,17 +38,57 @@ path gives the same data.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 logger = logging.getLogger(__name__)
 
 PUBLIC_ONLY_ENV = "VIDVOL_TFDS_PUBLIC_ONLY"
+
+
+@dataclasses.dataclass(frozen=True)
+class SerializerParts:
+    """TFDS's steps from an encoded example to the values of its `tf.train.Example` (see `serializer_parts`)."""
+
+    flatten_nest_dict: Callable[[Any], dict[str, Any]]
+    add_ragged_fields: Callable[[Any, Any], Any]  # (value, tensor info) -> the value or its ragged parts
+    item_to_np_array: Callable[..., np.ndarray]  # (item, shape=, dtype=) -> checked array, errors naming it
+    as_bytes: Callable[[Any], bytes]
+    is_integer: Callable[[Any], bool]
+    is_floating: Callable[[Any], bool]
+    is_string: Callable[[Any], bool]
+
+
+def _serializer_parts() -> SerializerParts | None:
+    """TFDS's example serializer internals (tensorflow-datasets 4.9), or None where one is missing."""
+    try:
+        from tensorflow_datasets.core import example_serializer  # pylint: disable=g-import-not-at-top
+        from tensorflow_datasets.core import utils  # pylint: disable=g-import-not-at-top
+        from tensorflow_datasets.core.utils import dtype_utils  # pylint: disable=g-import-not-at-top
+    except ImportError:
+        return None
+    private = ("_add_ragged_fields", "_item_to_np_array", "_as_bytes")
+    if not all(hasattr(example_serializer, n) for n in private) or not hasattr(utils, "flatten_nest_dict"):
+        return None
+    return SerializerParts(
+        flatten_nest_dict=utils.flatten_nest_dict,
+        add_ragged_fields=example_serializer._add_ragged_fields,  # pylint: disable=protected-access
+        item_to_np_array=example_serializer._item_to_np_array,  # pylint: disable=protected-access
+        as_bytes=example_serializer._as_bytes,  # pylint: disable=protected-access
+        is_integer=dtype_utils.is_integer,
+        is_floating=dtype_utils.is_floating,
+        is_string=dtype_utils.is_string,
+    )
+
+
+_SERIALIZER_PARTS = _serializer_parts()
 
 
 def _check() -> dict[str, bool]:
@@ -56,6 +107,7 @@ def _check() -> dict[str, bool]:
         found["example_parser"] = hasattr(example_parser, "ExampleParser")
     except ImportError:
         found["example_parser"] = False
+    found["example_serializer"] = _SERIALIZER_PARTS is not None
     template = getattr(tfds.core.DatasetBuilder, "_get_filename_template", None)
     found["filename_template"] = template is not None and list(inspect.signature(template).parameters) == ["self", "split_name"]
     prepare = getattr(tfds.core.GeneratorBasedBuilder, "_download_and_prepare", None)
@@ -66,10 +118,18 @@ def _check() -> dict[str, bool]:
         found["set_features"] = "self._features" in inspect.getsource(tfds.core.DatasetInfo.features.fget)
     except (AttributeError, OSError, TypeError):
         found["set_features"] = False
+    try:
+        found["sequence_feature"] = "self._feature" in inspect.getsource(tfds.features.Sequence.feature.fget)
+    except (AttributeError, OSError, TypeError):
+        found["sequence_feature"] = False
+    try:
+        found["ffmpeg_args"] = "self._extra_ffmpeg_args" in inspect.getsource(tfds.features.Video.__init__)
+    except (AttributeError, OSError, TypeError):
+        found["ffmpeg_args"] = False
     return found
 
 
-_NO_FALLBACK = ("set_features",)
+_NO_FALLBACK = ("set_features", "sequence_feature")
 _PUBLIC_ONLY = os.environ.get(PUBLIC_ONLY_ENV, "").lower() in ("1", "true", "yes")
 _FOUND = {name: ok and (name in _NO_FALLBACK or not _PUBLIC_ONLY) for name, ok in _check().items()}
 if not all(_FOUND.values()):
@@ -87,6 +147,11 @@ if not _check()["download_and_prepare"]:
 def available(name: str) -> bool:
     """Whether the private entry point `name` is used (False: its public fallback is)."""
     return _FOUND[name]
+
+
+def serializer_parts() -> SerializerParts | None:
+    """TFDS's example serializer internals for the direct writer, or None: serialize through TFDS's `ExampleSerializer`."""
+    return _SERIALIZER_PARTS if available("example_serializer") else None
 
 
 def read_files(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool) -> tf.data.Dataset:
@@ -151,3 +216,22 @@ def replace_features(info: tfds.core.DatasetInfo, features: tfds.features.Featur
     info._features = features  # pylint: disable=protected-access
     if info.features is not features:
         raise RuntimeError(f"tensorflow-datasets {tfds.__version__}: DatasetInfo.features did not take the new features")
+
+
+def replace_sequence_feature(sequence: tfds.features.Sequence, feature: tfds.features.FeatureConnector) -> None:
+    """Sets the per-element feature of a TFDS `Sequence` (a `Video`'s frame feature), which TFDS offers no setter for."""
+    if not available("sequence_feature"):
+        raise RuntimeError(
+            f"tensorflow-datasets {tfds.__version__}: Sequence keeps its inner feature elsewhere than `_feature`, and "
+            "vidvol's VideoFrames replaces it there; install a tensorflow-datasets version within setup.cfg's range"
+        )
+    sequence._feature = feature  # pylint: disable=protected-access
+    if sequence.feature is not feature:
+        raise RuntimeError(f"tensorflow-datasets {tfds.__version__}: Sequence.feature did not take the new feature")
+
+
+def ffmpeg_args(video: tfds.features.Video) -> list[str]:
+    """The extra ffmpeg arguments a TFDS `Video` feature was made with (none where TFDS does not keep them)."""
+    if not available("ffmpeg_args"):
+        return []
+    return list(getattr(video, "_extra_ffmpeg_args", ()))  # pylint: disable=protected-access

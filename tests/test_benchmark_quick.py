@@ -26,7 +26,8 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from vidvol import samples
-from vidvol.builders import beam_writer
+from vidvol.builders import dataset_builder
+from vidvol.builders.writer import skip_report
 
 pytestmark = pytest.mark.slow
 
@@ -238,7 +239,7 @@ def test_wheel_has_no_benchmarks(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (tmp_path / "wheel").glob("vidvol-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "vidvol/__init__.py" in names and "vidvol/builders/beam_writer.py" in names
+    assert "vidvol/__init__.py" in names and "vidvol/builders/dataset_builder.py" in names
     assert [n for n in names if n.startswith("vidvol/benchmarks/") or "measure_storage" in n] == []
 
 
@@ -283,10 +284,10 @@ def test_stock_writer_writes_the_same_examples_and_skips(tmp_path, monkeypatch):
     with open(manual / "labels.csv", "a", encoding="utf-8") as f:
         f.write("volumes/broken.nii.gz,0,sub-99\n")
     streaming = _mri_builder(tmp_path / "streaming", manual)
-    monkeypatch.setattr(beam_writer.StreamingBeamBuilder, "_download_and_prepare", stock_writer._download_and_prepare)
+    monkeypatch.setattr(dataset_builder.StreamingBeamBuilder, "_download_and_prepare", stock_writer._download_and_prepare)
     stock = _mri_builder(tmp_path / "stock", manual)
-    expected = beam_writer.read_skip_report(streaming.data_dir)
-    got = beam_writer.read_skip_report(stock.data_dir)
+    expected = skip_report.read_skip_report(streaming.data_dir)
+    got = skip_report.read_skip_report(stock.data_dir)
     assert [s["source"] for s in expected["skipped"]] == ["volumes/broken.nii.gz"]
     key = lambda s: (s["split"], s["source"], s["reason"])
     assert sorted(got["skipped"], key=key) == sorted(expected["skipped"], key=key)
@@ -308,6 +309,6 @@ def test_stock_writer_is_a_drop_in_tfds_cli(tmp_path):
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert "[stock_writer.py]" in proc.stdout + proc.stderr, "the summary must come from the stock writer's path"
     builder = tfds.builder("mri_volumes/small_32", data_dir=str(data_dir))
-    report_ = beam_writer.read_skip_report(builder.data_dir)
+    report_ = skip_report.read_skip_report(builder.data_dir)
     assert sum(s["examples"] for s in report_["splits"].values()) == sum(
         s.num_examples for s in builder.info.splits.values()) > 0

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from vidvol.builders import beam_writer
+from vidvol.builders.writer import plan
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def driver_run(tmp_path_factory):
 def test_driver_scale_counts_read_back_equal_the_sources(driver_run):
     out, section, _ = driver_run
     (row,) = section["driver"]["rows"]
-    expected_shards = beam_writer.num_shards_for(SIZE, cluster_driver.KINETICS_EXAMPLE_BYTES,
+    expected_shards = plan.num_shards_for(SIZE, cluster_driver.KINETICS_EXAMPLE_BYTES,
                                                  max_shard_size=cluster_driver.KINETICS_MAX_SHARD)
     assert row["entries"] == SIZE
     assert row["examples_read_back"] == SIZE and row["keys_match"] is True

@@ -3,6 +3,13 @@
 Every import statement in the package (module level or inside functions) is read with `ast`; an
 import of a vidvol module from a higher layer, or between the build side (`builders`) and the
 read side (`readers`), fails the test with file:line.
+
+Inside `builders` the rooms point down too: `example_io` (what an example function yields) is the
+ground; `sources` (files, archives, split lists) and `writer` (the Beam write machinery) stand on
+it and know nothing of each other; `transforms` (the array stages) may use `sources`, never
+`writer`; the builder bases (`dataset_builder`, `clip_builder`, `configs`) sit on top. Inside
+`datasets` no dataset imports another's modules, and nothing in the package imports the
+deprecated `vidvol.builders.beam_writer` shim.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ NOT_PACKAGE = {"tests", "benchmarks", "examples", ".venv", "build", "dist", "set
 
 
 def part_of(module: str) -> str:
-    """`vidvol.builders.video` -> "builders"; `vidvol` -> "__init__"."""
+    """`vidvol.builders.transforms.video` -> "builders"; `vidvol` -> "__init__"."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -98,7 +105,81 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("module", ["vidvol.builders.beam_writer", "vidvol.datasets", "vidvol.core.features"])
+# Rooms inside `builders` and what each may import (besides itself); a module of no room below is a builder base.
+BUILDER_ROOMS: dict[str, set[str]] = {
+    "example_io": set(),
+    "sources": {"example_io"},
+    "writer": {"example_io"},
+    "transforms": {"example_io", "sources"},
+    "bases": {"example_io", "sources", "writer", "transforms"},
+}
+SHIM = "vidvol.builders.beam_writer"  # deprecated re-exports for user builders; nothing inside vidvol imports it
+
+
+def builders_room(module: str) -> str:
+    """`vidvol.builders.writer.plan` -> "writer"; `vidvol.builders.dataset_builder` -> "bases"."""
+    parts = module.split(".")
+    sub = parts[2] if len(parts) > 2 else ""
+    return sub if sub in BUILDER_ROOMS and sub != "bases" else "bases"
+
+
+def dataset_of(module: str) -> str | None:
+    """`vidvol.datasets.hmdb51.layout` -> "hmdb51"; the `vidvol.datasets` package itself -> None."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+def room_edges(root: pathlib.Path) -> list[str]:
+    """Every import inside `builders` that points up or across its rooms, every import of one dataset by
+    another, and every import of the deprecated shim, as "file:line a -> b (target)"."""
+    bad = []
+    for module, path in package_files(root):
+        for line, target in imports(path, module):
+            where = f"{path.relative_to(root)}:{line}"
+            if target == SHIM or target.startswith(SHIM + "."):
+                bad.append(f"{where} imports the deprecated shim ({target})")
+                continue
+            if part_of(module) == part_of(target) == "builders":
+                src, dst = builders_room(module), builders_room(target)
+                if dst != src and dst not in BUILDER_ROOMS[src]:
+                    bad.append(f"{where} builders/{src} -> builders/{dst} ({target})")
+            elif part_of(module) == part_of(target) == "datasets":
+                src, dst = dataset_of(module), dataset_of(target)
+                if src is not None and dst is not None and dst != src:
+                    bad.append(f"{where} datasets/{src} -> datasets/{dst} ({target})")
+    return bad
+
+
+def test_builders_rooms_and_datasets_import_down_and_apart():
+    assert room_edges(ROOT) == []
+
+
+def test_the_room_checker_sees_upward_and_sideways_imports(tmp_path):
+    files = {
+        "builders/__init__.py": "",
+        "builders/example_io.py": "from vidvol.builders.writer import plan\n",
+        "builders/clip_builder.py": "from vidvol.builders.transforms import clips\nfrom vidvol.builders.writer import runner\n",
+        "builders/transforms/clips.py": "from vidvol.builders.sources import files\nfrom vidvol.builders.writer.plan import ShardTask\n",
+        "builders/writer/plan.py": "from vidvol.builders.example_io import Source\nfrom vidvol.builders.sources import files\n",
+        "builders/sources/files.py": "def f():\n    from vidvol.builders import dataset_builder\n",
+        "datasets/__init__.py": "from vidvol.datasets.a import builder\n",
+        "datasets/a/builder.py": "from vidvol.datasets.a import layout\nfrom vidvol.datasets.b import layout as other\n",
+        "beam_jobs/build.py": "from vidvol.builders import beam_writer\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert room_edges(tmp_path) == [
+        "beam_jobs/build.py:1 imports the deprecated shim (vidvol.builders.beam_writer)",
+        "builders/example_io.py:1 builders/example_io -> builders/writer (vidvol.builders.writer.plan)",
+        "builders/sources/files.py:2 builders/sources -> builders/bases (vidvol.builders.dataset_builder)",
+        "builders/transforms/clips.py:2 builders/transforms -> builders/writer (vidvol.builders.writer.plan.ShardTask)",
+        "builders/writer/plan.py:2 builders/writer -> builders/sources (vidvol.builders.sources.files)",
+        "datasets/a/builder.py:2 datasets/a -> datasets/b (vidvol.datasets.b.layout)",
+    ]
+
+
+@pytest.mark.parametrize("module", ["vidvol.builders.dataset_builder", "vidvol.datasets", "vidvol.core.features"])
 def test_build_side_modules_do_not_load_the_read_side(module):
     """Statically: nothing reachable from the build side's imports is in `vidvol.readers`."""
     files = dict(package_files(ROOT))

@@ -22,8 +22,8 @@ import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
-from vidvol.builders import beam_writer
-from vidvol.builders import files
+from vidvol.builders.sources import files
+from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
@@ -108,7 +108,7 @@ def _split_infos(builder) -> dict[str, tuple]:
 
 def _report(builder, manual_dir: str) -> dict:
     """The skip report with the manual_dir prefix of reasons replaced by `<manual_dir>`."""
-    text = json.dumps(beam_writer.read_skip_report(builder.data_dir), sort_keys=True)
+    text = json.dumps(skip_report.read_skip_report(builder.data_dir), sort_keys=True)
     return json.loads(text.replace(manual_dir, "<manual_dir>"))
 
 
@@ -122,7 +122,7 @@ def test_build_from_the_bucket_equals_the_local_build(name, s3_env, store, tmp_p
     assert _split_infos(local) == _split_infos(remote)
     local_report, remote_report = _report(local, local_dir), _report(remote, url)
     assert local_report == remote_report
-    remote_text = json.dumps(beam_writer.read_skip_report(remote.data_dir))
+    remote_text = json.dumps(skip_report.read_skip_report(remote.data_dir))
     assert url in remote_text and str(root) not in remote_text  # reasons quote the URL, never a local copy
     # local copies are gone (frames are read into memory: no fetch folder at all for fire_frames)
     fetch = tmp_path / "fetch"
@@ -138,23 +138,23 @@ def test_build_from_the_bucket_equals_the_local_build(name, s3_env, store, tmp_p
 
 def test_missing_objects_are_skips_naming_the_url(s3_env, tmp_path):
     builder = _build("hmdb51", f"s3://{BUCKET}/hmdb51", tmp_path / "out")
-    skipped = {s["source"]: s for s in beam_writer.read_skip_report(builder.data_dir)["skipped"]}
+    skipped = {s["source"]: s for s in skip_report.read_skip_report(builder.data_dir)["skipped"]}
     reason = skipped[MISSING_VIDEO]["reason"]
     cls = samples.HMDB51_CLASSES[1]
     assert reason.startswith(f"FileNotFoundError: s3://{BUCKET}/hmdb51/hmdb51_org/{cls}/{MISSING_VIDEO}: video not found (named by ")
     assert f"s3://{BUCKET}/hmdb51/testTrainMulti_7030_splits/{cls}_test_split1.txt:" in reason
     builder = _build("mri", f"s3://{BUCKET}/mri", tmp_path / "mri")
-    [skip] = beam_writer.read_skip_report(builder.data_dir)["skipped"]
+    [skip] = skip_report.read_skip_report(builder.data_dir)["skipped"]
     assert skip["source"] == "volumes/sub-002_scan-0.nii.gz"
     assert skip["reason"].startswith(f"FileNotFoundError: s3://{BUCKET}/mri/volumes/sub-002_scan-0.nii.gz: volume file not found")
     builder = _build("fire_video", f"s3://{BUCKET}/fire_video", tmp_path / "fire")
-    [skip] = beam_writer.read_skip_report(builder.data_dir)["skipped"]
+    [skip] = skip_report.read_skip_report(builder.data_dir)["skipped"]
     assert skip["source"] == "orphan" and f"Video file not found: 's3://{BUCKET}/fire_video/orphan.mp4'" in skip["reason"]
 
 
 def test_hmdb51_archives_in_the_bucket_are_fetched_once_and_reused(s3_env, store, tmp_path, caplog):
     rar_writer = pytest.importorskip("rar_writer")
-    caplog.set_level(logging.INFO, logger="vidvol.builders.archive")
+    caplog.set_level(logging.INFO, logger="vidvol.builders.sources.archive")
     _, root = store
     org, splits = root / "hmdb51" / "hmdb51_org", root / "hmdb51" / "testTrainMulti_7030_splits"
     inner = {
@@ -204,7 +204,7 @@ def test_tfds_build_cli_with_worker_processes_reads_the_bucket(s3_env, store, tm
     proc = run_tfds_build("mri_volumes/small_32", f"s3://{BUCKET}/mri", tmp_path / "out", timeout=300)
     assert s3_env.secret_key not in proc.stdout + proc.stderr
     data_dir = tmp_path / "out" / "mri_volumes" / "small_32" / "2.0.0"
-    report = beam_writer.read_skip_report(str(data_dir))
+    report = skip_report.read_skip_report(str(data_dir))
     assert [s["source"] for s in report["skipped"]] == ["volumes/sub-002_scan-0.nii.gz"]
     assert sum(s["examples"] for s in report["splits"].values()) == 3
     assert s3_env.secret_key not in json.dumps(report)

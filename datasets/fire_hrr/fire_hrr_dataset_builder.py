@@ -8,11 +8,11 @@ import functools
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vidvol.builders import beam_writer
 from vidvol.builders import configs
-from vidvol.builders import files
-from vidvol.builders import frame_series
-from vidvol.builders import video
+from vidvol.builders import dataset_builder
+from vidvol.builders.sources import files
+from vidvol.builders.transforms import frame_series
+from vidvol.builders.transforms import video
 from vidvol.core import features as vfeatures
 from vidvol.datasets.fire_hrr import layout
 
@@ -50,7 +50,7 @@ def _configs() -> list[FireHrrConfig]:
     ]
 
 
-class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
+class Builder(configs.NamedConfigs, dataset_builder.StreamingBeamBuilder):
     """DatasetBuilder for fire-test videos/frames with heat release rate (manual download)."""
 
     name = "fire_hrr"
@@ -90,7 +90,7 @@ The fire-test recordings and their calorimetry (heat release rate) are user-supp
 
     def _generate_examples(self, experiments):
         sources = [(e.name, _source(e)) for e in experiments]
-        return beam_writer.ExamplesFromSources(
+        return dataset_builder.ExamplesFromSources(
             sources, functools.partial(frame_series.series_example, spec=self.builder_config.window_spec),
             worker_setup=[video.single_threaded_opencv],
         )

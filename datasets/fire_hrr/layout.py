@@ -1,7 +1,7 @@
 """fire_hrr manual_dir layouts: labels.csv over frame images, or videos beside (time, hrr) CSVs.
 
 manual_dir may be a local folder or a URL (`s3://bucket/fire`, any fsspec URL): listings, existence
-checks and CSV reads go through `vidvol.builders.files`; frame paths resolve against it.
+checks and CSV reads go through `vidvol.builders.sources.files`; frame paths resolve against it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import os
 from typing import Iterator, Sequence
 
-from vidvol.builders import files
+from vidvol.builders.sources import files
 
 logger = logging.getLogger(__name__)
 

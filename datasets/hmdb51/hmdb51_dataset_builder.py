@@ -6,15 +6,17 @@ import dataclasses
 
 import tensorflow_datasets as tfds
 
-from vidvol.builders import clips
-from vidvol.builders import files
+from vidvol.builders import clip_builder
+from vidvol.builders.sources import files
+from vidvol.builders.sources import labels
+from vidvol.builders.transforms import clips
 from vidvol.datasets.hmdb51 import layout
 
 _HOMEPAGE = "https://serre-lab.clps.brown.edu/resource/hmdb-a-large-human-motion-database/"
 
 
 @dataclasses.dataclass
-class Hmdb51Config(clips.ClipConfig):
+class Hmdb51Config(clip_builder.ClipConfig):
     """Official split number, plus the frame geometry, sampling and storage of the clips (`ClipConfig`)."""
 
     split_number: int = 1
@@ -25,14 +27,14 @@ def _configs() -> list[Hmdb51Config]:
     return [
         Hmdb51Config(
             name=f"split{k}_{g.name}", description=f"Official split {k}: {g.description}.", split_number=k,
-            **clips.geometry_fields(g),
+            **clip_builder.geometry_fields(g),
         )
         for k in (1, 2, 3)
-        for g in clips.GEOMETRIES
+        for g in clip_builder.GEOMETRIES
     ]
 
 
-class Builder(clips.ClipBuilder):
+class Builder(clip_builder.ClipBuilder):
     """DatasetBuilder for HMDB51 (manual download)."""
 
     name = "hmdb51"
@@ -50,7 +52,7 @@ solid RAR3 archives `apt-get install unar`. The extracted layout needs none."""
 
     def _info(self) -> tfds.core.DatasetInfo:
         return self.dataset_info_from_configs(
-            features=clips.clip_features(self.builder_config, tfds.features.ClassLabel(names_file=layout.CLASS_NAMES_FILE)),
+            features=clip_builder.clip_features(self.builder_config, tfds.features.ClassLabel(names_file=layout.CLASS_NAMES_FILE)),
             supervised_keys=("video", "label"),
             homepage=_HOMEPAGE,
         )
@@ -58,7 +60,7 @@ solid RAR3 archives `apt-get install unar`. The extracted layout needs none."""
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
         found = layout.find_layout(files.manual_dir(dl_manager), str(dl_manager.download_dir / "hmdb51_extracted"))
         entries = layout.split_entries(found, self.builder_config.split_number)
-        layout.check_classes(entries, layout.locate_videos(found))
+        labels.check_classes(entries, layout.locate_videos(found))
         return {
             subset: self._generate_examples([e for e in entries if e.subset == subset], found)
             for subset in ("train", "test")

@@ -1,7 +1,7 @@
 """HMDB51 manual_dir layouts: find the videos and official split files, or extract the .rar archives.
 
 manual_dir may be a local folder or a URL (`s3://bucket/hmdb51`, any fsspec URL): every listing,
-existence check and split-file read goes through `vidvol.builders.files`.
+existence check and split-file read goes through `vidvol.builders.sources.files`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import dataclasses
 import os
 import re
 
-from vidvol.builders import archive
-from vidvol.builders import files
-from vidvol.builders import video_folder
+from vidvol.builders.sources import archive
+from vidvol.builders.sources import files
+from vidvol.builders.sources import labels
 
 CLASS_NAMES_FILE = os.path.join(os.path.dirname(__file__), "class_names.txt")
 ORG_DIR = "hmdb51_org"
@@ -20,13 +20,6 @@ SPLITS_DIR = "testTrainMulti_7030_splits"
 ORG_RAR = "hmdb51_org.rar"
 SPLITS_RAR = "test_train_splits.rar"
 SPLIT_FILE_RE = re.compile(r"^(?P<cls>.+)_test_split(?P<k>[123])\.txt$")
-# The generic parts live in `vidvol.builders.video_folder` (shared with the `video_folder` dataset).
-SPLIT_IDS = video_folder.HMDB_SPLIT_IDS
-VIDEO_EXTENSIONS = video_folder.VIDEO_EXTENSIONS  # the official release is .avi only
-is_video_name = video_folder.is_video_name
-SplitEntry = video_folder.SplitEntry
-parse_split_file = video_folder.parse_hmdb_split_file
-check_classes = video_folder.check_classes
 
 EXPECTED_LAYOUT = f"""\
 Expected in manual_dir, either the extracted layout:
@@ -54,7 +47,7 @@ class Layout:
 
 def _class_dirs_in(folder: str, names: set[str]) -> dict[str, str]:
     """Official-class subfolders of folder (a per-class archive's `<class>/<class>/` nesting resolved)."""
-    return video_folder.class_folders_in(folder, names)
+    return labels.class_folders_in(folder, names)
 
 
 def _find_splits_dir(root: str) -> str | None:
@@ -100,7 +93,7 @@ def find_layout(manual_dir: str, extract_dir: str) -> Layout:
     )
 
 
-def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
+def split_entries(layout: Layout, split_number: int) -> list[labels.SplitEntry]:
     """All train/test entries of one official split, every class checked against the official names."""
     names = set(class_names())
     entries = []
@@ -111,7 +104,7 @@ def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
             continue
         if m["cls"] not in names:
             raise ValueError(f"{files.join(layout.splits_dir, fname)}: {m['cls']!r} is not an HMDB51 class")
-        entries.extend(parse_split_file(files.join(layout.splits_dir, fname), m["cls"]))
+        entries.extend(labels.parse_hmdb_split_file(files.join(layout.splits_dir, fname), m["cls"]))
     if not entries:
         raise FileNotFoundError(f"No `*_test_split{split_number}.txt` entries in {layout.splits_dir}.\n{EXPECTED_LAYOUT}")
     return entries
@@ -119,10 +112,10 @@ def split_entries(layout: Layout, split_number: int) -> list[SplitEntry]:
 
 def locate_videos(layout: Layout) -> dict[str, str]:
     """Video file name -> class folder it sits in (a name in two folders is an error)."""
-    return video_folder.locate_videos(layout.class_dirs)
+    return labels.locate_videos(layout.class_dirs)
 
 
-def video_path(layout: Layout, entry: SplitEntry) -> str:
+def video_path(layout: Layout, entry: labels.SplitEntry) -> str:
     """Where the entry's video is expected (it may be missing: the example function reports it)."""
     folder = layout.class_dirs.get(entry.class_name) or files.join(files.dirname(next(iter(layout.class_dirs.values()))), entry.class_name)
     return files.join(folder, entry.video)

@@ -1,7 +1,7 @@
 """mri_volumes manual_dir layout: parse labels.csv, name the classes, assign subjects to splits.
 
 manual_dir may be a local folder or a URL (`s3://bucket/mri`, any fsspec URL): labels.csv is read
-and the volume paths are resolved through `vidvol.builders.files`.
+and the volume paths are resolved through `vidvol.builders.sources.files`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import os
 import posixpath
 from collections.abc import Iterable, Sequence
 
-from vidvol.builders import files
-from vidvol.builders.video_folder import label_names  # noqa: F401  (labels sort alike in every dataset)
+from vidvol.builders.sources import files
+from vidvol.builders.sources import labels
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +86,7 @@ def resolve_label_column(fieldnames: Sequence[str], label_column: str, csv_path:
 
 def split_for(identity: str) -> str:
     """Deterministic 80/10/10 train/validation/test bucket of a subject (or path) from its SHA-256."""
-    digest = hashlib.sha256(identity.encode("utf-8")).digest()
-    fraction = int.from_bytes(digest[:8], "big") / 2.0**64
+    fraction = labels.hash_fraction(identity)
     for split, bound in zip(SPLITS, SPLIT_FRACTIONS):
         if fraction < bound:
             return split
@@ -160,21 +159,16 @@ def check_labels(rows: Iterable[Row], names: Sequence[str]) -> None:
             raise LayoutError(f"{row.origin}: label {row.label!r} is not one of the declared label_names {list(names)}")
 
 
-def is_absolute(path: str) -> bool:
-    """Absolute in the CSV's own terms (POSIX or this OS), or a URL."""
-    return path.startswith("/") or os.path.isabs(path) or files.is_url(path)
-
-
 def local_path(manual_dir: str, row: Row) -> str:
     """The file to read: the CSV path itself when absolute, else joined onto manual_dir (a path or a URL)."""
-    if is_absolute(row.path):
+    if labels.is_absolute(row.path):
         return row.path
     return files.join(manual_dir, *posixpath.normpath(row.path.replace("\\", "/")).split("/"))
 
 
 def listed_path(manual_dir: str, row: Row) -> str:
     """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative."""
-    if is_absolute(row.path):
+    if labels.is_absolute(row.path):
         try:
             rel = files.relpath(row.path, manual_dir)
         except ValueError:  # a URL and a local path, or two URL schemes
@@ -186,19 +180,13 @@ def listed_path(manual_dir: str, row: Row) -> str:
 
 def example_key(manual_dir: str, row: Row) -> str:
     """Stable example key with no local absolute path: the relative path, or a hash-tagged name for outside files."""
-    if not is_absolute(row.path):
+    if not labels.is_absolute(row.path):
         return posixpath.normpath(row.path.replace("\\", "/"))
     inside = listed_path(manual_dir, row)
-    if not is_absolute(inside):
+    if not labels.is_absolute(inside):
         return inside
     digest = hashlib.sha256(row.path.encode("utf-8")).hexdigest()[:12]
     return f"external/{digest}/{os.path.basename(row.path)}"
-
-
-def rows_by_split(rows: Sequence[Row]) -> dict[str, list[Row]]:
-    """Rows grouped into train, validation, test, in that order, leaving out splits with no rows."""
-    grouped = {split: [r for r in rows if r.split == split] for split in SPLITS}
-    return {split: group for split, group in grouped.items() if group}
 
 
 def empty_split_reason(rows: Sequence[Row], split: str) -> str:

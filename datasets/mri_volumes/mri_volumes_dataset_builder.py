@@ -8,11 +8,12 @@ import functools
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vidvol.builders import beam_writer
 from vidvol.builders import configs
-from vidvol.builders import files
+from vidvol.builders import dataset_builder
+from vidvol.builders.sources import files
+from vidvol.builders.sources import labels
+from vidvol.builders.transforms import volume_examples
 from vidvol.core import features as vidvol_features
-from vidvol.builders import volume_examples
 from vidvol.datasets.mri_volumes import layout
 
 @dataclasses.dataclass
@@ -41,7 +42,7 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
         )
 
 
-class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
+class Builder(configs.NamedConfigs, dataset_builder.StreamingBeamBuilder):
     """DatasetBuilder for NIfTI MRI volumes with per-scan labels (manual data)."""
 
     name = "mri_volumes"
@@ -49,7 +50,7 @@ class Builder(configs.NamedConfigs, beam_writer.StreamingBeamBuilder):
     RELEASE_NOTES = {
         "1.0.0": "Initial release.",
         "2.0.0": "Same tensors, compact storage: volume as int16 when exact (WholeNumberVolume), mask as its box "
-                 "corners (BoxMask); 4 MiB instead of 10 MiB per 128^3 example, reads 2-2.5x faster.",
+                 "corners (BoxMask): fewer bytes per example, so reads move and parse less.",
     }
     BUILDER_CONFIGS = [  # `tfds build mri_volumes` reads every scan once
         MriVolumesConfig(name="128", description="128x128x128 voxels at each file's own voxel size (default)."),
@@ -97,7 +98,7 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
             names = list(cfg.label_names)
             layout.check_labels(rows, names)
         else:
-            names = layout.label_names(row.label for row in rows)
+            names = labels.label_names(row.label for row in rows)
             self.info.features["label"].names = names  # saved as label.labels.txt, reloaded with the dataset
         # A split with no row is still returned, with why: the build leaves it unregistered and says why.
         return {
@@ -114,7 +115,7 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
             sources.append(
                 (key, volume_examples.VolumeSource(layout.local_path(manual_dir, row), key, features, row.origin))
             )
-        return beam_writer.ExamplesFromSources(
+        return dataset_builder.ExamplesFromSources(
             sources, functools.partial(volume_examples.volume_example, spec=self.builder_config.volume_spec),
             empty_reason=empty_reason,
         )

@@ -8,17 +8,18 @@ import logging
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vidvol.builders import clips
-from vidvol.builders import files
-from vidvol.builders import video_folder
+from vidvol.builders import clip_builder
+from vidvol.builders.sources import files
+from vidvol.builders.transforms import clips
 from vidvol.core import features as vfeatures
 from vidvol.core import tfds_api
+from vidvol.datasets.video_folder import layout
 
 logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class VideoFolderConfig(clips.ClipConfig):
+class VideoFolderConfig(clip_builder.ClipConfig):
     """How to read manual_dir (split lists, CSV, hashed-split fractions and groups), plus the clip geometry (`ClipConfig`).
 
     split_set: None = the first set of split lists found (if any), "none" = ignore the lists and
@@ -39,9 +40,9 @@ class VideoFolderConfig(clips.ClipConfig):
     group_regex: str | None = None
 
     @property
-    def layout_options(self) -> video_folder.Options:
-        """The layout fields as `vidvol.builders.video_folder.Options`."""
-        return video_folder.Options(
+    def layout_options(self) -> layout.Options:
+        """The layout fields as `vidvol.datasets.video_folder.layout.Options`."""
+        return layout.Options(
             split_set=self.split_set,
             csv_file=self.csv_file,
             fractions={"train": self.train_fraction, "validation": self.validation_fraction, "test": self.test_fraction},
@@ -51,10 +52,10 @@ class VideoFolderConfig(clips.ClipConfig):
 
 def _configs() -> list[VideoFolderConfig]:
     """One config per frame geometry; 20x64x64 first (the default, the only one built by default)."""
-    return [VideoFolderConfig(name=g.name, description=f"{g.description}.", **clips.geometry_fields(g)) for g in clips.GEOMETRIES]
+    return [VideoFolderConfig(name=g.name, description=f"{g.description}.", **clip_builder.geometry_fields(g)) for g in clip_builder.GEOMETRIES]
 
 
-class Builder(clips.ClipBuilder):
+class Builder(clip_builder.ClipBuilder):
     """DatasetBuilder for a labelled video collection in manual_dir."""
 
     name = "video_folder"
@@ -64,14 +65,14 @@ class Builder(clips.ClipBuilder):
     NAMED_CONFIGS = _configs()[1:]  # `tfds build video_folder/16x112x112` etc.
     MANUAL_DOWNLOAD_INSTRUCTIONS = f"""\
 Point --manual_dir at your videos.
-{video_folder.EXPECTED_LAYOUT}
+{layout.EXPECTED_LAYOUT}
 Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
 `--config '{{"name": "mine", "split_set": "2"}}'` or `VideoFolderConfig(...)`; see the card."""
 
     def _info(self) -> tfds.core.DatasetInfo:
         # The label names (and start/end for a CSV with time ranges) come from manual_dir at build
         # time; a prepared dataset has them in its features.json and label.labels.txt.
-        features = self._saved_features() or clips.clip_features(self.builder_config, tfds.features.ClassLabel())
+        features = self._saved_features() or clip_builder.clip_features(self.builder_config, tfds.features.ClassLabel())
         return self.dataset_info_from_configs(features=features, supervised_keys=("video", "label"))
 
     def _saved_features(self) -> tfds.features.FeaturesDict | None:
@@ -83,13 +84,13 @@ Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
         manual_dir = files.manual_dir(dl_manager)
-        collection = video_folder.discover(manual_dir, self.builder_config.layout_options)
+        collection = layout.discover(manual_dir, self.builder_config.layout_options)
         extra = (
             {"start": tfds.features.Scalar(dtype=np.float32), "end": tfds.features.Scalar(dtype=np.float32)}
             if collection.has_times else {}
         )
         label = tfds.features.ClassLabel(names=collection.label_names)
-        tfds_api.replace_features(self.info, clips.clip_features(self.builder_config, label, extra))
+        tfds_api.replace_features(self.info, clip_builder.clip_features(self.builder_config, label, extra))
         logger.info(
             "video_folder: %s; %d labels; %s", collection.layout, len(collection.label_names),
             ", ".join(f"{s}: {len(es)} videos" for s, es in collection.splits.items()),

@@ -21,7 +21,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import vidvol  # noqa: F401  (installs the runner resolver, registers the datasets)
 from vidvol.beam_jobs import build
 from vidvol.beam_jobs import runners
-from vidvol.builders import beam_writer
+from vidvol.builders.writer import runner as writer_runner
+from vidvol.builders.writer import skip_report
 from vidvol.datasets.hmdb51 import make_dummy_data
 
 DATASET = "hmdb51/split1_20x64x64"
@@ -59,7 +60,7 @@ def _logs(data_dir: str) -> list[str]:
 
 
 def _summary_tail(data_dir: str, prefix: str = NAME) -> list[str]:
-    report = os.path.join(data_dir, "hmdb51", "split1_20x64x64", "1.0.0", beam_writer.SKIP_REPORT_NAME)
+    report = os.path.join(data_dir, "hmdb51", "split1_20x64x64", "1.0.0", skip_report.SKIP_REPORT_NAME)
     return [
         f"{prefix} train: 6 examples in 4 shards (0.2 MiB), 1 inputs skipped (1 VideoDecodeError)",
         f"{prefix} test: 3 examples in 3 shards (0.1 MiB), 0 inputs skipped",
@@ -219,9 +220,9 @@ def test_small_build_choice_keeps_explicit_options():
     runner, options = runners.resolve(config.beam_runner, config.beam_options, 4, num_sources=9)
     assert runner is config.beam_runner and options.get_all_options()["direct_num_workers"] == 2
     # A resolver without `num_sources` (installed by other code) still works.
-    previous = beam_writer._runner_resolver  # pylint: disable=protected-access
+    previous = writer_runner._runner_resolver  # pylint: disable=protected-access
     try:
-        beam_writer.set_runner_resolver(lambda runner, options, num_tasks=None: ("R", options))
-        assert beam_writer.resolve_runner(None, None, 3, num_sources=5) == ("R", None)
+        writer_runner.set_runner_resolver(lambda runner, options, num_tasks=None: ("R", options))
+        assert writer_runner.resolve_runner(None, None, 3, num_sources=5) == ("R", None)
     finally:
-        beam_writer.set_runner_resolver(previous)
+        writer_runner.set_runner_resolver(previous)

@@ -32,7 +32,7 @@ import services
 from vidvol import samples
 from vidvol.beam_jobs import build
 from vidvol.beam_jobs import dask_cluster
-from vidvol.builders import progress
+from vidvol.builders.writer import progress
 from vidvol.datasets.fire_hrr import make_dummy_data as fire_dummy
 from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy

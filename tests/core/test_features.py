@@ -8,9 +8,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_parser, example_serializer
 
+from vidvol.builders.transforms import volume
 from vidvol.core import features as vf
 from vidvol.readers.batch_parser import BatchParser
-from vidvol.builders import volume
 
 SHAPE = (6, 7, 5)
 

@@ -15,9 +15,10 @@ import tensorflow_datasets as tfds
 import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
-from vidvol.builders import beam_writer
-from vidvol.builders import frame_series
-from vidvol.builders import video
+from vidvol.builders import example_io
+from vidvol.builders.transforms import frame_series
+from vidvol.builders.transforms import video
+from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.fire_hrr import layout
 
@@ -233,8 +234,8 @@ def test_frame_series_windows_masks_and_skips(tmp_path):
         names=tuple(f"n{i}" for i in range(10)), features={"experiment": "e"},
     )
     items = list(frame_series.frame_series_example(source, spec))
-    skips = [i for i in items if isinstance(i, beam_writer.Skip)]
-    examples = dict(i for i in items if not isinstance(i, beam_writer.Skip))
+    skips = [i for i in items if isinstance(i, example_io.Skip)]
+    examples = dict(i for i in items if not isinstance(i, example_io.Skip))
     assert list(examples) == ["e/w000", "e/w001", "e/w002"]
     assert [(s.source, s.example) for s in skips] == [("n2", "e/w000"), ("n5", "e/w001")]
     assert skips[0].reason == "NaN hrr" and "ImageNotFoundError" in skips[1].reason
@@ -261,8 +262,8 @@ def test_unusable_window_is_reported_and_unusable_sequence_raises(tmp_path):
     missing = tuple(str(tmp_path / f"gone{i}.jpg") for i in range(3))
     source = frame_series.FrameSeriesSource(key="e", frames=missing + tuple(paths[3:]), targets=(1.0,) * 6)
     items = list(frame_series.frame_series_example(source, spec))
-    keys = [i[0] for i in items if not isinstance(i, beam_writer.Skip)]
-    whole = [i for i in items if isinstance(i, beam_writer.Skip)]
+    keys = [i[0] for i in items if not isinstance(i, example_io.Skip)]
+    whole = [i for i in items if isinstance(i, example_io.Skip)]
     assert keys == ["e/w001"]
     assert len(whole) == 1 and whole[0].source == "e/w000" and not whole[0].example
     assert "no usable frame in window 0" in whole[0].reason
@@ -305,7 +306,7 @@ def test_windows_of_a_long_experiment_lose_no_frame(tmp_path, build_in_process):
     assert last["mask"].tolist() == [1, 1, 1, 0, 0, 0, 0, 0] and not last["video"][3:].any()
     assert np.allclose(last["time"][:3], expected["long"]["time"][16:]) and not last["time"][3:].any()
     assert examples[("fits", 0)]["mask"].tolist() == [1] * 8
-    assert beam_writer.read_skip_report(builder.data_dir)["skipped"] == []
+    assert skip_report.read_skip_report(builder.data_dir)["skipped"] == []
 
 
 def test_video_form_interpolates_and_masks_out_of_range(tmp_path, build_in_process):
@@ -332,7 +333,7 @@ def test_video_form_interpolates_and_masks_out_of_range(tmp_path, build_in_proce
     frames = np.concatenate([examples[("run1", 0)]["video"], examples[("run1", 1)]["video"][:14]])
     assert _frame_indices(frames[inside]) == np.flatnonzero(inside).tolist() and not frames[~inside].any()
     assert int(examples[("run1", 1)]["num_frames"]) == 14 and examples[("run1", 1)]["mask"][14:].sum() == 0
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     masked = [s for s in report["skipped"] if s["example"]]
     whole = {s["source"]: s["reason"] for s in report["skipped"] if not s["example"]}
     assert len(masked) == int((~inside).sum()) == report["splits"]["train"]["masked_parts"]
@@ -375,7 +376,7 @@ def test_cli_build_pads_masks_and_matches_the_csv(tmp_path, tfds_build):
     sup = tfds.load("fire_hrr/161x135x240", split="train", data_dir=str(out), download=False, as_supervised=True)
     (video_spec, mask_spec), hrr_spec = sup.element_spec
     assert video_spec.shape == (161, 135, 240, 3) and mask_spec.shape == (161,) and hrr_spec.dtype.name == "float32"
-    report = json.load(open(out / "fire_hrr" / "161x135x240" / "1.0.0" / beam_writer.SKIP_REPORT_NAME))
+    report = json.load(open(out / "fire_hrr" / "161x135x240" / "1.0.0" / skip_report.SKIP_REPORT_NAME))
     by_source = {s["source"]: s for s in report["skipped"]}
     assert set(by_source) == {nan_row["frame"], missing["frame"]}
     assert by_source[nan_row["frame"]]["reason"] == "NaN hrr" and by_source[nan_row["frame"]]["example"] == "long/w000"

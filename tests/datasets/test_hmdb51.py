@@ -13,7 +13,8 @@ import tensorflow_datasets as tfds
 
 import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol.builders import beam_writer
+from vidvol.builders.sources import labels
+from vidvol.builders.writer import skip_report
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.hmdb51 import layout
 from vidvol.datasets.hmdb51 import make_dummy_data
@@ -77,12 +78,12 @@ def test_configs_default_first_and_all_splits():
 def test_split_file_parsing_and_malformed_line(tmp_path):
     good = tmp_path / "wave_test_split1.txt"
     good.write_text("a.avi 1 \nb.avi 2\nc.avi 0\n\n")
-    entries = layout.parse_split_file(str(good), "wave")
+    entries = labels.parse_hmdb_split_file(str(good), "wave")
     assert [(e.video, e.subset, e.line) for e in entries] == [("a.avi", "train", 1), ("b.avi", "test", 2)]
     bad = tmp_path / "wave_test_split2.txt"
     bad.write_text("a.avi 1\nb.avi three\n")
     with pytest.raises(ValueError, match=r"wave_test_split2.txt:2: expected"):
-        layout.parse_split_file(str(bad), "wave")
+        labels.parse_hmdb_split_file(str(bad), "wave")
 
 
 def test_mp4_mkv_and_avi_clips_side_by_side(tmp_path, build_in_process):
@@ -100,11 +101,11 @@ def test_mp4_mkv_and_avi_clips_side_by_side(tmp_path, build_in_process):
     got = {ex["video_id"].decode(): int(ex["num_frames"]) for s in ("train", "test")
            for ex in tfds.as_numpy(builder.as_dataset(split=s))}
     assert got == {"a.avi": 30, "b.mp4": 24, "c.mkv": 18}
-    assert beam_writer.read_skip_report(builder.data_dir)["skipped"] == []
+    assert skip_report.read_skip_report(builder.data_dir)["skipped"] == []
     bad = tmp_path / "wave_test_split2.txt"
     bad.write_text("a.txt 1\n")
     with pytest.raises(ValueError, match=r"wave_test_split2.txt:1: expected `<video>.<ext> <id>` \(ext one of .avi, .mp4"):
-        layout.parse_split_file(str(bad), "wave")
+        labels.parse_hmdb_split_file(str(bad), "wave")
 
 
 def test_unknown_layout_lists_what_was_found(tmp_path):
@@ -147,7 +148,7 @@ def test_bad_videos_are_reported_not_lost(tmp_path, build_in_process):
     writer.release()  # a real AVI container with no decodable frame
     expected = _split_counts(manual, 1)
     builder = build_in_process(hmdb.Builder, manual, tmp_path / "out")
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     skipped = {s["source"]: s for s in report["skipped"]}
     assert set(skipped) <= {os.path.basename(p) for p in (zero, trunc, text, empty)} | {"catch_clip2_u_nm_np1_fr_med_2.avi"}
     assert {os.path.basename(zero), os.path.basename(text), os.path.basename(empty), "catch_clip2_u_nm_np1_fr_med_2.avi"} <= set(skipped)
@@ -233,7 +234,7 @@ def test_cli_build_and_tfds_load(tmp_path, tfds_build):
     sup = tfds.load("hmdb51", split="train", data_dir=str(out), download=False, as_supervised=True)
     video_spec, label_spec = sup.element_spec
     assert video_spec.shape == (20, 64, 64, 3) and label_spec.dtype.name == "int64"
-    report = json.load(open(out / "hmdb51" / "split1_20x64x64" / "1.0.0" / beam_writer.SKIP_REPORT_NAME))
+    report = json.load(open(out / "hmdb51" / "split1_20x64x64" / "1.0.0" / skip_report.SKIP_REPORT_NAME))
     assert report["skipped"] == [] and report["splits"]["train"]["examples"] == 6
     tfds_build("hmdb51/split2_20x64x64", manual, out)  # a named config through the CLI
     assert tfds.builder("hmdb51/split2_20x64x64", data_dir=str(out)).info.splits["train"].num_examples > 0

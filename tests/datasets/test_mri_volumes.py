@@ -18,8 +18,9 @@ import tensorflow_datasets as tfds
 import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol import samples
-from vidvol.builders import beam_writer
-from vidvol.builders import volume_examples as ve
+from vidvol.builders import example_io
+from vidvol.builders.transforms import volume_examples as ve
+from vidvol.builders.writer import skip_report
 from vidvol.datasets.mri_volumes import layout
 from vidvol.datasets.mri_volumes import make_dummy_data as dummy
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
@@ -41,12 +42,12 @@ def _run(path, *, key="scan", origin="labels.csv:2", **spec):
     """All items volume_example yields for one file, through the writer's error handling."""
     source = ve.VolumeSource(path=str(path), key=key, features={"label": 0}, origin=origin)
     fn = functools.partial(ve.volume_example, spec=ve.VolumeSpec(**spec))
-    return list(beam_writer.run_example_fn(fn, (key, source), "train"))
+    return list(example_io.run_example_fn(fn, (key, source), "train"))
 
 
 def _example(path, **spec):
     items = _run(path, **spec)
-    examples = [i for i in items if not isinstance(i, beam_writer.Skip)]
+    examples = [i for i in items if not isinstance(i, example_io.Skip)]
     assert len(examples) == 1, items
     return examples[0][1]
 
@@ -137,13 +138,6 @@ def test_empty_label_or_path_and_repeats_name_file_and_line(tmp_path):
     header_only = _write_csv(tmp_path / "header.csv", ["path", "label"], [])
     with pytest.raises(ValueError, match="no rows"):
         layout.read_labels_csv(str(header_only))
-
-
-def test_label_names_sort_numbers_numerically_else_as_strings():
-    assert layout.label_names(["10", "2", "0", "1", "2"]) == ["0", "1", "2", "10"]
-    assert layout.label_names(["1.5", "-3", "1e1"]) == ["-3", "1.5", "1e1"]
-    assert layout.label_names(["pass", "fail", "10", "2"]) == ["10", "2", "fail", "pass"]
-    assert layout.label_names(["nan", "1"]) == ["1", "nan"]  # not all finite numbers: string order
 
 
 def test_keys_and_paths_never_hold_a_local_absolute_path(tmp_path):
@@ -288,7 +282,7 @@ def test_4d_picks_volume_index(tmp_path):
     ex = _example(path, spatial_size=shape, volume_index=2)
     assert np.all(ex["volume"] == 300.0) and tuple(ex["original_shape"]) == shape
     (skip,) = _run(path, spatial_size=shape, volume_index=3)
-    assert isinstance(skip, beam_writer.Skip) and "volume_index 3 out of range for 3 volume(s)" in skip.reason
+    assert isinstance(skip, example_io.Skip) and "volume_index 3 out of range for 3 volume(s)" in skip.reason
 
 
 def test_pixdim_resamples_and_stores_the_new_spacing(tmp_path):
@@ -324,9 +318,9 @@ def test_nonfinite_voxels_are_zeroed_and_reported(tmp_path):
     data[5, 5, 5], data[6, 1, 0] = np.inf, -np.inf
     path = dummy.write_nifti(str(tmp_path / "nan.nii"), data, dummy.affine_for(shape, (1, 1, 1)), dtype=np.float32)
     items = _run(path, key="v/nan.nii", spatial_size=shape)
-    skips = [i for i in items if isinstance(i, beam_writer.Skip)]
-    examples = [i for i in items if not isinstance(i, beam_writer.Skip)]
-    assert skips == [beam_writer.Skip("v/nan.nii", "5 non-finite voxels set to 0", "train", "v/nan.nii")]
+    skips = [i for i in items if isinstance(i, example_io.Skip)]
+    examples = [i for i in items if not isinstance(i, example_io.Skip)]
+    assert skips == [example_io.Skip("v/nan.nii", "5 non-finite voxels set to 0", "train", "v/nan.nii")]
     (key, ex), = examples
     assert key == "v/nan.nii" and np.isfinite(ex["volume"]).all()
     assert (ex["volume"] == 0).sum() == 5 and ex["volume"][5, 5, 5] == 0
@@ -358,7 +352,7 @@ def _bad_inputs(folder: Path) -> dict[str, tuple[Path, str]]:
 def test_bad_inputs_become_whole_input_skips_with_reasons(tmp_path):
     for name, (path, phrase) in _bad_inputs(tmp_path).items():
         items = _run(path, key=f"v/{path.name}", origin="labels.csv:9", spatial_size=(8, 8, 8))
-        assert len(items) == 1 and isinstance(items[0], beam_writer.Skip), (name, items)
+        assert len(items) == 1 and isinstance(items[0], example_io.Skip), (name, items)
         skip = items[0]
         assert skip.source == f"v/{path.name}" and skip.example == "" and skip.split == "train"
         assert phrase in skip.reason and str(path) in skip.reason, (name, skip.reason)
@@ -479,7 +473,7 @@ def test_tfds_build_cli_then_tfds_load(tmp_path):
     assert all(len(s) == 1 for s in split_of_subject.values()), split_of_subject
     assert len(set(seen.values())) >= 2
 
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     whole = {s["source"]: s["reason"] for s in report["skipped"] if not s["example"]}
     assert set(whole) == set(expected["bad"])
     for source, phrase in expected["bad"].items():
@@ -528,7 +522,7 @@ def test_split_left_empty_is_not_registered_and_every_reader_names_it(tmp_path, 
                                          r"skipped: 1 missing file\), so it was not registered. The splits there are: "
                                          r"train \(9 examples\), validation \(1 example\)"):
         vidvol.load("mri_volumes/small_32", split="test", batch_size=2, data_dir=data_dir)
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     assert report["empty_splits"] == {"test": "every input skipped: 1 missing file"}
     assert [s["source"] for s in report["skipped"]] == ["volumes/sub-011_scan-0.nii.gz"]
 

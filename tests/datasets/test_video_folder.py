@@ -16,10 +16,10 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import samples
-from vidvol.builders import beam_writer
-from vidvol.builders import clips
-from vidvol.builders import video
-from vidvol.builders import video_folder as vf
+from vidvol.builders.transforms import clips
+from vidvol.builders.transforms import video
+from vidvol.builders.writer import skip_report
+from vidvol.datasets.video_folder import layout as vf
 from vidvol.datasets.video_folder import make_dummy_data
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 
@@ -91,7 +91,7 @@ def test_ucf101_lists_class_index_and_missing_video(tmp_path, build_in_process):
     builder = build_in_process(vfb.Builder, manual, tmp_path / "out")
     assert builder.info.splits["train"].num_examples == expected["train"]
     assert builder.info.splits["test"].num_examples == expected["test"] - 1
-    (skip,) = beam_writer.read_skip_report(builder.data_dir)["skipped"]
+    (skip,) = skip_report.read_skip_report(builder.data_dir)["skipped"]
     assert skip["source"] == gone and skip["split"] == "test"
     assert f"testlist01.txt:{lines.index(gone) + 1})" in skip["reason"] and "not found" in skip["reason"]
     # Labels follow classInd.txt (JumpingJack = 1, JumpRope = 2), not Python's sorted() order.
@@ -184,7 +184,7 @@ def test_csv_time_ranges_frame_by_frame(tmp_path, build_in_process):
     builder = build_in_process(vfb.Builder, manual, tmp_path / "out", config=config)
     assert {s: builder.info.splits[s].num_examples for s in builder.info.splits} == {"train": 2, "test": 3}
 
-    report = beam_writer.read_skip_report(builder.data_dir)
+    report = skip_report.read_skip_report(builder.data_dir)
     reasons = {s["source"]: s["reason"] for s in report["skipped"]}
     assert len(reasons) == len(bad)
     for path, label, split, start, end, why in bad:

@@ -17,8 +17,8 @@ import tensorflow_datasets as tfds
 import vidvol
 from vidvol import Clips, Output, ReadSpec, Tuning
 from vidvol import samples
-from vidvol.builders import clips
-from vidvol.builders import video
+from vidvol.builders.transforms import clips
+from vidvol.builders.transforms import video
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 from vidvol.readers import frames

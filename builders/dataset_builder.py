@@ -1,0 +1,344 @@
+"""The builder base every vidvol dataset stands on: `StreamingBeamBuilder`, and the `ExamplesFromSources` contract.
+
+A builder declares, per split, a list of small picklable *sources* (a path and a label, an
+experiment's frame list, ...) and a picklable *example function* that turns one source into
+`(key, example)` pairs or `Skip` records (`vidvol.builders.example_io`). `StreamingBeamBuilder`
+then plans shards up front (`vidvol.builders.writer.plan`) and runs one Beam pipeline in which
+each worker writes whole shards, one example at a time (`vidvol.builders.writer.shard_writer`),
+in the builder's TFDS file format (`vidvol.builders.writer.formats`); it collects the splits,
+writes the skip report and the shard list, and ends the build with its summary.
+
+`ExamplesFromSources` is also a regular TFDS `_generate_examples` PTransform, so the same
+builders can be written by TFDS's stock writer (the benchmark compares the two).
+Which Beam runner a build uses is not decided here: callers above (`vidvol.beam_jobs`) install a
+resolver with `vidvol.builders.writer.runner.set_runner_resolver`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Mapping, Sequence
+
+import apache_beam as beam
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from apache_beam.runners.runner import PipelineState
+from tensorflow_datasets.core import file_adapters
+
+from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
+from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import build_log
+from vidvol.builders.writer import integrity
+from vidvol.builders.writer import json_files
+from vidvol.builders.writer import progress
+from vidvol.builders.writer.formats import check_build_options, check_data_dir, check_file_format
+from vidvol.builders.writer.plan import DEFAULT_MAX_SHARD_SIZE, DEFAULT_MIN_SHARDS, PLAN_NAME, ShardTask
+from vidvol.builders.writer.plan import num_shards_for, plan_shards, stable_order, write_plan
+from vidvol.builders.writer.results import SplitResult, build_summary, collect_split
+from vidvol.builders.writer.runner import resolve_runner
+from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, WriteShardFn
+from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
+from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
+from vidvol.core import artifacts
+from vidvol.core import tfds_api
+
+logger = logging.getLogger(__name__)
+
+
+class _GenerateFn(beam.DoFn):
+    """Examples to the main output, skips to the `skips` output."""
+
+    def __init__(self, example_fn: ExampleFn, split: str, worker_setup: Sequence[WorkerSetup] = ()):
+        self._example_fn = example_fn
+        self._split = split
+        self._worker_setup = tuple(worker_setup)
+
+    def setup(self):
+        for fn in self._worker_setup:
+            fn()
+
+    def process(self, source: Source):
+        try:
+            for item in run_example_fn(self._example_fn, source, self._split):
+                if isinstance(item, Skip):
+                    yield beam.pvalue.TaggedOutput("skips", item.as_dict())
+                else:
+                    yield item
+        except Exception as e:  # pylint: disable=broad-except
+            raise naming_source(e, source, self._split) from e
+
+
+class ExamplesFromSources(beam.PTransform):
+    """TFDS `_generate_examples` transform: one source per element, `(key, example)` out.
+
+    `worker_setup` functions run once in each Beam worker before its first example (a video
+    builder passes `video.single_threaded_opencv`: Beam's workers are the parallelism).
+    A builder may return a split with no source, with `empty_reason` saying why: the streaming
+    builder leaves it out of the dataset's splits and its summary says why.
+    """
+
+    def __init__(
+        self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = "", worker_setup: Sequence[WorkerSetup] = (),
+        empty_reason: str = "",
+    ):
+        super().__init__()
+        self.sources = list(sources)
+        self.example_fn = example_fn
+        self.split = split
+        self.worker_setup = tuple(worker_setup)
+        # Why a split has no source at all (e.g. "7 subjects; hashing put none in test"), for the build's
+        # summary: a split that ends without an example is not registered.
+        self.empty_reason = empty_reason
+        self.skip_report_path: str | None = None  # set by the builder for the stock TFDS writer
+
+    def expand(self, pbegin):
+        outputs = (
+            pbegin
+            | "Sources" >> beam.Create(self.sources, reshuffle=False)
+            | "Distribute" >> beam.Reshuffle()
+            | "Examples" >> beam.ParDo(_GenerateFn(self.example_fn, self.split, self.worker_setup)).with_outputs("skips", main="examples")
+        )
+        if self.skip_report_path:
+            _ = (
+                outputs.skips
+                | "CollectSkips" >> beam.combiners.ToList()
+                | "WriteSkips" >> beam.Map(json_files.write_json, path=self.skip_report_path)
+            )
+        return outputs.examples
+
+class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """GeneratorBasedBuilder whose Beam workers stream examples straight into shard files.
+
+    The contract with a subclass (what differs from a plain TFDS builder):
+
+    - `_split_generators(dl_manager)` returns `{split name: self._generate_examples(...)}` as
+      usual, but `_generate_examples` must return an `ExamplesFromSources(sources, example_fn)`,
+      not a generator: the sources are small picklable records, one per input file, and
+      `example_fn(record)` yields `(key, example)` pairs or `Skip`s. That is what lets shards be
+      planned before anything is decoded; anything else raises TypeError naming the split.
+    - `example_fn` raises ValueError/OSError/EOFError for a bad input: it becomes a skip in
+      `skip_report.json`; any other exception fails the build.
+    - Optionally `_estimated_example_bytes()` (shard sizing) and a `max_shard_size` config field.
+
+    The build honours TFDS's `file_format` (tfrecord or array_record, see `check_file_format`),
+    `num_shards`, `max_shard_size` and `max_examples_per_split` download options and runs on the runner the installed resolver picks (see
+    `set_runner_resolver`). While it runs, the terminal shows one progress bar per split (from the
+    workers' progress records), warnings and errors; everything else goes to a build log next to
+    the dataset folder; the per-split summary comes last (see `vidvol.builders.writer.build_log`).
+    """
+
+    MIN_SHARDS = DEFAULT_MIN_SHARDS
+    _summary_results: Sequence[SplitResult] | None = None
+    reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
+
+    def _display_name(self) -> str:
+        return f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
+
+    def download_and_prepare(self, *, download_dir=None, download_config=None, **kwargs):  # pylint: disable=arguments-differ
+        """TFDS's download_and_prepare inside a build session (quiet terminal, build log, summary last).
+
+        A dataset that is already prepared (and not being overwritten) is left to TFDS as is. A
+        `file_format` (here or the builder's) the streaming writer cannot honour fails first, and so
+        does a TFDS build option it ignores (`check_build_options`). Only one build of a config
+        writes into a data_dir at a time (`vidvol.builders.writer.build_lock`): a second one waits and
+        reuses the first one's dataset (`reused_from` says whose), or stops at once when
+        `VIDVOL_BUILD_LOCK=fail`.
+        """
+        mode = download_config.download_mode if download_config else None
+        overwrite = mode is not None and mode.overwrite_dataset
+        if self._is_prepared() and not overwrite:
+            return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+        check_file_format(kwargs.get("file_format") or self.info.file_format, self.data_dir)
+        check_build_options(download_config)
+        name = self._display_name()
+        self.reused_from = None
+        with build_lock.hold(self.data_path, what=name) as lock:
+            if lock.waited_for is not None and self._is_prepared() and not overwrite:
+                # The build this one waited for prepared the dataset: reuse it, as TFDS reuses a prepared one.
+                self.reused_from = build_lock.describe(lock.waited_for, lock.path)
+                logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
+                self.info.read_from_directory(self.data_path)
+                return None
+            self._prepare_in_session(name, download_dir, download_config, **kwargs)
+        return None
+
+    def _is_prepared(self) -> bool:
+        return tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
+
+    def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
+        """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
+        log_dir = os.fspath(self.data_path.parent)
+        with build_log.session(name, log_dir, version=str(self.version)) as session:
+            self._summary_results = None
+            try:
+                super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+            except BuildWriteError:
+                raise
+            except Exception as e:  # pylint: disable=broad-except
+                failure = write_failure(e)
+                if failure is None and isinstance(e, WRITE_ERRORS) and NO_ROOM.search(str(e)):
+                    failure = {"path": "", "error": f"{type(e).__name__}: {e}"}  # TFDS's own metadata files
+                if failure is None:
+                    raise
+                logger.info("the build's error, as raised: %s", e)  # the whole story stays in the build log
+                raise self._write_error(failure) from None
+            if self._summary_results is not None:
+                session.add_summary(build_summary(name, self._summary_results, os.fspath(self.data_path)))
+
+    def _write_error(self, failure: Mapping[str, str]) -> BuildWriteError:
+        """One clear error for a build whose writes failed, once TFDS removed its `incomplete.*` folder."""
+        data_dir = artifacts.data_dir_of(self.data_path, self.builder_config is not None)
+        path = failure.get("path") or ""
+        shard = os.path.basename(path[: -len(".partial")] if path.endswith(".partial") else path)
+        what = f"shard {shard}" if ".tfrecord" in shard or path.endswith(".partial") else (shard or "its files")
+        # TFDS removed the build's `incomplete.*` folder (every shard, attempt and sidecar in it) on the way out.
+        state = ("nothing of this build was kept and the dataset is not prepared"
+                 if not tf.io.gfile.exists(os.fspath(self.data_path)) else "its partial files were removed")
+        hint = write_hint(failure.get("error", ""))
+        return BuildWriteError(
+            f"{self._display_name()}: the build could not write to data_dir {data_dir} while writing {what} "
+            f"({failure.get('error', '?')}). {hint[0].upper()}{hint[1:]}, then run the build again; {state}."
+        )
+
+    def _file_format(self) -> file_adapters.FileFormat:
+        """The file format this build writes (the builder's `file_format`, tfrecord by default); checked."""
+        return check_file_format(self.info.file_format, self.data_dir)
+
+    def _estimated_example_bytes(self) -> int:
+        """Rough serialized size of one example, used to size shards before anything is decoded."""
+        return 1 << 20
+
+    def _max_shard_size(self, download_config: tfds.download.DownloadConfig) -> int:
+        """Shard size cap: `--max_shard_size_mb` if given, else the config's, else 256 MiB."""
+        if download_config.max_shard_size != tfds_api.DEFAULT_MAX_SHARD_SIZE:
+            return download_config.max_shard_size
+        return getattr(self.builder_config, "max_shard_size", None) or DEFAULT_MAX_SHARD_SIZE
+
+    def _generators(self, dl_manager, download_config) -> dict[str, ExamplesFromSources]:
+        """Calls `_split_generators` and checks every split is an `ExamplesFromSources`."""
+        generators = self._split_generators(dl_manager)
+        for split, gen in generators.items():
+            if not isinstance(gen, ExamplesFromSources):
+                raise TypeError(
+                    f"{self.name}: split {split!r}: _generate_examples must return "
+                    f"vidvol.builders.dataset_builder.ExamplesFromSources(sources, example_fn), got {type(gen).__name__}"
+                )
+            gen.split = split
+            if download_config.max_examples_per_split:
+                gen.sources = stable_order(gen.sources, split)[: download_config.max_examples_per_split]
+        return generators
+
+    def _download_and_prepare(self, dl_manager, download_config):  # pytype: disable=signature-mismatch
+        if download_config.max_examples_per_split == 0:
+            return
+        check_data_dir(self.data_dir)
+        self._file_format()  # before anything is written
+        generators = self._generators(dl_manager, download_config)
+        templates = {split: tfds_api.filename_template(self, split) for split in generators}
+        tasks = self._plan(generators, templates, download_config)
+        all_tasks = [t for ts in tasks.values() for t in ts]
+        if all_tasks:
+            num_sources = sum(len(t.sources) for t in all_tasks)
+            runner, options = resolve_runner(
+                download_config.beam_runner, download_config.beam_options, len(all_tasks), num_sources=num_sources,
+                manual_dir=os.fspath(download_config.manual_dir) if download_config.manual_dir else None,
+            )
+            self._run_pipeline(all_tasks, generators, runner, options, tasks)
+        for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
+            tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)
+        results = []
+        for split, template in templates.items():
+            final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
+            results.append(collect_split(split, tasks[split], final, empty_reason=generators[split].empty_reason))
+        # A split without an example is not registered: `tfds.load(split=...)` then lists the splits there are.
+        filled = [r for r in results if r.num_examples]
+        if not filled:
+            raise ValueError(self._nothing_built(results))
+        self.info.set_splits(
+            tfds.core.SplitDict(
+                [
+                    tfds.core.SplitInfo(
+                        name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
+                    )
+                    for r in filled
+                ]
+            )
+        )
+        # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
+        manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
+        self._report(os.fspath(self.data_path), results, manual_dir)
+
+    def _nothing_built(self, results: Sequence[SplitResult]) -> str:
+        """The error of a build in which no split got an example: why, per split, with the first skips."""
+        lines = [f"{self._display_name()}: no split has an example, so there is nothing to prepare:"]
+        for r in results:
+            lines.append(f"  {r.name}: {r.why_empty()}")
+            lines.extend(f"    {s['source']}: {s['reason']}" for s in r.skips[:3] if not s.get("example"))
+        if not results:
+            lines.append("  the builder declared no split")
+        return "\n".join(lines)
+
+    def _plan(self, generators, templates, download_config) -> dict[str, list[ShardTask]]:
+        """Shard tasks per split, written to `<final name>.partial` until the whole build succeeded."""
+        max_shard_size = self._max_shard_size(download_config)
+        tasks: dict[str, list[ShardTask]] = {}
+        for split, gen in generators.items():
+            n = num_shards_for(
+                len(gen.sources), self._estimated_example_bytes(),
+                max_shard_size=max_shard_size, min_shards=self.MIN_SHARDS, num_shards=download_config.num_shards,
+            )
+            planned = lambda i, n, t=templates[split]: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
+            tasks[split] = plan_shards(split, gen.sources, n, planned)
+            logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
+        return tasks
+
+    def _run_pipeline(self, all_tasks, generators, runner, options, tasks_by_split=None) -> None:
+        """One Beam pipeline: shard tasks spread over the workers, each written whole by one worker.
+
+        While it runs, a background thread reads the workers' progress records and shows one bar
+        (or plain line) per split.
+        """
+        fns = {split: gen.example_fn for split, gen in generators.items()}
+        setup = [fn for gen in generators.values() for fn in gen.worker_setup]
+        plan = os.path.join(os.fspath(self.data_dir), PLAN_NAME)
+        refs = write_plan(all_tasks, plan)
+        pipeline = beam.Pipeline(runner=runner, options=options)
+        write = WriteShardFn(self.info.features, fns, setup, self._file_format().value, refs=refs)
+        shard_pipeline(pipeline, len(refs), beam.ParDo(write))
+        by_split = tasks_by_split or {t.split: [x for x in all_tasks if x.split == t.split] for t in all_tasks}
+        shards = {split: [(progress.progress_path(t.path), len(t.sources)) for t in ts] for split, ts in by_split.items()}
+        session = build_log.current()
+        states = [progress.SplitProgress(split, sum(n for _, n in items)) for split, items in shards.items()]
+        display = (session.progress_display(states) if session is not None
+                   else progress.LineDisplay(self._display_name(), lambda line: logger.info("%s", line)))
+        try:
+            with progress.ProgressMonitor(shards, display):
+                state = pipeline.run().wait_until_finish()
+        finally:
+            with contextlib.suppress(tf.errors.NotFoundError):
+                tf.io.gfile.remove(plan)
+        if state is not None and str(state) != PipelineState.DONE:
+            raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
+
+    def _report(self, data_dir: str, results: Sequence[SplitResult], manual_dir: str | None = None) -> None:
+        """Writes the skip report and the shard list (`shards.json`) next to the shards; the summary lines are
+        shown when the build ends.
+
+        Inside a build session (`download_and_prepare`) they are the last lines the user sees,
+        with the skip report's final path; called otherwise, they are logged at WARNING.
+        """
+        report_path = os.path.join(data_dir, SKIP_REPORT_NAME)
+        with writing(report_path):
+            write_skip_report(report_path, self.name, results)
+        shards_path = os.path.join(data_dir, artifacts.SHARDS_NAME)
+        with writing(shards_path):
+            integrity.write_shards_file(
+                shards_path, dataset=self._display_name(), version=str(self.version), manual_dir=manual_dir,
+                entries=[e for r in results for e in r.shard_files],
+            )
+        if build_log.current() is not None:
+            self._summary_results = list(results)
+        else:
+            build_log.summary(build_summary(self._display_name(), results, data_dir))

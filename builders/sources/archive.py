@@ -1,0 +1,267 @@
+"""Safe RAR extraction: HMDB51 ships as RAR archives, which TFDS's extractor cannot open.
+
+Two backends read the archives, tried in this order (`backend=` or the VIDVOL_RAR_BACKEND
+environment variable picks one: `rarfile`, `libarchive` or `auto`, the default):
+
+* `rarfile`: the `rarfile` package, which decodes STORED entries itself and hands compressed ones
+  to an external tool (`unrar`, `unar`, `7z` or `bsdtar`, whichever it finds). With `unar` or
+  `unrar` it reads every RAR version, solid RAR 3.x included.
+* `libarchive`: the `libarchive-c` package (pip) over the system's libarchive (`libarchive.so.13`,
+  in Debian's and Ubuntu's base images), so a user without root can read RAR5 and non-solid
+  RAR 3.x archives. libarchive cannot decompress solid RAR 3.x archives, does not check the CRC
+  of STORED RAR 3.x entries and turns RAR5 file copies into empty files, so this backend also
+  reads the headers with `rarfile` (pure Python, no tool) and checks every entry against them:
+  the same names and kinds in the same order, each file's size and CRC32 or BLAKE2sp.
+
+A backend that cannot read an archive (no tool, unsupported compression, damaged data) leaves
+nothing behind and the next one is tried; when none can, the ArchiveError names the archive, what
+each backend said and what to install. Whatever the backend, every entry name is validated before
+anything is written (no absolute paths, drive letters, backslashes, `..` components, links or
+special files: an UnsafeArchiveError, never retried with another backend), and file data is
+streamed by vidvol into paths it chose itself (`archive_entries.Output`), so no library or tool
+decides where bytes land. Extraction goes to a temporary folder beside the target and is renamed
+into place with a marker file, so a finished extraction is reused by the next call and an
+interrupted one leaves nothing half-written behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+
+from vidvol.builders.sources import files as file_layer
+from vidvol.builders.sources.archive_backends import EXTRACTORS, available_backends
+from vidvol.builders.sources.archive_backends import libarchive_version, rar_backend_available
+from vidvol.builders.sources.archive_entries import MARKER_NAME, ArchiveError, BackendFailed, Output, UnsafeArchiveError
+
+__all__ = [
+    "ArchiveError",
+    "BACKENDS",
+    "BACKEND_ENV",
+    "MARKER_NAME",
+    "UnsafeArchiveError",
+    "available_backends",
+    "extract_rar",
+    "libarchive_version",
+    "rar_backend_available",
+]
+
+logger = logging.getLogger(__name__)
+
+BACKEND_ENV = "VIDVOL_RAR_BACKEND"
+BACKENDS = ("rarfile", "libarchive")  # the order `auto` tries them in
+_SELF_EXTRACT_HINT = ("Alternatively extract the archive with any RAR tool yourself: the extracted "
+                      "layout works without any RAR tool.")
+
+
+def _backend_order(backend: str | None) -> tuple[str, ...]:
+    """Backends to try, from `backend` or else VIDVOL_RAR_BACKEND; `auto` means all in BACKENDS order."""
+    source = "backend argument"
+    if backend is None:
+        backend, source = os.environ.get(BACKEND_ENV, "") or "auto", BACKEND_ENV
+    choice = backend.strip().lower()
+    if choice == "auto":
+        return BACKENDS
+    if choice in BACKENDS:
+        return (choice,)
+    raise ValueError(f"unknown RAR backend {backend!r} ({source}); choose one of: auto, "
+                     + ", ".join(BACKENDS))
+
+
+def _backend_label(name: str) -> str:
+    if name == "rarfile":
+        tool = rar_backend_available()
+        return f"rarfile (over {tool})" if tool else "rarfile (no external tool)"
+    version = libarchive_version()
+    return f"libarchive {version}" if version else "libarchive"
+
+
+def _install_hint(failures: list[tuple[str, BackendFailed]]) -> str:
+    """What to install (or do) so that some backend can read the archive every backend failed on."""
+    needs = {failure.need for _, failure in failures}
+    said = " ".join(str(failure) for _, failure in failures).lower()
+    hints = []
+    if "unar" in needs:
+        lacks = ("decompress solid RAR 3.x archives" if "solid" in said else
+                 "reproduce RAR5 file copies" if "file copy" in said else "read this archive")
+        hints.append(f"libarchive (and so bsdtar) cannot {lacks}: install unar "
+                     "(`apt-get install unar`) or unrar, which the rarfile backend then uses.")
+    elif "tool" in needs:
+        hints.append("Install a tool for the rarfile backend: `apt-get install unar` (every RAR "
+                     "version) or `apt-get install libarchive-tools` (bsdtar; not solid RAR 3.x).")
+    if "libarchive" in needs:
+        hints.append("Without root: `pip install libarchive-c`, over the libarchive13 system library "
+                     "(`apt-get install libarchive13`, already in most base images), reads RAR5 and "
+                     "non-solid RAR 3.x archives.")
+    tried = [name for name, _ in failures]
+    if len(tried) < len(BACKENDS):
+        hints.append(f"Only the {', '.join(tried)} backend was tried (backend argument or "
+                     f"{BACKEND_ENV}); `auto` tries {', '.join(BACKENDS)} in turn.")
+    if "password" in needs:
+        hints.append("Password-protected archives are not supported.")
+    elif not needs - {None}:
+        hints.append("The archive may be damaged or incomplete.")
+    hints.append(_SELF_EXTRACT_HINT)
+    return " ".join(hints)
+
+
+def _extract_into(path: str, dest_dir: str, *, archive: str, backends: tuple[str, ...]) -> list[str]:
+    """Validate all entries of RAR `path`, then stream them under `dest_dir`; returns file paths.
+
+    Each of `backends` is tried in turn until one reads the archive; a failed attempt is undone
+    first. `archive` is the name used in messages (`outer.rar!inner.rar` for nested archives).
+    """
+    failures: list[tuple[str, BackendFailed]] = []
+    for backend in backends:
+        out = Output(dest_dir, archive)
+        try:
+            files = EXTRACTORS[backend](path, archive, out)
+        except BackendFailed as e:
+            out.rollback()
+            failures.append((backend, e))
+            logger.info("%s: the %s backend cannot read it: %s", archive, backend, e)
+            continue
+        except BaseException:
+            out.rollback()
+            raise
+        logger.info("Extracted %d files from %s with the %s backend", len(files), archive, backend)
+        return files
+    said = "\n".join(f"  {_backend_label(name)}: {message}" for name, message in failures)
+    raise ArchiveError(f"{archive}: no RAR backend could extract it:\n{said}\n{_install_hint(failures)}")
+
+
+def _inner_rars(root: str) -> list[str]:
+    """Relative paths of the `.rar` files under `root`, sorted."""
+    return sorted(
+        os.path.relpath(os.path.join(dirpath, filename), root)
+        for dirpath, _, filenames in os.walk(root)
+        for filename in filenames
+        if filename.lower().endswith(".rar"))
+
+
+def _extract_nested(archive: str, root: str, outer_files: list[str], backends: tuple[str, ...]) -> list[str]:
+    """Extract each inner `.rar` under `root` into a sibling folder named after it, then delete it."""
+    files = set(outer_files)
+    for inner_rel in _inner_rars(root):
+        inner_posix = inner_rel.replace(os.sep, "/")
+        label = f"{archive}!{inner_posix}"
+        folder_rel = inner_posix[: -len(".rar")]
+        folder = os.path.join(root, folder_rel)
+        if not os.path.basename(folder_rel) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            raise ArchiveError(f"{label}: cannot extract into folder {folder_rel!r} "
+                               "(empty name or an existing file)")
+        inner_path = os.path.join(root, inner_rel)
+        extracted = _extract_into(inner_path, folder, archive=label, backends=backends)
+        os.remove(inner_path)
+        files.discard(inner_posix)
+        files.update(posixpath.join(folder_rel, rel) for rel in extracted)
+    return sorted(files)
+
+
+def _fingerprint(archive: str, nested: bool) -> dict[str, object]:
+    """What identifies one extraction: the archive's name, size and mtime, and the mode."""
+    if file_layer.is_url(archive):
+        st = file_layer.stat(archive)
+        return {"archive": file_layer.basename(archive), "size": st.size, "mtime_ns": st.mtime_ns, "nested": nested}
+    st = os.stat(archive)
+    return {"archive": os.path.basename(archive), "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns, "nested": nested}
+
+
+def _read_marker(target_dir: str, fingerprint: dict[str, object]) -> list[str] | None:
+    """File list of a finished extraction into `target_dir` of the same archive, else None."""
+    try:
+        with open(os.path.join(target_dir, MARKER_NAME), encoding="utf-8") as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(marker, dict) or marker.get("fingerprint") != fingerprint:
+        return None
+    files = marker.get("files")
+    if not isinstance(files, list):
+        return None
+    if not all(os.path.isfile(os.path.join(target_dir, rel)) for rel in files):
+        return None
+    return files
+
+
+def _is_our_extraction(target_dir: str) -> bool:
+    """Whether `target_dir` is missing, empty, or an earlier extract_rar result (marker present)."""
+    if not os.path.lexists(target_dir):
+        return True
+    if not os.path.isdir(target_dir) or os.path.islink(target_dir):
+        return False
+    return not os.listdir(target_dir) or os.path.isfile(os.path.join(target_dir, MARKER_NAME))
+
+
+def extract_rar(archive: str, target_dir: str, *, nested: bool = False,
+                backend: str | None = None) -> list[str]:
+    """Safely extract every entry of RAR `archive` into `target_dir`; returns sorted relative paths.
+
+    All entries are validated before anything is written; an unsafe one raises
+    UnsafeArchiveError and leaves nothing behind. A second call for the same archive (same size
+    and mtime) reuses the earlier extraction. With `nested=True`, each `.rar` found inside is
+    extracted (same rules) into a folder named after it and then removed, one level deep, as
+    HMDB51 ships one `<class>.rar` per action class inside `hmdb51_org.rar`. `archive` may be a
+    URL: it is then fetched into a local temporary file for the extraction (not when one is reused).
+    `backend` (else the VIDVOL_RAR_BACKEND environment variable, else `auto`) is `rarfile`,
+    `libarchive` or `auto` (rarfile, then libarchive); an ArchiveError from a backend that cannot
+    read the archive says what each backend said and what to install.
+    """
+    backends = _backend_order(backend)
+    archive = os.fspath(archive)
+    target_dir = os.path.abspath(os.fspath(target_dir))
+    if not file_layer.isfile(archive):
+        raise FileNotFoundError(f"{archive}: RAR archive not found")
+    fingerprint = _fingerprint(archive, nested)
+    reused = _read_marker(target_dir, fingerprint)
+    if reused is not None:
+        logger.info("Reusing extraction of %s in %s", archive, target_dir)
+        return reused
+    if not _is_our_extraction(target_dir):
+        raise ArchiveError(
+            f"{target_dir}: exists and holds files that extract_rar did not write; "
+            f"refusing to replace it with the contents of {archive} (choose an empty folder)")
+
+    parent = os.path.dirname(target_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(target_dir)}.tmp-", dir=parent)
+    try:
+        with file_layer.local_copy(archive) as local:
+            files = sorted(_extract_into(local, tmp_dir, archive=archive, backends=backends))
+        if nested:
+            files = _extract_nested(archive, tmp_dir, files, backends)
+        with open(os.path.join(tmp_dir, MARKER_NAME), "w", encoding="utf-8") as f:
+            json.dump({"fingerprint": fingerprint, "files": files}, f)
+        try:
+            _move_into_place(tmp_dir, target_dir)
+        except OSError:
+            # Another process may have finished the same extraction first: use its result.
+            concurrent = _read_marker(target_dir, fingerprint)
+            if concurrent is None:
+                raise
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            return concurrent
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    logger.info("Extracted %s into %s (%d files)", archive, target_dir, len(files))
+    return files
+
+
+def _move_into_place(tmp_dir: str, target_dir: str) -> None:
+    """Rename the finished `tmp_dir` to `target_dir`, replacing an empty or stale extraction."""
+    if os.path.isdir(target_dir) and os.listdir(target_dir):
+        # A stale extraction (archive changed): move it aside first, then delete it.
+        stale = tempfile.mkdtemp(prefix=f".{os.path.basename(target_dir)}.stale-",
+                                 dir=os.path.dirname(target_dir))
+        os.rmdir(stale)
+        os.rename(target_dir, stale)
+        os.rename(tmp_dir, target_dir)
+        shutil.rmtree(stale, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, target_dir)

@@ -1,0 +1,530 @@
+"""The build side's file layer: local paths through `os`/`open`, URLs (`s3://`, `gs://`, any fsspec protocol) through fsspec.
+
+Layout discovery (listing class folders, reading CSV and split files, checking that files exist)
+calls these functions with whatever manual_dir is; a local path takes exactly the `os` call it
+always took. The example functions fetch one URL source at a time into a local temporary file
+(`local_copy`) for OpenCV and nibabel, which need local paths, and delete it when done.
+
+Credentials come from the usual environment variables (`AWS_ACCESS_KEY_ID`,
+`AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ENDPOINT_URL`/`AWS_ENDPOINT_URL_S3`,
+`AWS_DEFAULT_REGION`, ...; `GOOGLE_APPLICATION_CREDENTIALS` for gs://) or fsspec's own
+configuration (`~/.config/fsspec/`, `FSSPEC_<PROTOCOL>_<OPTION>` variables), read by the file
+system library in each process, Beam workers included. Nothing here stores or prints a secret:
+messages of errors raised from here have the values of secret-looking environment variables
+replaced by `***`.
+
+Errors: a missing file is a `FileNotFoundError` naming the URL; refused credentials are an
+`AccessDeniedError` (a RuntimeError, so a worker stops the build rather than skipping every
+input); a transient error (connection reset or refused, timeout, 5xx) is retried `retries`
+times with a short backoff and then raised as `RemoteReadError` (an OSError: an example
+function's input error, i.e. a recorded skip) naming the URL and the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import io
+import logging
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+import threading
+import time
+from typing import IO, Any, Callable, Iterator, TypeVar
+
+import fsspec
+
+from vidvol.core import tfds_api
+from vidvol.core.urls import is_url, scheme, split_url
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AccessDeniedError",
+    "FileStat",
+    "RemoteReadError",
+    "basename",
+    "dirname",
+    "exists",
+    "fetch_dir",
+    "isabs",
+    "isdir",
+    "isfile",
+    "is_transient",
+    "is_url",
+    "join",
+    "listdir",
+    "local_copy",
+    "manual_dir",
+    "missing_detail",
+    "normpath",
+    "open_binary",
+    "open_text",
+    "read_bytes",
+    "relpath",
+    "scheme",
+    "scrub",
+    "stat",
+    "walk",
+]
+
+RETRIES = 3  # retries of a transient error (attempts = RETRIES + 1)
+BACKOFF_S = 0.5  # first wait between attempts; doubles each time
+FETCH_DIR_ENV = "VIDVOL_FETCH_DIR"  # where local_copy puts its temporary files (default: <tmp>/vidvol_fetch_<uid>)
+
+_SECRET_ENV_RE = re.compile(r"SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_CREDENTIAL_ENV_PREFIXES = ("AWS_", "FSSPEC_", "GOOGLE_", "AZURE_", "GCSFS_", "HF_")
+_CREDENTIAL_HINTS = {
+    "s3": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)",
+    "s3a": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)",
+    "gs": "check GOOGLE_APPLICATION_CREDENTIALS or the gcloud login",
+    "gcs": "check GOOGLE_APPLICATION_CREDENTIALS or the gcloud login",
+}
+# Errors of the store libraries (botocore, aiohttp, urllib3, requests, fsspec) that a retry may cure.
+_TRANSIENT_NAMES = frozenset({
+    "EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "ReadTimeoutError",
+    "ConnectionError", "HTTPClientError", "IncompleteReadError", "ResponseStreamingError", "ProxyConnectionError",
+    "ClientConnectionError", "ClientConnectorError", "ClientOSError", "ClientPayloadError", "ServerDisconnectedError",
+    "ServerTimeoutError", "ProtocolError", "ChunkedEncodingError", "ConnectTimeout", "ReadTimeout", "FSTimeoutError",
+    "IncompleteRead",
+})
+_CREDENTIAL_NAMES = frozenset({
+    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "NoAuthTokenError",
+    "DefaultCredentialsError", "RefreshError",
+})
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name) for name in (
+        "EIO", "EREMOTEIO", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "EPIPE", "EAGAIN",
+        "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "ENETRESET", "EBUSY",
+    ) if hasattr(errno, name)
+)
+_PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+T = TypeVar("T")
+
+
+class AccessDeniedError(RuntimeError):
+    """The store refused the credentials (or has none): a configuration error that stops the build, never a skip."""
+
+
+class RemoteReadError(OSError):
+    """A URL could not be read (a transient error persisted through the retries, or the store failed otherwise)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FileStat:
+    """What `stat` tells about a path: size in bytes, whether it is a directory, modification time."""
+
+    size: int
+    isdir: bool
+    mtime_ns: int  # 0 when the store does not report one
+
+
+# --------------------------------------------------------------------------------------------
+# Path strings
+# --------------------------------------------------------------------------------------------
+
+
+def join(base: str, *parts: str) -> str:
+    """`os.path.join` for local paths; `/`-joined for URLs."""
+    base = os.fspath(base)
+    if not is_url(base):
+        return os.path.join(base, *parts)
+    out = base.rstrip("/")
+    for part in parts:
+        part = os.fspath(part).strip("/")
+        if part:
+            out = f"{out}/{part}"
+    return out
+
+
+def normpath(path: str) -> str:
+    """`os.path.normpath` for local paths; URLs normalised after `scheme://`."""
+    if not is_url(path):
+        return os.path.normpath(path)
+    prefix, rest = split_url(path)
+    return prefix + posixpath.normpath(rest).lstrip("/") if rest else path
+
+
+def dirname(path: str) -> str:
+    """`os.path.dirname` for local paths; the parent URL (never above the bucket) for URLs."""
+    if not is_url(path):
+        return os.path.dirname(path)
+    prefix, rest = split_url(path)
+    rest = rest.rstrip("/")
+    return prefix + posixpath.dirname(rest) if "/" in rest else prefix + rest
+
+
+def basename(path: str) -> str:
+    """Last component of a local path or URL."""
+    if not is_url(path):
+        return os.path.basename(path)
+    return posixpath.basename(split_url(path)[1].rstrip("/"))
+
+
+def relpath(path: str, start: str) -> str:
+    """`os.path.relpath` for local paths; for two URLs of one scheme the `/`-separated relative path (ValueError otherwise)."""
+    if not is_url(path) and not is_url(start):
+        return os.path.relpath(path, start)
+    if not (is_url(path) and is_url(start)) or scheme(path) != scheme(start):
+        raise ValueError(f"no relative path from {start} to {path}")
+    return posixpath.relpath("/" + split_url(path)[1], "/" + split_url(start)[1].rstrip("/"))
+
+
+def isabs(path: str) -> bool:
+    """A URL or an absolute local path."""
+    return is_url(path) or os.path.isabs(path)
+
+
+# --------------------------------------------------------------------------------------------
+# File systems, errors and retries
+# --------------------------------------------------------------------------------------------
+
+_FS_CACHE: dict[tuple, Any] = {}
+_FS_LOCK = threading.Lock()
+
+
+def _env_fingerprint() -> str:
+    """Digest of the credential-related environment (a new value, e.g. another secret, gets a new client)."""
+    items = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV_PREFIXES))
+    return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+def _filesystem(protocol: str):
+    """One fsspec file system per protocol, credential environment and process; listings are not cached."""
+    key = (protocol, _env_fingerprint(), os.getpid())
+    with _FS_LOCK:
+        fs = _FS_CACHE.get(key)
+        if fs is None:
+            try:
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
+            except TypeError:  # a file system that takes no listing-cache option
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True)
+            _FS_CACHE.clear()  # an old environment's clients are not needed again
+            _FS_CACHE[key] = fs
+    return fs
+
+
+def _fs(url: str):
+    """(file system, its path) for a URL."""
+    fs = _filesystem(scheme(url))
+    return fs, fs._strip_protocol(url)  # pylint: disable=protected-access
+
+
+def _secrets() -> list[str]:
+    """Values that must never appear in a message: secret-looking environment variables and fsspec config."""
+    values = [v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 6]
+    for options in getattr(fsspec.config, "conf", {}).values():
+        if isinstance(options, dict):
+            values += [str(v) for k, v in options.items() if _SECRET_ENV_RE.search(str(k)) and len(str(v)) >= 6]
+    return sorted(set(values), key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """`text` with every known secret value replaced by `***`."""
+    for secret in _secrets():
+        text = text.replace(secret, "***")
+    return text
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message`, secrets scrubbed."""
+    return scrub(f"{type(e).__name__}: {e}")
+
+
+def _http_status(e: BaseException) -> int | None:
+    """The HTTP status an error carries, if any (aiohttp `status`, botocore `response`)."""
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(status, int):
+            return status
+    status = getattr(e, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(e: BaseException) -> bool:
+    """Whether a retry may cure `e`: connection errors, timeouts, 5xx/429; never a missing file or refused access."""
+    if isinstance(e, _PERMANENT_OS_ERRORS):
+        return False
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
+    status = _http_status(e)
+    if status is not None:
+        return status >= 500 or status == 429
+    if isinstance(e, OSError):
+        return e.errno in _TRANSIENT_ERRNOS  # s3fs turns 5xx and unknown error codes into EIO/EREMOTEIO
+    return bool({c.__name__ for c in type(e).__mro__} & _TRANSIENT_NAMES)
+
+
+def _is_store_error(e: BaseException) -> bool:
+    """An error of the store or its libraries (OSError, or an exception class defined outside the stdlib)."""
+    return isinstance(e, OSError) or type(e).__module__.split(".")[0] not in ("builtins", "vidvol")
+
+
+def credential_hint(url: str) -> str:
+    """What to check when the store behind `url` refuses or lacks credentials (the variables, for s3://)."""
+    return _CREDENTIAL_HINTS.get(scheme(url), f"check the credentials of fsspec's {scheme(url)}:// file system")
+
+
+def _access_denied(url: str, e: BaseException) -> AccessDeniedError:
+    """The clear error for refused or missing credentials."""
+    return AccessDeniedError(f"access denied for {url}: {credential_hint(url)} ({_describe(e)})")
+
+
+def _call(url: str, fn: Callable[[], T], *, what: str, retries: int = RETRIES) -> T:
+    """Runs one store operation on `url`, retrying transient errors; raises errors that name the URL, secrets scrubbed."""
+    attempts = max(0, retries) + 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except (AccessDeniedError, RemoteReadError):
+            raise
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", url) from None
+        except Exception as e:  # pylint: disable=broad-except
+            if isinstance(e, PermissionError) or type(e).__name__ in _CREDENTIAL_NAMES:
+                raise _access_denied(url, e) from None
+            if not _is_store_error(e):
+                raise
+            if is_transient(e) and attempt < attempts:
+                wait = BACKOFF_S * 2 ** (attempt - 1)
+                logger.warning("%s: %s failed (%s), attempt %d of %d; retrying in %.1f s",
+                               url, what, _describe(e), attempt, attempts, wait)
+                time.sleep(wait)
+                continue
+            tries = f" after {attempt} attempts" if attempt > 1 else ""
+            raise RemoteReadError(f"{url}: {what} failed{tries} ({_describe(e)})") from None
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------------------------
+# Queries and reads
+# --------------------------------------------------------------------------------------------
+
+
+def exists(path: str) -> bool:
+    """`os.path.exists` for local paths; whether the object or prefix exists for URLs."""
+    if not is_url(path):
+        return os.path.exists(path)
+    fs, p = _fs(path)
+    return _call(path, lambda: fs.exists(p), what="exists")
+
+
+def isdir(path: str) -> bool:
+    """`os.path.isdir` for local paths; whether the URL is a bucket or a prefix holding objects."""
+    if not is_url(path):
+        return os.path.isdir(path)
+    fs, p = _fs(path)
+    return _call(path, lambda: fs.isdir(p), what="isdir")
+
+
+def isfile(path: str) -> bool:
+    """`os.path.isfile` for local paths; whether the URL is an object."""
+    if not is_url(path):
+        return os.path.isfile(path)
+    fs, p = _fs(path)
+    return _call(path, lambda: fs.isfile(p), what="isfile")
+
+
+def _mtime_ns(info: dict) -> int:
+    """Modification time in ns from an fsspec info dict (s3 `LastModified`, local `mtime`, gcs `updated`), else 0."""
+    for field in ("LastModified", "mtime", "updated", "last_modified", "created"):
+        value = info.get(field)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return int(value.timestamp() * 1e9)
+        if isinstance(value, (int, float)):
+            return int(value * 1e9)
+    return 0
+
+
+def stat(path: str) -> FileStat:
+    """Size, kind and mtime of a path or URL (FileNotFoundError when missing)."""
+    if not is_url(path):
+        st = os.stat(path)
+        return FileStat(size=st.st_size, isdir=os.path.isdir(path), mtime_ns=st.st_mtime_ns)
+    fs, p = _fs(path)
+    info = _call(path, lambda: fs.info(p), what="stat")
+    return FileStat(size=int(info.get("size") or 0), isdir=info.get("type") == "directory", mtime_ns=_mtime_ns(info))
+
+
+def listdir(path: str) -> list[str]:
+    """`os.listdir` for local paths; the sorted names right under a URL (FileNotFoundError when there are none)."""
+    if not is_url(path):
+        return os.listdir(path)
+    fs, p = _fs(path)
+    entries = _call(path, lambda: fs.ls(p, detail=False), what="list")
+    own = p.rstrip("/")
+    names = {posixpath.basename(e.rstrip("/")) for e in entries if e.rstrip("/") != own}
+    return sorted(n for n in names if n)
+
+
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`os.walk` for local paths; for URLs the same top-down `(folder, dirs, files)` from one recursive listing.
+
+    As with `os.walk`, the caller may sort or prune `dirs` in place; a missing URL yields nothing.
+    """
+    if not is_url(top):
+        yield from os.walk(top)
+        return
+    fs, root = _fs(top)
+    root = root.rstrip("/")
+    found = _call(top, lambda: fs.find(root, withdirs=False, detail=False), what="list")
+    tree: dict = {}
+    for p in found:
+        if not p.startswith(root + "/"):
+            continue
+        *folders, name = p[len(root) + 1:].split("/")
+        node = tree
+        for folder in folders:
+            node = node.setdefault(folder, {})
+        if name:
+            node[name] = None
+    top = top.rstrip("/")
+
+    def visit(url: str, node: dict) -> Iterator[tuple[str, list[str], list[str]]]:
+        dirs = sorted(k for k, v in node.items() if isinstance(v, dict))
+        names = sorted(k for k, v in node.items() if v is None)
+        yield url, dirs, names
+        for d in dirs:
+            if isinstance(node.get(d), dict):
+                yield from visit(f"{url}/{d}", node[d])
+
+    if tree:
+        yield from visit(top, tree)
+
+
+def read_bytes(path: str, retries: int = RETRIES) -> bytes:
+    """The whole file; a URL is read in one request, transient errors retried."""
+    if not is_url(path):
+        with open(path, "rb") as f:
+            return f.read()
+    fs, p = _fs(path)
+    return _call(path, lambda: fs.cat_file(p), what="read", retries=retries)
+
+
+def open_text(path: str, *, encoding: str = "utf-8", errors: str = "strict", newline: str | None = None) -> IO[str]:
+    """`open(path, encoding=..., errors=..., newline=...)` for local paths; a URL (a CSV or split file) is read whole first."""
+    if not is_url(path):
+        return open(path, encoding=encoding, errors=errors, newline=newline)  # noqa: SIM115 (the caller closes it)
+    return io.TextIOWrapper(io.BytesIO(read_bytes(path)), encoding=encoding, errors=errors, newline=newline)
+
+
+def open_binary(path: str) -> IO[bytes]:
+    """`open(path, "rb")` for local paths; a streaming fsspec file for URLs."""
+    if not is_url(path):
+        return open(path, "rb")  # noqa: SIM115
+    fs, p = _fs(path)
+    return _call(path, lambda: fs.open(p, "rb"), what="open")
+
+
+def missing_detail(path: str) -> str:
+    """Why a URL folder is missing, for messages (`" (bucket 'b' does not exist, ...)"`); `""` for local paths, or when it exists."""
+    if not is_url(path):
+        return ""
+    prefix, rest = split_url(path)
+    bucket = rest.split("/", 1)[0]
+    try:
+        if bucket and not exists(prefix + bucket):
+            return f" (bucket {bucket!r} does not exist, or these credentials cannot see it)"
+        if not exists(path):
+            return f" (no object under {path.rstrip('/')}/)"
+    except (OSError, AccessDeniedError):
+        return ""
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# Local copies for OpenCV and nibabel
+# --------------------------------------------------------------------------------------------
+
+
+def fetch_dir() -> str:
+    """Folder for local_copy's temporary files: $VIDVOL_FETCH_DIR, else `<tempfile.gettempdir()>/vidvol_fetch_<uid>`."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.environ.get(FETCH_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"vidvol_fetch_{uid}")
+
+
+def _local_name(url: str) -> str:
+    """A safe local file name that keeps the URL's name and suffix (`scan.nii.gz`, `clip.avi`)."""
+    name = basename(url).replace(os.sep, "_") or "object"
+    name = re.sub(r"[\x00-\x1f]", "_", name)
+    if len(name) > 200:
+        stem, dot, suffix = name.partition(".")
+        name = stem[: 200 - len(suffix) - 1] + dot + suffix[-(200 - 1):]
+    return name
+
+
+def _renamed(e: BaseException, old: str, new: str) -> BaseException | None:
+    """A copy of `e` with the local path `old` replaced by the URL `new` in its message, or None."""
+
+    def fix(value):
+        return value.replace(old, new) if isinstance(value, str) else value
+
+    mentioned = any(isinstance(a, str) and old in a for a in e.args)
+    filename = getattr(e, "filename", None) if isinstance(e, OSError) else None
+    if not mentioned and not (isinstance(filename, str) and old in filename):
+        return None
+    try:
+        if isinstance(e, OSError) and filename is not None:
+            return type(e)(e.errno, fix(e.strerror), fix(filename))
+        return type(e)(*(fix(a) for a in e.args))
+    except Exception:  # pylint: disable=broad-except  (an exception class with another signature)
+        return None
+
+
+@contextlib.contextmanager
+def local_copy(path: str, retries: int = RETRIES) -> Iterator[str]:
+    """A local path to read `path` from: the path itself when local, else a temporary copy deleted on exit.
+
+    A URL is fetched whole into its own folder under `fetch_dir()`, keeping its file name (and so
+    its suffix, e.g. `.nii.gz`); transient errors are retried `retries` times with a short
+    backoff, then raised as RemoteReadError naming the URL. Input errors (ValueError, OSError,
+    EOFError) raised inside the block that name the temporary file are re-raised naming the URL.
+    """
+    path = os.fspath(path)
+    if not is_url(path):
+        yield path
+        return
+    fs, p = _fs(path)
+    root = fetch_dir()
+    os.makedirs(root, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="fetch-", dir=root)
+    local = os.path.join(folder, _local_name(path))
+    try:
+        _call(path, lambda: fs.get_file(p, local), what="fetch", retries=retries)
+        try:
+            yield local
+        except (ValueError, OSError, EOFError) as e:
+            clone = _renamed(e, local, path)
+            if clone is None:
+                raise
+            raise clone.with_traceback(e.__traceback__) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Builder-side helpers
+# --------------------------------------------------------------------------------------------
+
+
+def manual_dir(dl_manager: Any) -> str:
+    """The build's manual_dir as a string: the URL itself for a bucket, else TFDS's checked local `dl_manager.manual_dir`.
+
+    TFDS keeps manual_dir as an `epath.Path`, whose `dl_manager.manual_dir` property checks it with
+    tf.io.gfile: that has no s3:// file system here, so a URL is taken as given (layout discovery
+    checks it through fsspec and names what is missing). TFDS itself only accepts URL schemes
+    epath knows (s3://, gs://, az://, hf://); the layout functions take any fsspec URL.
+    """
+    given = tfds_api.given_manual_dir(dl_manager)
+    if given is not None and is_url(given):
+        return given.rstrip("/")
+    return os.fspath(dl_manager.manual_dir)

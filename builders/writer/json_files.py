@@ -1,0 +1,23 @@
+"""The small JSON documents a build writes next to its shards (shard sidecars, the skip report), each written whole."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import tensorflow as tf
+
+
+def write_json(obj: Any, path: str) -> None:
+    """Writes a JSON document whole (temporary file, then rename) through tf.io.gfile (local, gs://, hdfs://)."""
+    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(json.dumps(obj, indent=1, sort_keys=True))
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def read_json(path: str) -> Any:
+    """Reads a JSON document through tf.io.gfile."""
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.loads(f.read())

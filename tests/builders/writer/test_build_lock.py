@@ -1,0 +1,215 @@
+"""One build of a config per data_dir at a time: the lock file, its stale forms, and two real concurrent builds."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow_datasets as tfds
+
+import vidvol  # noqa: F401  (registers the datasets)
+from vidvol import samples
+from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import formats
+
+DATASET = "mri_volumes/small_32"
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _write_lock(path, **content) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(content, f)
+
+
+def test_lock_path_sits_next_to_the_version_folder():
+    assert build_lock.lock_path("/d/mri_volumes/small_32/1.0.0") == "/d/mri_volumes/small_32/build_1.0.0.lock"
+    assert build_lock.lock_path("gs://b/d/x/1.0.0/") == "gs://b/d/x/build_1.0.0.lock"
+
+
+def test_acquire_writes_host_pid_start_and_release_removes_it(tmp_path):
+    path = str(tmp_path / "cfg" / "build_1.0.0.lock")
+    lock = build_lock.BuildLock(path, what="x/y")
+    lock.acquire()
+    held = build_lock.read(path)
+    assert held["host"] == socket.gethostname() and held["pid"] == os.getpid()
+    assert abs(held["started"] - time.time()) < 60 and held["token"] == lock.content["token"]
+    lock.release()
+    assert not os.path.exists(path)
+
+
+def test_fail_mode_names_the_running_build(tmp_path):
+    path = str(tmp_path / "build_1.0.0.lock")
+    first = build_lock.BuildLock(path, what="mri_volumes/small_32")
+    first.acquire()
+    try:
+        with pytest.raises(build_lock.BuildInProgressError) as e:
+            build_lock.BuildLock(path, what="mri_volumes/small_32", mode="fail").acquire()
+        msg = str(e.value)
+        assert f"pid {os.getpid()}" in msg and f"host {socket.gethostname()}" in msg and path in msg
+        assert "VIDVOL_BUILD_LOCK=wait" in msg
+        assert build_lock.read(path)["token"] == first.content["token"]  # the holder's lock is untouched
+    finally:
+        first.release()
+
+
+def test_wait_mode_waits_for_the_holder_then_takes_the_lock(tmp_path):
+    path = str(tmp_path / "build_1.0.0.lock")
+    first = build_lock.BuildLock(path, what="x")
+    first.acquire()
+    import threading  # pylint: disable=import-outside-toplevel
+    threading.Timer(1.5, first.release).start()
+    second = build_lock.BuildLock(path, what="x", mode="wait")
+    t0 = time.monotonic()
+    second.acquire()
+    assert time.monotonic() - t0 >= 1.0
+    assert second.waited_for["token"] == first.content["token"]
+    assert build_lock.read(path)["token"] == second.content["token"]
+    second.release()
+
+
+def test_wait_gives_up_after_the_timeout(tmp_path):
+    path = str(tmp_path / "build_1.0.0.lock")
+    first = build_lock.BuildLock(path, what="x")
+    first.acquire()
+    try:
+        with pytest.raises(build_lock.BuildInProgressError, match=r"waited \d+ s"):
+            build_lock.BuildLock(path, what="x", timeout_s=0.5).acquire()
+    finally:
+        first.release()
+
+
+def test_a_lock_whose_process_is_gone_is_taken_over_with_a_warning(tmp_path, caplog):
+    path = str(tmp_path / "build_1.0.0.lock")
+    pid = _dead_pid()
+    _write_lock(path, host=socket.gethostname(), pid=pid, started=time.time(), heartbeat=time.time(), token="old")
+    lock = build_lock.BuildLock(path, what="x", mode="fail")
+    with caplog.at_level(logging.WARNING, logger=build_lock.__name__):
+        lock.acquire()
+    lock.release()
+    assert f"its process {pid} on this host is gone" in caplog.text
+
+
+def test_another_hosts_lock_is_stale_only_when_its_heartbeat_stops(tmp_path):
+    path = str(tmp_path / "build_1.0.0.lock")
+    now = time.time()
+    _write_lock(path, host="node-17", pid=1, started=now - 3600, heartbeat=now - 5, token="live")
+    with pytest.raises(build_lock.BuildInProgressError, match="host node-17, pid 1"):
+        build_lock.BuildLock(path, what="x", mode="fail").acquire()
+    _write_lock(path, host="node-17", pid=1, started=now - 3600, heartbeat=now - 600, token="dead")
+    lock = build_lock.BuildLock(path, what="x", mode="fail")
+    lock.acquire()  # heartbeat 600 s old > 120 s: taken over
+    assert build_lock.read(path)["token"] == lock.content["token"]
+    lock.release()
+
+
+def test_an_empty_lock_file_ages_by_its_mtime(tmp_path):
+    path = tmp_path / "build_1.0.0.lock"
+    path.write_text("")
+    with pytest.raises(build_lock.BuildInProgressError):
+        build_lock.BuildLock(str(path), what="x", mode="fail").acquire()
+    old = time.time() - 600
+    os.utime(path, (old, old))
+    lock = build_lock.BuildLock(str(path), what="x", mode="fail")
+    lock.acquire()
+    lock.release()
+
+
+def test_the_holder_refreshes_its_heartbeat(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_lock, "HEARTBEAT_S", 0.2)
+    path = str(tmp_path / "build_1.0.0.lock")
+    lock = build_lock.BuildLock(path, what="x")
+    lock.acquire()
+    try:
+        first = build_lock.read(path)["heartbeat"]
+        time.sleep(1.0)
+        assert build_lock.read(path)["heartbeat"] > first
+    finally:
+        lock.release()
+
+
+def test_bad_mode_is_refused(monkeypatch):
+    monkeypatch.setenv(build_lock.ENV_MODE, "later")
+    with pytest.raises(ValueError, match="VIDVOL_BUILD_LOCK='later'"):
+        build_lock.mode_from_env()
+
+
+def test_tfds_options_the_writer_ignores_are_refused_before_anything_is_written(tmp_path):
+    manual, data_dir = tmp_path / "manual", tmp_path / "data"
+    samples.write_mri_volumes(str(manual), num_subjects=3, shape=(8, 8, 8))
+    builder = tfds.builder(DATASET, data_dir=str(data_dir))
+    config = tfds.download.DownloadConfig(manual_dir=str(manual), min_shard_size=1 << 20, ignore_duplicates=True)
+    with pytest.raises(ValueError) as e:
+        builder.download_and_prepare(download_config=config)
+    assert "min_shard_size=1048576" in str(e.value) and "ignore_duplicates=True" in str(e.value)
+    assert not os.path.exists(data_dir / "mri_volumes" / "small_32")
+    assert set(formats.UNHONOURED_OPTIONS) <= set(tfds.download.DownloadConfig.__dataclass_fields__)
+
+
+def _build_cmd(manual, data_dir, *extra):
+    return [sys.executable, "-m", "vidvol.beam_jobs.build", DATASET, "--manual_dir", str(manual),
+            "--data_dir", str(data_dir), *extra]
+
+
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+@pytest.mark.slow
+def test_two_concurrent_builds_one_builds_the_other_reuses_and_fail_mode_stops(tmp_path):
+    """Real processes: a gate lock held here makes both builds start while a build holds the lock; released,
+    one of them builds and the other waits for it and reuses its dataset. With the lock held, `--if_building
+    fail` exits 75 naming the holder."""
+    manual, data_dir = tmp_path / "manual", tmp_path / "data"
+    samples.write_mri_volumes(str(manual), num_subjects=11, shape=(12, 12, 12))
+    data_path = tfds.builder(DATASET, data_dir=str(data_dir)).data_path
+    gate = build_lock.BuildLock(build_lock.lock_path(data_path), what="test gate")
+    gate.acquire()
+    try:
+        failing = subprocess.run(_build_cmd(manual, data_dir, "--if_building", "fail"), capture_output=True,
+                                 text=True, timeout=300, env=ENV)
+        assert failing.returncode == 75, failing.stderr[-3000:]
+        assert f"pid {os.getpid()}" in failing.stderr and "another build of this config" in failing.stderr
+        logs = [open(tmp_path / f"b{i}.err", "w", encoding="utf-8") for i in range(2)]
+        procs = [subprocess.Popen(_build_cmd(manual, data_dir), stdout=subprocess.PIPE, stderr=logs[i], text=True, env=ENV)
+                 for i in range(2)]
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # both are waiting on the gate
+            if all("waiting for it to finish" in (tmp_path / f"b{i}.err").read_text() for i in range(2)):
+                break
+            assert all(p.poll() is None for p in procs), [(tmp_path / f"b{i}.err").read_text()[-2000:] for i in range(2)]
+            time.sleep(0.5)
+        else:
+            pytest.fail("the builds never reported waiting for the gate")
+    finally:
+        gate.release()
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    for f in logs:
+        f.close()
+    errs = [(tmp_path / f"b{i}.err").read_text() for i in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    results = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    built = [r for r in results if r["built"]]
+    reused = [r for r in results if not r["built"]]
+    assert len(built) == 1 and len(reused) == 1, results
+    builder_pid = procs[results.index(built[0])].pid
+    assert f"pid {builder_pid}" in reused[0]["reused_from"]
+    assert reused[0]["splits"] == built[0]["splits"]
+    reuse_err = errs[results.index(reused[0])]
+    assert "by the concurrent build this one waited for" in reuse_err and f"pid {builder_pid}" in reuse_err
+    parent = data_path.parent
+    assert sorted(os.listdir(parent)) == [data_path.name] + sorted(n for n in os.listdir(parent) if n.startswith("build-")), \
+        os.listdir(parent)  # no lock and no incomplete.* folder left; build logs only
+    n = built[0]["splits"]["train"]["examples"]
+    assert len(list(tfds.load(DATASET, split="train", data_dir=str(data_dir), download=False))) == n > 0
