@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.vidvol-installed
 PIP_FLAGS ?= --disable-pip-version-check --progress-bar off
 PYTEST_ARGS ?=
+# Every core: each worker takes whole modules (module fixtures such as a test S3 server start once).
+PYTEST_PARALLEL ?= -n auto --dist loadscope
 DEMO_DIR ?= demo_out
 
 .PHONY: venv demo test test-fast bench bench-quick clean
@@ -28,11 +30,11 @@ demo: $(STAMP)
 	$(PY) -m vidvol demo --out $(DEMO_DIR)
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The inner loop: everything but the tests marked slow (multi-runner builds, CLIs, notebook, benchmark).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py --out bench_out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ except tf.errors.InvalidArgumentError as e:
 """
 
 
+@pytest.mark.slow  # a Python subprocess: make test runs it, make test-fast does not
 def test_calls_refused_at_exit_fail_the_reader_loudly_without_logging_tracebacks():
     """At exit a refused call must neither pass for the end of the data (a short epoch) nor print a traceback
     (TensorFlow logs a py_function's other errors with one: one per prefetching call on every exit of a script

@@ -109,6 +109,7 @@ def test_large_frames_decode_on_the_host_by_default(monkeypatch):
     assert not frames.host_jpeg_decode(large)
 
 
+@pytest.mark.slow  # a Python subprocess: make test runs it, make test-fast does not
 def test_a_script_holding_a_host_decode_iterator_exits(hmdb_small):
     """The py_function-at-exit hang (see readers/host_calls.py) guarded for the JPEG batch decode too."""
     exit_check.assert_exits_quietly(hmdb_small.data_path, runs=1, batches=30, env={frames.JPEG_DECODE_ENV: "host"})

@@ -323,6 +323,7 @@ def mri_128(tmp_path_factory):
     return _build(mri.Builder, "128", root / "manual", root / "data")
 
 
+@pytest.mark.slow  # a Python subprocess: make test runs it, make test-fast does not
 def test_a_script_holding_a_direct_read_iterator_exits(mri_128):
     """A batch read in flight when Python finalizes would wait for the GIL forever while the finalizing thread,
     destroying the iterator, waits for it (TensorFlow's py_function-at-exit hang: 2 of 2 runs of this script

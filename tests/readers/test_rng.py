@@ -26,7 +26,7 @@ def test_vector_indices_give_the_same_seeds_as_scalars():
 
 def test_draws_from_neighbouring_indices_are_uniform_and_uncorrelated():
     seeds = rng.example_seed(0, 0, tf.range(20000), rng.CLIP)
-    u = tf.map_fn(lambda s: tf.random.stateless_uniform([], seed=s), seeds, fn_output_signature=tf.float32).numpy()
+    u = tf.vectorized_map(lambda s: tf.random.stateless_uniform([], seed=s), seeds).numpy()
     counts = np.histogram(u, bins=10, range=(0, 1))[0]
     assert counts.min() > 1800 and counts.max() < 2200  # ~6 sigma around 2000
     assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.05

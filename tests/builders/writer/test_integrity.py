@@ -106,6 +106,7 @@ def test_verify_names_each_broken_file_with_its_offset_and_the_rebuild_command(d
     assert lines[-2].startswith("3 of ") and lines[-1] == f"  {rebuild}"
 
 
+@pytest.mark.slow  # a Python subprocess: make test runs it, make test-fast does not
 def test_verify_cli_through_python_m_vidvol(damaged):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run([sys.executable, "-m", "vidvol", "verify", DATASET, "--data_dir", damaged["data_dir"]],
