@@ -288,9 +288,18 @@ class LocalDaskCluster:
         """{worker address: pid of the process that runs its tasks}, as the scheduler sees them now."""
         from distributed import Client  # pylint: disable=g-import-not-at-top
 
+        from distributed.comm.core import CommClosedError  # pylint: disable=g-import-not-at-top
+
+        deadline = time.monotonic() + 30
         with Client(self.address, timeout=10) as client:
-            # Runs on each worker's event loop, not in its task thread: answers while tasks run.
-            return {addr: int(pid) for addr, pid in client.run(os.getpid).items()}
+            while True:
+                try:
+                    # Runs on each worker's event loop, not in its task thread: answers while tasks run.
+                    return {addr: int(pid) for addr, pid in client.run(os.getpid).items()}
+                except (CommClosedError, OSError):  # a worker left (killed, restarting) while being asked
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
 
     def process_pids(self) -> dict[str, int]:
         """{"scheduler"|"worker-i": pid} of the processes started here (nannies when `nanny=True`)."""

@@ -69,7 +69,7 @@ def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_out")
     before = _snapshot(BENCHMARKS)
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "run.py"), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=ENV, cwd=str(out))
+                          capture_output=True, text=True, timeout=900, env=ENV, cwd=str(out))
     assert proc.returncode == 0, f"quick benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert _snapshot(BENCHMARKS) == before, "--quick wrote into the repository's benchmarks/ folder"
     return out, json.loads((out / "results.json").read_text()), proc.stdout
@@ -235,7 +235,7 @@ def test_wheel_has_no_benchmarks(tmp_path):
         ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "bench_out", "demo_out"))
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                            "--disable-pip-version-check", "-w", str(tmp_path / "wheel"), str(src)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = (tmp_path / "wheel").glob("vidvol-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -257,7 +257,7 @@ def test_publish_only_into_a_source_checkout(tmp_path, checkout):
     for name in ("RESULTS.md", "results.png"):
         (copy / name).write_bytes(b"stale")
     proc = subprocess.run([sys.executable, str(copy / "run.py"), "--report-only", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, env=ENV, cwd=str(tmp_path))
+                          capture_output=True, text=True, timeout=900, env=ENV, cwd=str(tmp_path))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     for name in ("RESULTS.md", "results.png"):
         rendered = (out / name).read_bytes()
@@ -305,7 +305,7 @@ def test_stock_writer_is_a_drop_in_tfds_cli(tmp_path):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "stock_writer.py"), "build", "mri_volumes/small_32",
                            "--imports", "vidvol", "--manual_dir", str(MRI_DUMMY), "--data_dir", str(data_dir),
                            "--beam_pipeline_options=direct_num_workers=1,direct_running_mode=in_memory"],
-                          capture_output=True, text=True, timeout=300, env=ENV, cwd=str(tmp_path))
+                          capture_output=True, text=True, timeout=900, env=ENV, cwd=str(tmp_path))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert "[stock_writer.py]" in proc.stdout + proc.stderr, "the summary must come from the stock writer's path"
     builder = tfds.builder("mri_volumes/small_32", data_dir=str(data_dir))
