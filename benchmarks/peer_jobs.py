@@ -156,22 +156,28 @@ DECODERS: dict[str, Callable[[str, int], Any]] = {
     "opencv": frames_opencv, "decord": frames_decord, "pyav": frames_pyav, "torchcodec": frames_torchcodec}
 
 
+def clip_uint8(peer: str, path: str, num_frames: int, size: int) -> Any:
+    """RGB uint8 (T, size, size, 3): the peer's frames, resized as vidvol's build resizes (INTER_AREA)."""
+    import cv2  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    frames = DECODERS[peer](path, num_frames)
+    return np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) for f in frames])
+
+
 class ClipDataset:
     """Map-style dataset: item i = (float32 (T, size, size, 3) clip in [0, 1], label, i), decoded on demand."""
 
     def __init__(self, job: PeerJob):
-        self.job, self.decode = job, DECODERS[job.peer]
+        self.job = job
 
     def __len__(self) -> int:
         return len(self.job.paths)
 
     def __getitem__(self, i: int) -> tuple[Any, int, int]:
-        import cv2  # pylint: disable=g-import-not-at-top
         import numpy as np  # pylint: disable=g-import-not-at-top
 
-        size = self.job.size
-        frames = self.decode(self.job.paths[i], self.job.num_frames)
-        clip = np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) for f in frames])
+        clip = clip_uint8(self.job.peer, self.job.paths[i], self.job.num_frames, self.job.size)
         return clip.astype(np.float32) / np.float32(255.0), self.job.labels[i], i
 
 
@@ -309,6 +315,13 @@ def ffmpeg_of(peer: str) -> str:
 
         line = [x for x in cv2.getBuildInformation().splitlines() if x.strip().startswith("avcodec:")]
         return f"libavcodec {line[0].split('(')[-1].rstrip(') ')} (bundled)" if line else ""
+    if peer == "decord":
+        import glob  # pylint: disable=g-import-not-at-top
+
+        import decord  # pylint: disable=g-import-not-at-top
+
+        libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(decord.__file__)), "decord.libs", "libavcodec-*.so.*"))
+        return f"libavcodec {libs[0].split('.so.')[-1]} (bundled)" if libs else ""
     return ""
 
 
