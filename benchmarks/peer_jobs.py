@@ -28,8 +28,9 @@ with `monai.data.DataLoader`; TorchIO's `SubjectsDataset` with `ToCanonical + Cr
 To(float32)` (TorchIO keeps the file's int16 otherwise) and `SubjectsLoader`. `augment` adds
 `MONAI_AUGMENT` / `TORCHIO_AUGMENT` (see their docstrings).
 
-The top level imports only the standard library and this folder's stdlib-only helpers, so the test
-suite (vidvol's venv) can load it to check `uniform_indices` against vidvol's own sampler.
+The top level imports only the standard library (this folder's helpers inside functions), so the
+test suite can load it without this folder on sys.path, to check `uniform_indices` against vidvol's
+own sampler.
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ import shutil
 import sys
 import time
 from typing import Any, Callable, Sequence
-
-import fire_memory
-import jobs
-import streams
 
 VIDEO_PEERS = ("opencv", "decord", "pyav", "torchcodec")
 VOLUME_PEERS = ("monai_dataset", "monai_persistent", "monai_cache", "torchio")
@@ -330,6 +327,9 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
     import psutil  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
 
+    import fire_memory  # pylint: disable=g-import-not-at-top
+    import streams  # pylint: disable=g-import-not-at-top
+
     os.makedirs(job.work, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
     rss_before = psutil.Process().memory_info().rss
@@ -352,6 +352,8 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python benchmarks/peer_jobs.py JOB.json RESULT.json`: one peer pipeline, timed."""
+    import jobs  # pylint: disable=g-import-not-at-top
+
     return jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job)), argv)
 
 

@@ -251,7 +251,7 @@ class Peers(section.Section):
     label = "peers"
     summary = "peers section (peers.py: decord, PyAV, TorchCodec, OpenCV, TFDS Video, MONAI, TorchIO; its own venv)"
     FULL = PeersSettings(mode="full", runs=3)
-    QUICK = PeersSettings(mode="quick", runs=1, min_seconds=0.3, video_batches=(2, 4), raw_batch=2, mri_size=32,
+    QUICK = PeersSettings(mode="quick", runs=1, min_seconds=0.3, video_batches=(2,), raw_batch=2, mri_size=32,
                           warmup_batches=1, create_venv=False, isolate=False, job_timeout_s=300.0)
     method = METHOD
 
@@ -343,9 +343,9 @@ class Peers(section.Section):
     def run_settings(self, ctx: section.Context) -> PeersSettings:
         """The run's timed runs and seconds, its hmdb51 batch sizes and its first MRI grid."""
         s = ctx.settings
+        batches = tuple(s.hmdb51_path_batches)[:1] if s.quick else tuple(s.hmdb51_path_batches)  # quick: one, cheap
         return dataclasses.replace(self.mode_settings(s.quick), runs=s.runs, min_seconds=s.min_seconds,
-                                   video_batches=tuple(s.hmdb51_path_batches), raw_batch=s.hmdb51_batch,
-                                   mri_size=int(s.mri[0][1]["shape"][0]))
+                                   video_batches=batches, raw_batch=s.hmdb51_batch, mri_size=int(s.mri[0][1]["shape"][0]))
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
         """The run's inputs, its builds and its headline rows; the venv at OUT/peers_venv."""
