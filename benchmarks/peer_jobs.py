@@ -7,7 +7,8 @@ peers venv's python>)`, one process per row. A job builds the peer's map-style d
 benchmark's own files, wraps it in a DataLoader (`num_workers` worker processes, batches of
 `batch_size`, shuffled by a seeded sampler that runs over the files again and again, so batches flow
 across epochs as `vidvol.load(..., repeat=True)` does), takes warm-up batches, then times `runs`
-fresh iterators for at least `min_seconds` each (`streams.stream_rate`, CPU of the process tree: the
+fresh iterators for at least `min_seconds` and `rounds` batches per worker each (each worker makes
+whole batches, so batches arrive in rounds; `streams.stream_rate`, CPU of the process tree: the
 workers do the decoding). It reports the rates, the tree's peak RSS, the first batch's shape and
 dtype with one example saved for `peers.py`'s correctness check, and the versions it ran with.
 
@@ -62,6 +63,7 @@ class PeerJob:
     runs: int = 3
     min_seconds: float = 2.0
     warmup_batches: int = 2
+    rounds: int = 8  # a timed run spans at least this many batches per worker (`streams.stream_rate`'s min_batches)
     seed: int = 0
     num_frames: int = 20  # video: frames per clip
     size: int = 64  # video: frame side; volume: grid side
@@ -72,7 +74,8 @@ class PeerJob:
         if self.peer not in VIDEO_PEERS + VOLUME_PEERS:
             raise ValueError(f"peer must be one of {VIDEO_PEERS + VOLUME_PEERS}, got {self.peer!r}")
         if not self.paths or len(self.paths) != len(self.labels):
-            raise ValueError(f"{self.peer}: need as many labels as paths (got {len(self.paths)} and {len(self.labels)})")
+            raise ValueError(f"{self.peer}: need as many labels as paths "
+                             f"(got {len(self.paths)} and {len(self.labels)})")
 
     @property
     def video(self) -> bool:
@@ -200,8 +203,10 @@ def MONAI_AUGMENT(keys: Sequence[str], crop: int) -> list[Any]:  # pylint: disab
     from monai import transforms as mt  # pylint: disable=g-import-not-at-top
 
     return [mt.RandSpatialCropd(keys=keys, roi_size=(crop,) * 3, random_size=False),
-            mt.RandFlipd(keys=keys, prob=0.5, spatial_axis=0), mt.RandRotate90d(keys=keys, prob=0.5, spatial_axes=(0, 1)),
-            mt.RandScaleIntensityd(keys=keys, factors=0.1, prob=1.0), mt.RandShiftIntensityd(keys=keys, offsets=0.1, prob=1.0)]
+            mt.RandFlipd(keys=keys, prob=0.5, spatial_axis=0),
+            mt.RandRotate90d(keys=keys, prob=0.5, spatial_axes=(0, 1)),
+            mt.RandScaleIntensityd(keys=keys, factors=0.1, prob=1.0),
+            mt.RandShiftIntensityd(keys=keys, offsets=0.1, prob=1.0)]
 
 
 def TORCHIO_AUGMENT() -> list[Any]:  # pylint: disable=invalid-name
@@ -218,7 +223,8 @@ def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Call
     if job.peer == "torchio":
         import torchio as tio  # pylint: disable=g-import-not-at-top
 
-        subjects = [tio.Subject(image=tio.ScalarImage(p), label=label, file=p) for p, label in zip(job.paths, job.labels)]
+        subjects = [tio.Subject(image=tio.ScalarImage(p), label=label, file=p)
+                    for p, label in zip(job.paths, job.labels)]
         import torch  # pylint: disable=g-import-not-at-top
 
         steps = [tio.ToCanonical(), tio.CropOrPad(job.size), tio.To(torch.float32)]  # float32 like the others
@@ -305,7 +311,8 @@ def ffmpeg_of(peer: str) -> str:
         from torchcodec import _core  # pylint: disable=g-import-not-at-top
 
         v = _core.get_ffmpeg_library_versions()
-        codec = ".".join(map(str, v["libavcodec"])) if isinstance(v.get("libavcodec"), (list, tuple)) else v.get("libavcodec")
+        codec = v.get("libavcodec")
+        codec = ".".join(map(str, codec)) if isinstance(codec, (list, tuple)) else codec
         return f"libavcodec {codec} (system FFmpeg {v.get('ffmpeg_version', '?')})"
     if peer == "opencv":
         import cv2  # pylint: disable=g-import-not-at-top
@@ -317,7 +324,8 @@ def ffmpeg_of(peer: str) -> str:
 
         import decord  # pylint: disable=g-import-not-at-top
 
-        libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(decord.__file__)), "decord.libs", "libavcodec-*.so.*"))
+        site = os.path.dirname(os.path.dirname(decord.__file__))
+        libs = glob.glob(os.path.join(site, "decord.libs", "libavcodec-*.so.*"))
         return f"libavcodec {libs[0].split('.so.')[-1]} (bundled)" if libs else ""
     return ""
 
@@ -340,12 +348,14 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
         check = first_batch(job, loader, first)
         runs = [streams.stream_rate(lambda: iter(loader), count=batch_examples, min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores,
-                                    cpu_seconds=streams.tree_cpu_seconds) for _ in range(job.runs)]
+                                    cpu_seconds=streams.tree_cpu_seconds,
+                                    min_batches=job.rounds * max(1, job.num_workers)) for _ in range(job.runs)]
     finally:
         monitor.stop()
     return {"peer": job.peer, **streams.run_summary(runs), "cores": cores, "batch_size": job.batch_size,
             "num_workers": job.num_workers, "augment": job.augment, "examples": len(job.paths), **setup,
-            "rss_before_mib": round(rss_before / MIB, 1), "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
+            "rss_before_mib": round(rss_before / MIB, 1),
+            "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
             "first_batch": check, "versions": versions(), "ffmpeg": ffmpeg_of(job.peer) if job.video else "",
             "torch_threads": torch.get_num_threads()}
 

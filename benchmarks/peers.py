@@ -1,4 +1,4 @@
-"""vidvol beside the tools users know, on the benchmark's own inputs: decord, PyAV, TorchCodec, OpenCV, TFDS, MONAI, TorchIO.
+"""vidvol beside the tools users know, on the benchmark's own inputs (OpenCV, decord, PyAV, TorchCodec, TFDS, MONAI, TorchIO).
 
     python benchmarks/peers.py --out OUT           # after `python benchmarks/run.py --out OUT` (its inputs, builds, rows)
     python benchmarks/peers.py --out OUT --quick   # likewise after a quick run (skipped without a peers venv)
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import peers_report
 import section
-from peers_report import VIDEO_PEERS, VOLUME_PEERS
+from peer_jobs import VIDEO_PEERS, VOLUME_PEERS
 
 CORR_MIN = 0.95  # a peer's example 0 against vidvol's stored frames (volume) of the same file
 KEEP = ("examples_per_s", "examples_per_s_runs", "cpu_examples_per_s", "cores_used", "other_cores_busy", "peak_rss_mib",
@@ -55,6 +55,7 @@ class PeersSettings(section.Settings):
     mri_size: int = 128  # output grid side (the first MRI source size of the run)
     num_workers: int = 2
     warmup_batches: int = 2
+    rounds: int = 8  # a peer's timed run spans at least rounds x num_workers batches
     create_venv: bool = True  # full: make OUT/peers_venv when it is missing; quick: never
     isolate: bool = True  # vidvol-side reads.py jobs in their own process (quick: in this one)
     job_timeout_s: float = 1200.0
@@ -69,8 +70,11 @@ METHOD = [
     "Read-time peers: a map-style dataset decoding one file per item under torch.utils.data.DataLoader(num_workers=2) "
     "(MONAI: monai.data.DataLoader; TorchIO: SubjectsLoader), shuffled by a seeded RandomSampler that runs over the files "
     "again and again (batches flow across epochs, as vidvol.load(repeat=True) does). Each row is one process of the peers "
-    "venv: first batch (checked), warm-up batches, then `runs` fresh iterators of at least min_seconds each; rates are "
-    "medians; cpu-normalized = examples per CPU-second of the process and its workers x cores.",
+    "venv: first batch (checked), warm-up batches, then `runs` fresh iterators of at least min_seconds and `rounds` (8) "
+    "batches per worker each (each worker makes whole batches, which arrive in rounds: a short window would miscount a "
+    "round); "
+    "rates are medians; cpu-normalized = examples per CPU-second of the process and its workers x cores. vidvol's rows "
+    "were timed earlier in the run (the headline): compare the `others` columns for the load each row met.",
     "TFDS stock video: a GeneratorBasedBuilder storing the same frames as tfds.features.Video(encoding_format='jpeg') "
     "(ucf101's layout), read by the headline's `tfds_load` job (plain tfds.load, shuffle_files, autocache off, map "
     "cast/255, batch, prefetch). It decodes at build time like vidvol, so it is not a read-time peer.",
@@ -122,10 +126,10 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
         else:
             from reads import ReadJob  # pylint: disable=g-import-not-at-top
 
+            modes = {"output_dtype": "int16", "mask_dtype": None} if dtype == "int16" else {}
             result = read_job(work, f"vidvol_mri_{dtype}", ReadJob(
                 "loader", "mri_volumes", settings.mri_batch, mri_config, data_dir=mri_data, runs=settings.runs,
-                min_seconds=settings.min_seconds, **({"output_dtype": "int16", "mask_dtype": None} if dtype == "int16" else {})),
-                settings)
+                min_seconds=settings.min_seconds, **modes), settings)
         rows[dtype] = {"pipeline": "vidvol.load", "config": mri_config, "output_dtype": dtype,
                        "mask": dtype == "float32", **_keep(result)}
     return rows
@@ -164,14 +168,26 @@ def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: 
         return json.load(f)
 
 
-def peer_row(work: str, python: str, settings: PeersSettings, peer: str, paths: Sequence[str], labels: Sequence[int],
-             batch: int, **extra: Any) -> dict[str, Any]:
+def peer_rows(doc: dict[str, Any], kind: str, work: str, python: str, settings: PeersSettings, peers: Sequence[str],
+              paths: Sequence[str], labels: Sequence[int], batch: int, **extra: Any) -> None:
+    """Each peer pipeline timed by `peer_jobs.py` in the peers venv: its row into doc[kind], or into doc['failed']."""
+    for peer in peers:
+        tag = f"{peer}_b{batch}" + ("_aug" if extra.get("augment") else "")
+        try:
+            doc[kind].append(peer_row(work, python, settings, peer, tag, paths, labels, batch, **extra))
+        except RuntimeError as e:  # one peer that cannot run does not hide the others
+            print(f"[peers]   {tag} failed: {e}", flush=True)
+            doc.setdefault("failed", []).append({"pipeline": peer, "batch_size": batch, "augment": bool(
+                extra.get("augment")), "error": str(e)[-2000:], "log": os.path.join(work, "jobs", f"{tag}.log")})
+
+
+def peer_row(work: str, python: str, settings: PeersSettings, peer: str, tag: str, paths: Sequence[str],
+             labels: Sequence[int], batch: int, **extra: Any) -> dict[str, Any]:
     """One peer pipeline timed by `peer_jobs.py` in the peers venv; its row."""
-    tag = f"{peer}_b{batch}" + ("_aug" if extra.get("augment") else "")
     print(f"[peers] {tag}", flush=True)
     job = dict(peer=peer, paths=list(paths), labels=list(labels), batch_size=batch, work=os.path.join(work, tag),
                num_workers=settings.num_workers, runs=settings.runs, min_seconds=settings.min_seconds,
-               warmup_batches=settings.warmup_batches, **extra)
+               warmup_batches=settings.warmup_batches, rounds=settings.rounds, **extra)
     r = run_script(work, tag, "peer_jobs.py", job, settings, python=python)
     print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
           f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
@@ -222,8 +238,8 @@ def check_row(row: dict[str, Any], expect_shape: Sequence[int], stored: dict[str
     import numpy as np  # pylint: disable=g-import-not-at-top
 
     first = row["first_batch"]
-    check: dict[str, Any] = {"shape_ok": list(first["shape"]) == list(expect_shape), "dtype_ok": first["dtype"] == "float32",
-                             "file": key_of(first["path"])}
+    check: dict[str, Any] = {"shape_ok": list(first["shape"]) == list(expect_shape),
+                             "dtype_ok": first["dtype"] == "float32", "file": key_of(first["path"])}
     ex = stored.get(check["file"])
     if row.get("augment"):
         check["frames"] = "not compared (augmented)"
@@ -234,7 +250,8 @@ def check_row(row: dict[str, Any], expect_shape: Sequence[int], stored: dict[str
     else:
         sample = np.load(first["sample"])
         got = array_of(ex)
-        check.update(check_video(sample, got) if video else {"corr": round(correlation(sample.reshape(got.shape), got), 4)})
+        check.update(check_video(sample, got) if video else
+                     {"corr": round(correlation(sample.reshape(got.shape), got), 4)})
         ok = check.get("ok", check["corr"] >= CORR_MIN)
     check["ok"] = bool(ok and check["shape_ok"] and check["dtype_ok"])
     row["check"] = check
@@ -252,7 +269,7 @@ class Peers(section.Section):
     summary = "peers section (peers.py: decord, PyAV, TorchCodec, OpenCV, TFDS Video, MONAI, TorchIO; its own venv)"
     FULL = PeersSettings(mode="full", runs=3)
     QUICK = PeersSettings(mode="quick", runs=1, min_seconds=0.3, video_batches=(2,), raw_batch=2, mri_size=32,
-                          warmup_batches=1, create_venv=False, isolate=False, job_timeout_s=300.0)
+                          warmup_batches=1, rounds=2, create_venv=False, isolate=False, job_timeout_s=300.0)
     method = METHOD
 
     def measure(self, work: str, settings: PeersSettings, *, hmdb51_root: str, hmdb51_data: str, hmdb51_config: str,
@@ -279,8 +296,7 @@ class Peers(section.Section):
         doc["video"] += self.tfds_rows(work, settings, hmdb51_root)
         if python:
             for batch in settings.video_batches:
-                doc["video"] += [peer_row(work, python, settings, peer, paths, labels, batch, size=64, num_frames=20)
-                                 for peer in VIDEO_PEERS]
+                peer_rows(doc, "video", work, python, settings, VIDEO_PEERS, paths, labels, batch, size=64, num_frames=20)
         ids = {os.path.basename(r["first_batch"]["path"]) for r in doc["video"]}
         stored = stored_examples(hmdb51_data, hmdb51_name, "video_id", ids)
         for r in doc["video"]:
@@ -294,8 +310,8 @@ class Peers(section.Section):
             doc["vidvol"].update(mri_rows(work, settings, headline, mri_key, mri_config, mri_data))
             crop = 3 * settings.mri_size // 4
             for augment in (False, True):
-                doc["volume"] += [peer_row(work, python, settings, peer, vpaths, vlabels, settings.mri_batch,
-                                           size=settings.mri_size, augment=augment, crop=crop) for peer in VOLUME_PEERS]
+                peer_rows(doc, "volume", work, python, settings, VOLUME_PEERS, vpaths, vlabels, settings.mri_batch,
+                          size=settings.mri_size, augment=augment, crop=crop)
             for r in doc["volume"]:
                 side = crop if r["augment"] and r["pipeline"] != "torchio" else settings.mri_size
                 check_row(r, [settings.mri_batch, 1, side, side, side], volumes,

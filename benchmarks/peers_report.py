@@ -11,9 +11,7 @@ from typing import Any
 
 import report
 import section
-
-VIDEO_PEERS = ("opencv", "decord", "pyav", "torchcodec")  # peer_jobs.VIDEO_PEERS: the read-time decoders
-VOLUME_PEERS = ("monai_dataset", "monai_persistent", "monai_cache", "torchio")
+from peer_jobs import VIDEO_PEERS  # the read-time decoders
 LABELS = {"opencv": "OpenCV (sequential grab)", "decord": "decord (get_batch)", "pyav": "PyAV (decode in order)",
           "torchcodec": "TorchCodec (exact seek)", "tfds_video": "TFDS stock tfds.features.Video (tfds.load)",
           "monai_dataset": "MONAI Dataset", "monai_persistent": "MONAI PersistentDataset",
@@ -84,7 +82,8 @@ def winners(doc: dict[str, Any]) -> list[str]:
             line += f"; cpu-normalized, {LABELS[cpu['pipeline']]} ({report.rate(cpu['cpu_examples_per_s'])})"
         stock = next((r for r in doc["video"] if r["pipeline"] == "tfds_video" and r["batch_size"] == int(batch)), None)
         if stock:
-            line += (f"; TFDS's stock Video (decoded at build time, like vidvol) reads {report.rate(stock['examples_per_s'])} "
+            line += (f"; TFDS's stock Video (decoded at build time, like vidvol) reads "
+                     f"{report.rate(stock['examples_per_s'])} "
                      f"clips/s, {report.fmt(stock['examples_per_s'] / b['examples_per_s'], 'x')} that peer")
         out.append(line + ".")
     for name, b in doc["best_volume_peer"].items():
@@ -98,6 +97,10 @@ def notes(doc: dict[str, Any]) -> list[str]:
     out = []
     if doc.get("skipped"):
         out.append(doc["skipped"])
+    for f in doc.get("failed", []):
+        out.append(f"{LABELS[f['pipeline']]} (batch {f['batch_size']}{', augmented' if f.get('augment') else ''}) did "
+                   f"not run: {f['error'].strip().splitlines()[-1] if f['error'].strip() else 'no log'} (its log: "
+                   f"{f['log']})")
     for r in doc["video"] + doc["volume"]:
         c = r.get("check", {})
         if not c.get("ok", True):
@@ -123,7 +126,8 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(section.target(
             f"hmdb51: vidvol.load float32 (batch {x['batch_size']}, seed=0) vs best read-time video peer "
             f"({LABELS[x['against']]})", x["value"], TARGETS["video"], cpu_value=x["cpu"],
-            note="the peer decodes the video file at read time (2 DataLoader workers); vidvol decodes 20 stored JPEG frames"))
+            note="the peer decodes the video file at read time (2 DataLoader workers); vidvol decodes 20 stored JPEG "
+                 "frames"))
     if "raw" in r:
         x, raw = r["raw"], doc["vidvol"]["raw"]
         rows.append(section.target(
@@ -137,8 +141,9 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
              "device")):
         if f"mri_{dtype}" in r:
             x = r[f"mri_{dtype}"]
-            rows.append(section.target(f"{m.get('key', 'mri_volumes')}: {what} (batch {x['batch_size']}) vs MONAI "
-                                       "PersistentDataset", x["value"], TARGETS[f"mri_{dtype}"], cpu_value=x["cpu"], note=note))
+            rows.append(section.target(
+                f"{m.get('key', 'mri_volumes')}: {what} (batch {x['batch_size']}) vs MONAI PersistentDataset",
+                x["value"], TARGETS[f"mri_{dtype}"], cpu_value=x["cpu"], note=note))
     return rows
 
 

@@ -34,10 +34,12 @@ def tree_cpu_seconds() -> float:
 
 def stream_rate(make: Callable[[], Iterator[Any]], *, count: Callable[[Any], int], min_seconds: float,
                 warmup_batches: int, cores: int, cpu_seconds: Callable[[], float] = time.process_time,
-                ) -> dict[str, float]:
-    """Examples/s of the endless iterator `make()` after `warmup_batches`, for at least `min_seconds`.
+                min_batches: int = 1) -> dict[str, float]:
+    """Examples/s of the endless iterator `make()` after `warmup_batches`, for at least `min_seconds` and `min_batches`.
 
-    `count(batch)` is a batch's example count. Also examples per CPU-second (`cpu_seconds`: this
+    `min_batches`: where workers each make whole batches (a DataLoader), batches arrive in rounds, and
+    a window of a round or two would count half a round too many or too few; many rounds make that
+    edge small. `count(batch)` is a batch's example count. Also examples per CPU-second (`cpu_seconds`: this
     process by default, `tree_cpu_seconds` where workers are processes) x cores
     (`cpu_examples_per_s`): what the pipeline would deliver with every core to itself.
     """
@@ -51,7 +53,7 @@ def stream_rate(make: Callable[[], Iterator[Any]], *, count: Callable[[Any], int
         examples += count(next(iterator))
         batches += 1
         elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
+        if elapsed >= min_seconds and batches >= min_batches:
             cpu = max(cpu_seconds() - cpu_start, 1e-9)
             others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / elapsed
             return {"examples_per_s": examples / elapsed, "cpu_examples_per_s": cores * examples / cpu,

@@ -122,6 +122,8 @@ def stored_document() -> dict:
                        "float32": _rate(450, 500, 4, pipeline="vidvol.load", config="128", output_dtype="float32"),
                        "int16": _rate(700, 1000, 4, pipeline="vidvol.load", config="128", output_dtype="int16")},
             "video": video, "volume": volume, "duration_s": 600.0,
+            "failed": [{"pipeline": "pyav", "batch_size": 64, "augment": False, "log": "/x/pyav_b64.log",
+                        "error": "peer_jobs.py job pyav_b64 failed (1):\nTraceback ...\nav.error.InvalidDataError: boom"}],
             "versions": {"tensorflow-datasets": "4.9.10", "peers_venv": {"torch": "2.13.0+cpu", "decord": "0.6.0"},
                          "ffmpeg": {"torchcodec": "libavcodec 59.37.100 (system)"}}}
 
@@ -160,7 +162,9 @@ def test_ratios_winners_and_targets_from_a_stored_document(tmp_path):
     assert tfds_row["vidvol_x"] == pytest.approx(2.0)
     assert any("batch 8" in w and "cpu-normalized, PyAV" in w for w in doc["winners"])  # PyAV leads per CPU-second
     assert any("failed the first-batch check" in n and "decord" in n for n in doc["notes"])
-    for heading in ("## Peers", "### Video", "### Volumes", "Versions: torch 2.13.0+cpu", "vidvol's augmentation rows join"):
+    assert any("PyAV (decode in order) (batch 64) did not run: av.error.InvalidDataError: boom" in n for n in doc["notes"])
+    for heading in ("## Peers", "### Video", "### Volumes", "Versions: torch 2.13.0+cpu",
+                    "vidvol's augmentation rows join"):
         assert heading in text
     for t in doc["targets"]:
         assert t["name"] in text
@@ -183,7 +187,7 @@ def test_a_document_without_the_peers_has_no_targets(tmp_path):
 
 
 def _run_peer(tmp_path, **job) -> dict:
-    job = dict(work=str(tmp_path / job["peer"]), runs=1, min_seconds=0.2, warmup_batches=1, **job)
+    job = dict(work=str(tmp_path / job["peer"]), runs=1, min_seconds=0.2, warmup_batches=1, rounds=1, **job)
     paths = {x: tmp_path / f"{job['peer']}{'_aug' if job.get('augment') else ''}.{x}" for x in ("json", "result", "log")}
     paths["json"].write_text(json.dumps(job))
     status, _ = jobs.run_job(str(BENCHMARKS / "peer_jobs.py"), [str(paths["json"]), str(paths["result"])],
@@ -201,7 +205,8 @@ def test_every_video_peer_decodes_the_evenly_spaced_frames(tmp_path):
     for peer in peer_jobs.VIDEO_PEERS:
         r = _run_peer(tmp_path, peer=peer, paths=clips, labels=[0, 1], batch_size=2)
         first = r["first_batch"]
-        assert first["shape"] == [2, 20, 64, 64, 3] and first["dtype"] == "float32" and 0 <= first["min"] <= first["max"] <= 1
+        assert first["shape"] == [2, 20, 64, 64, 3] and first["dtype"] == "float32"
+        assert 0 <= first["min"] <= first["max"] <= 1
         clip = np.load(first["sample"])
         n = 90 if first["path"] == clips[0] else 61
         got = [samples.decode_frame_index(np.rint(frame * 255).astype(np.uint8)) for frame in clip]
