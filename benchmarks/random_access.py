@@ -65,23 +65,10 @@ METHOD = [
 ]
 
 
-def _cpu_seconds() -> float:
-    """CPU seconds of this process and its finished or running children (Grain's worker processes)."""
-    import psutil  # pylint: disable=g-import-not-at-top
-
-    me = psutil.Process()
-    total = sum(me.cpu_times()[:2])
-    for child in me.children(recursive=True):
-        try:
-            total += sum(child.cpu_times()[:2])
-        except psutil.Error:
-            pass
-    return total
-
-
 def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2) -> dict[str, float]:
     """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls."""
-    from reads import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
+    from streams import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
+    from streams import tree_cpu_seconds as _cpu_seconds  # this process and Grain's worker processes
 
     for _ in range(warmup):
         next_batch()

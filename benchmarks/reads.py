@@ -27,7 +27,6 @@ import os
 import resource
 import statistics
 import sys
-import time
 from typing import Any, Callable, Sequence
 
 import psutil
@@ -36,6 +35,8 @@ import tensorflow as tf
 import baselines
 import fire_memory
 import jobs
+import streams
+from streams import busy_cpu_seconds  # noqa: F401  (builds.py, random_access.py and the cluster jobs import it from here)
 
 logger = logging.getLogger(__name__)
 
@@ -124,33 +125,13 @@ def batch_size_of(batch: Any) -> int:
 
 def stream_rate(make: Callable[[], tf.data.Dataset], *, min_seconds: float, warmup_batches: int,
                 cores: int) -> dict[str, float]:
-    """Examples/s of a fresh iterator over the endless `make()`, after warm-up batches.
+    """Examples/s of a fresh iterator over the endless `make()`, after warm-up batches (`streams.stream_rate`).
 
     Also examples per CPU-second of this process x cores (`cpu_examples_per_s`): what the pipeline
     would deliver with every core to itself, steadier than wall time on a shared machine.
     """
-    iterator = iter(make())
-    for _ in range(warmup_batches):
-        next(iterator)
-    examples = batches = 0
-    busy_start = busy_cpu_seconds()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    while True:
-        examples += batch_size_of(next(iterator))
-        batches += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            cpu = max(time.process_time() - cpu_start, 1e-9)
-            others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / elapsed
-            return {"examples_per_s": examples / elapsed, "cpu_examples_per_s": cores * examples / cpu,
-                    "cores_used": cpu / elapsed, "other_cores_busy": others, "examples": examples,
-                    "batches": batches, "seconds": elapsed}
-
-
-def busy_cpu_seconds() -> float:
-    """CPU seconds the whole machine has spent busy (not idle or waiting on I/O) since boot."""
-    t = psutil.cpu_times()
-    return sum(getattr(t, f) for f in ("user", "nice", "system", "irq", "softirq", "steal") if hasattr(t, f))
+    return streams.stream_rate(lambda: iter(make()), count=batch_size_of, min_seconds=min_seconds,
+                               warmup_batches=warmup_batches, cores=cores)
 
 
 def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
@@ -178,21 +159,14 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
                 limits.append({k: (before[k] + after[k]) / 2 for k in before})
     finally:
         monitor.stop()
-    rates = [r["examples_per_s"] for r in runs]
-    median = float(statistics.median(rates))
-    cpu_median = float(statistics.median(r["cpu_examples_per_s"] for r in runs))
+    summary = streams.run_summary(runs)
     return {
         "pipeline": job.pipeline,
-        "examples_per_s_runs": [round(r, 3) for r in rates],
-        "examples_per_s": round(median, 3),
-        "frames_per_s": round(median * job.frames_per_example, 2),
-        "cpu_examples_per_s": round(cpu_median, 3),
-        "cores_used": round(float(statistics.median(r["cores_used"] for r in runs)), 2),
-        "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
+        **summary,
+        "frames_per_s": round(summary["examples_per_s"] * job.frames_per_example, 2),
         "cores": cores,
         "batch_size": job.batch_size,
         "seed": job.seed,
-        "examples_timed": sum(r["examples"] for r in runs),
         "rss_before_mib": round(rss_before / MIB, 1),
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
         "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),  # KiB on Linux

@@ -26,7 +26,11 @@ Measured, each against its baseline in the same run on the same files (benchmark
     adds ~15 min to a full run;
   - random access (`random_access.py`): the hmdb51 inputs built again with ArrayRecord shards; random
     index reads (`vidvol.data_source`, one index and batches of 32) and Grain's model-ready batches
-    vs the sequential `vidvol.load` rate on the same data.
+    vs the sequential `vidvol.load` rate on the same data;
+  - peers (`peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
+    decord, PyAV, TorchCodec in a PyTorch DataLoader; TFDS's stock Video feature; MONAI and TorchIO),
+    beside the headline's vidvol rows; the peers run in their own venv (OUT/peers_venv, made from
+    setup.cfg's `bench` extra in a full run; a quick run without it records why they are missing).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import psutil
 import build_sections
 import cluster
 import inputs
+import peers
 import random_access
 import read_sections
 import report
@@ -181,6 +186,7 @@ HEADLINE = Headline()
 SECTIONS: tuple[section.Section, ...] = (
     cluster.SECTION,
     random_access.SECTION,
+    peers.SECTION,
 )
 
 
