@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from vidvol import samples
-from vidvol.builders import video
+from vidvol.builders.transforms import video
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
