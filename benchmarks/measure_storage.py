@@ -8,7 +8,7 @@ The baseline is the pipeline users have today: `tf.py_function(nib.load(path).ge
 
     python benchmarks/measure_storage.py --num 16 --size 128 --out /tmp/mri_storage
 
-A repository tool (not installed with vidvol); its numbers are in datasets/mri_volumes/README.md ("Storage").
+A repository tool (not installed with vidvol); its numbers are in benchmarks/RESULTS.md ("MRI encodings").
 """
 
 from __future__ import annotations

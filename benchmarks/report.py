@@ -4,7 +4,9 @@ The results document (a dict, see `run.py`) holds the machine, library versions,
 inputs, read/build measurements and `targets`: one row per promise (`value`, `target`, `op`,
 `pass`; `section.target`), and one document per registered section under its key, which that
 section renders itself (`Section.markdown`, with the helpers here). Ratios are the headline;
-absolute numbers drift between machines.
+absolute numbers drift between machines. The figures of one-off study scripts are hand-kept in the
+committed RESULTS.md between `<!-- studies -->` and `<!-- /studies -->`; every regenerated
+RESULTS.md carries that block (`write_markdown`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import matplotlib
 
@@ -22,6 +24,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 DPI = 110
 Render = Callable[[Mapping[str, Any]], list[str]]  # a section document -> its Markdown lines
+# A hand-kept block of RESULTS.md (figures of one-off study scripts, with their dates): everything from
+# STUDIES_BEGIN to STUDIES_END is carried into every regenerated RESULTS.md, at its end.
+STUDIES_BEGIN, STUDIES_END = "<!-- studies -->", "<!-- /studies -->"
+PUBLISHED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")  # the committed copy
 
 
 def fmt(value: float, unit: str) -> str:
@@ -70,8 +76,11 @@ def misses(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return ["Misses:", ""] + [f"- {t['name']}: {t['note']}" for t in missed] + [""] if missed else []
 
 
-def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None = None) -> str:
-    """The RESULTS.md text: the headline's tables, each of `sections` ({key: render}) after its build tables."""
+def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None = None, studies: str | None = None) -> str:
+    """The RESULTS.md text: the headline's tables, each of `sections` ({key: render}) after its build tables.
+
+    `studies`: a hand-kept block (`studies_block`), appended as it is.
+    """
     sections = sections or {}
     m, v = results["machine"], results["versions"]
     out = [
@@ -202,7 +211,37 @@ def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None =
     out += ["## Method", ""] + [f"- {line}" for line in results.get("method", [])] + [""]
     if results.get("notes"):
         out += ["## Notes", ""] + [f"- {line}" for line in results["notes"]] + [""]
+    if studies:
+        out += [studies, ""]
     return "\n".join(out)
+
+
+def studies_block(text: str, where: str = "RESULTS.md") -> str | None:
+    """The hand-kept block of a RESULTS.md text, markers included; None when it has none.
+
+    A block left open, or a second one, is a ValueError: regenerating would lose part of it.
+    """
+    begin = text.find(STUDIES_BEGIN)
+    if begin < 0:
+        return None
+    end = text.find(STUDIES_END, begin)
+    if end < 0:
+        raise ValueError(f"{where}: {STUDIES_BEGIN} without {STUDIES_END}; close the studies block")
+    end += len(STUDIES_END)
+    if STUDIES_BEGIN in text[end:]:
+        raise ValueError(f"{where}: more than one {STUDIES_BEGIN} block; keep the studies in one")
+    return text[begin:end]
+
+
+def kept_studies(paths: Iterable[str]) -> str | None:
+    """The studies block of the first of `paths` that exists and holds one (None: no block anywhere)."""
+    for path in paths:
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                block = studies_block(f.read(), path)
+            if block is not None:
+                return block
+    return None
 
 
 def hmdb51_paths_section(paths: Mapping[str, Any]) -> list[str]:
@@ -283,10 +322,13 @@ def _describe(spec: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in spec.items() if k not in ("kind", "labels"))
 
 
-def write_markdown(results: Mapping[str, Any], path: str, sections: Mapping[str, Render] | None = None) -> str:
-    """Writes RESULTS.md."""
+def write_markdown(results: Mapping[str, Any], path: str, sections: Mapping[str, Render] | None = None,
+                   keep_from: Sequence[str] | None = None) -> str:
+    """Writes RESULTS.md, carrying the studies block of `keep_from` (default: the committed copy, else `path`'s)."""
+    studies = kept_studies(keep_from if keep_from is not None else (PUBLISHED, path))
+    text = markdown(results, sections, studies)
     with open(path, "w", encoding="utf-8") as f:
-        f.write(markdown(results, sections))
+        f.write(text)
     return path
 
 

@@ -10,7 +10,7 @@
 
 Both decode per example (`tfds.load`), per batch (`vidvol.load`'s batch parser) and with NumPy alone
 (`decode_example_np`: `tfds.data_source` over ArrayRecord shards, Grain, PyTorch). Why storage
-decides MRI read speed, with figures: the mri_volumes card, "Storage".
+decides MRI read speed: the mri_volumes card, "Storage"; figures in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Without the pool every new float32 batch is written into fresh pages (a page fault per 4 KiB);
 TensorFlow reads `TF_CPU_ALLOCATOR_USE_BFC` at its first op, so `import vidvol` sets it unless the
-user chose ("false" opts out). Measured effect: README, "TensorFlow's CPU allocator".
+user chose ("false" opts out). Docs: docs/reading.md, "Pipeline"; measured effect: benchmarks/RESULTS.md, "Read pipeline".
 """
 
 from __future__ import annotations
@@ -69,6 +69,6 @@ def warn_if_not_pooled() -> None:
     )
     logger.warning(
         "TensorFlow's CPU allocator is not pooled (%s): every large batch is written into fresh pages "
-        "(large float32 batches read much slower; see the README's allocator section). Set %s=true in the environment, or "
+        "(large float32 batches read much slower; see docs/reading.md, \"TensorFlow's CPU allocator\"). Set %s=true in the environment, or "
         "import vidvol before running any TensorFlow op.", reason, ENV_VAR,
     )

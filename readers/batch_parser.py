@@ -15,7 +15,7 @@ class BatchParser:
     """Parses a batch of serialized examples in one call, giving what TFDS's per-example parse gives.
 
     TFDS's reader parses each example in its own map call; for features whose stored shape is fully
-    known one call per batch is far cheaper (figures in the README). The specs are TFDS's own, the
+    known one call per batch is far cheaper (figures: benchmarks/RESULTS.md, "Read pipeline"). The specs are TFDS's own, the
     values go through the features' `decode_batch_example` (or the `decoders` given for some,
     already set up on their features), except video frames: encoded ones stay encoded, raw uint8
     ones (`frames.is_raw_video`) are one `tf.io.decode_raw` for the whole batch (TFDS's Tensor would

@@ -1,4 +1,4 @@
-"""Runner option sets: unknown/invalid/missing options, every README recipe parsed by Beam, counters."""
+"""Runner option sets: unknown/invalid/missing options, every recipe of docs/clusters.md parsed by Beam, counters."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from vidvol.beam_jobs import build
 from vidvol.beam_jobs import runners
 from vidvol.beam_jobs import worker_env
 
-README = pathlib.Path(build.__file__).with_name("README.md")
+README = pathlib.Path(__file__).resolve().parents[2] / "docs" / "clusters.md"  # the cluster guide (not installed)
 
 
 def _commands(text: str) -> list[str]:
-    """Shell commands of the README's ```sh blocks, backslash continuations joined."""
+    """Shell commands of the guide's ```sh blocks, backslash continuations joined."""
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
         joined = re.sub(r"\\\n\s*", " ", block)
