@@ -16,6 +16,8 @@ from vidvol.readers.api import example_bytes
 from vidvol.readers.api import get_builder
 from vidvol.readers.api import load
 from vidvol.readers.api import load_labels
+from vidvol.readers.order import NotResumableError
+from vidvol.readers.order import check_resumable
 from vidvol.readers.plan import supervised_keys
 from vidvol.readers.clip_sampling import ClipWindow
 from vidvol.readers.output import OUTPUT_DTYPES
@@ -39,8 +41,8 @@ from vidvol.readers.spec import Tuning
 
 __all__ = [
     "ClipWindow", "Clips", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "Dequantization",
-    "MAX_CYCLE_LENGTH", "Normalize", "OUTPUT_DTYPES", "Output", "RandomAccessError", "ReadSpec", "ShardingError",
-    "Tuning", "data_source", "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute",
+    "MAX_CYCLE_LENGTH", "Normalize", "NotResumableError", "OUTPUT_DTYPES", "Output", "RandomAccessError", "ReadSpec",
+    "ShardingError", "Tuning", "check_resumable", "data_source", "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute",
     "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size", "supervised_keys",
     "torch_dataset",
 ]

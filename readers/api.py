@@ -11,11 +11,11 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.readers import allocator
-from vidvol.readers import direct_volumes
 from vidvol.readers import legacy
+from vidvol.readers import order
 from vidvol.readers import output
+from vidvol.readers import records
 from vidvol.readers import shards
-from vidvol.readers import sizing
 from vidvol.readers import stages
 from vidvol.readers.plan import SplitFacts
 from vidvol.readers.plan import plan_load
@@ -48,11 +48,12 @@ def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLik
 
 
 def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
-    """ValueError naming the random-access readers when the prepared dataset's files have no tf.data reader."""
+    """ValueError naming the random-access readers when the prepared dataset is not stored as TFRecord shards."""
     fmt = builder.info.file_format
-    if fmt is not None and fmt not in tfds.core.FileFormat.with_tf_data():
+    if fmt is not None and fmt != tfds.core.FileFormat.TFRECORD:
         raise ValueError(
-            f"{builder.info.full_name} in {builder.data_dir} is stored as {fmt.value}, which tf.data cannot stream; "
+            f"{builder.info.full_name} in {builder.data_dir} is stored as {fmt.value}; vidvol.load reads TFRecord shards "
+            "(by record offset); "
             "read it by index with vidvol.data_source / vidvol.grain_dataset / vidvol.torch_dataset (or "
             "tfds.data_source), or build it with the default file_format (tfrecord) for vidvol.load / tfds.load"
         )
@@ -107,22 +108,14 @@ def load(
     plan = plan_load(builder.info, SplitFacts.of(builder, split), batch_size, spec=spec or ReadSpec(),
                      tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
                      input_context=input_context)
-    options = plan.options()
-    ds, parser = stages.read(builder, split, plan, plan.read_config(options, input_context, repeat))
-    if plan.random_clips:
-        ds = stages.attach_seeds(ds, seed)
-    if plan.training:
-        ds = stages.shuffle(ds, plan.shuffle_buffer, seed)
-    if repeat:
-        ds = ds.repeat()
-    ds = stages.select_clips(ds, plan.read, plan.random_clips, plan.decode_parallelism, plan.deterministic)
-    ds = ds.batch(batch_size, drop_remainder=plan.drop_remainder)
-    if plan.lean:
-        ds = stages.finish_lean(ds, stages.finisher(plan))
-    else:
-        ds = stages.parse_decode_finish(ds, plan.read, parser, stages.finisher(plan), plan.deterministic)
-    logger.info("%s", plan.describe(direct=isinstance(parser, direct_volumes.DirectParser)))
-    return ds.with_options(options)
+    source = records.open_split(builder, split)
+    draws = order.draws(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
+                        seed=order.fresh_seed() if seed is None else seed, fingerprint=source.fingerprint)
+    batch_read = stages.read(builder, plan, source)
+    ds = draws if batch_read.parse is not None else stages.examples(builder, draws, plan, batch_read)
+    ds = stages.finish_batches(ds, plan, batch_read, stages.finisher(plan))
+    logger.info("%s", plan.describe(direct=batch_read.direct))
+    return ds.with_options(plan.options())
 
 
 def dequantize_params(
