@@ -174,7 +174,8 @@ def load_labels(
 ) -> np.ndarray:
     """Every target of a split as one array, parsing nothing else (no frame is decoded or copied).
 
-    The order is that of `load(..., training=False)`, so predictions line up with it.
+    The order is that of `load(..., training=False)` (the split's storage order: shard files in turn,
+    each file's records in order), so predictions line up with it.
     """
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
@@ -183,11 +184,8 @@ def load_labels(
         _, target = supervised_keys(info)
     if target not in info.features:
         raise ValueError(f"{info.full_name}: unknown feature {target!r}; expected one of {sorted(info.features)}")
-    num_files = len(shards.file_instructions(builder, split))
-    read_config = tfds.ReadConfig(
-        try_autocache=False, interleave_cycle_length=sizing.default_cycle_length(num_files), interleave_block_length=1,
-        skip_prefetch=True,
-    )
+    read_config = tfds.ReadConfig(try_autocache=False, interleave_cycle_length=1, interleave_block_length=1,
+                                  skip_prefetch=True)  # one file after the other: storage order
     decoders = tfds.decode.PartialDecoding({target: True})
     if shards.checked_reader_applies(builder, read_config):
         ds = shards.read_examples(builder, split, read_config, shuffle_files=False, decoders=decoders)

@@ -102,6 +102,7 @@ class JpegBatchDecode(host_calls.HostCall):
         super().__init__()
 
     def run(self, encoded: np.ndarray) -> np.ndarray:
+        encoded = np.asarray(encoded)  # also a tensor, called directly
         out = host_calls.pool.take(len(encoded) * self.frame_bytes).reshape((len(encoded),) + self.shape)
         for slot, frame in zip(out, encoded):
             decode_jpeg_into(slot, frame)

@@ -427,7 +427,7 @@ def plan_load(
 
     # How much this pipeline reads per epoch, and how big its buffers may be.
     layout = layout_of(split, training, input_context)
-    if layout.pads and not has_mask_output(info, names, inputs, omit_mask):
+    if not training and layout.left_over and not has_mask_output(info, names, inputs, omit_mask):
         raise ValueError(
             f"{info.full_name} split {split.name!r}: {split.examples} examples over {layout.pipelines} evaluation "
             f"pipelines leave {layout.pipelines - layout.left_over} pipelines one example short, which they pad "
