@@ -170,8 +170,8 @@ def decode_frames_np(
     """Encoded frames -> (len(indices), H, W, C) in NumPy, the pixels `vidvol.load` and `tfds.load` give.
 
     RGB JPEG frames through `decode_jpeg_into` (simplejpeg, TensorFlow's fast IDCT: bit for bit);
-    others (PNG, grey, or simplejpeg not installed: OpenCV's accurate IDCT, a few levels off for JPEG)
-    through TFDS's own per-frame NumPy decode. `indices` pick the frames (all of them by default);
+    others (PNG, grey; JPEG without simplejpeg: TensorFlow's decode) through the feature's own per-frame
+    NumPy decode. `indices` pick the frames (all of them by default);
     slots where `valid` is False stay zero, as `vidvol.load` zeroes clip slots past a video's end.
     Used by the random-access readers.
     """
