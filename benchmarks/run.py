@@ -26,7 +26,10 @@ Measured, each against its baseline in the same run on the same files (benchmark
     adds ~15 min to a full run;
   - random access (`random_access.py`): the hmdb51 inputs built again with ArrayRecord shards; random
     index reads (`vidvol.data_source`, one index and batches of 32) and Grain's model-ready batches
-    vs the sequential `vidvol.load` rate on the same data.
+    vs the sequential `vidvol.load` rate on the same data;
+  - resume (`resume.py`): iterator checkpoint size and the time to the first batch after a restore at
+    10 % and 90 % of an epoch, on the run's hmdb51, fire_hrr and mri_volumes builds; the training
+    order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import inputs
 import random_access
 import read_sections
 import report
+import resume
 import section
 import suite
 from suite import CONTENDED_CORES
@@ -181,6 +185,7 @@ HEADLINE = Headline()
 SECTIONS: tuple[section.Section, ...] = (
     cluster.SECTION,
     random_access.SECTION,
+    resume.SECTION,
 )
 
 

@@ -86,18 +86,35 @@ def load(
       split: TFDS split, slices allowed ("train", "test", "train[:80%]").
       batch_size: examples per batch (per input pipeline when `input_context` is given).
       data_dir: TFDS data directory holding the prepared dataset.
-      training: shuffle files and examples, draw random clips, drop the last partial batch.
-        Default: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
+      training: a new permutation of the whole split every epoch, random clips, drop the last partial
+        batch. Default: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
         the caller's choice; here a training split is read as one trains on it).
-      seed: makes file order, example order and random clips reproducible (and the pipeline
-        deterministic); each epoch still differs from the last.
+      seed: makes the example order and random clips reproducible; each epoch (and each new iterator
+        of a `repeat=False` dataset) still differs from the last. None: a seed is drawn, and kept in
+        the iterator's checkpoint.
       spec: `vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...))`: the
         clips, the frame normalization (and resize), the output dtype, mask dtype and structure.
         None: `ReadSpec()` (every stored frame, float32 in [0, 1], the supervised tuple).
-      input_context: `tf.distribute.InputContext`; each pipeline reads a disjoint set of shard files.
-      repeat: repeat forever (each pass reshuffled).
+      input_context: `tf.distribute.InputContext`; each of the N input pipelines reads an equal share
+        of the split's examples (not of its shard files), so every pipeline yields the same number
+        of batches an epoch. Training: `examples // N` each; the `examples % N` left over (at most
+        N - 1) are left out of that epoch, a different run of them each epoch. Evaluation: the
+        pipelines' contiguous shares of `ceil(examples / N)`, the short ones padded with one example
+        whose mask, frames and volume are zero (weight each example by `mask.max() > 0`); none lost.
+        At most `examples` pipelines. The dataset cards give the figures for their splits.
+      repeat: repeat forever (each epoch a new permutation; batches run on across epoch boundaries).
       drop_remainder: default `training`.
       tuning: performance knobs (`vidvol.Tuning`); None: `Tuning()`.
+
+    Stopping and resuming: `tf.train.Checkpoint(iterator=iter(ds))` saves a few KiB of state (an
+    element counter, the iteration's keys, the data's fingerprint: `readers.order`), whatever the
+    dataset; restored into a pipeline made with the same arguments, in any process, the next
+    batches are those the uninterrupted run would have read (also for an unseeded run: the saved
+    seed wins), and a rebuilt dataset or another pipeline layout refuses the checkpoint with an error
+    naming both. A stateful op you map after `load` (`tf.random.uniform`, a `tf.py_function` with
+    state, a random Keras preprocessing layer) is not in that state: TensorFlow saves such a
+    pipeline without complaint under symbolic checkpoints, and its draws differ after a restore;
+    `vidvol.check_resumable(ds)` names it. Recipe: docs/reading.md, "Stopping and resuming".
 
     The keywords of the release before (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...)
     still work, with a DeprecationWarning giving the new spelling (`readers.legacy`).
@@ -154,8 +171,11 @@ def dequantize_params(
 def distribute(
     strategy: tf.distribute.Strategy, name: str | tfds.core.DatasetBuilder, split: str, global_batch_size: int, **kwargs: Any
 ) -> tf.distribute.DistributedDataset:
-    """`load` per input pipeline of `strategy`, each reading its own shard files (per-replica batches).
+    """`load` per input pipeline of `strategy`, each reading an equal share of the examples (per-replica batches).
 
+    Every pipeline yields the same number of batches an epoch (`load`'s `input_context`): training
+    leaves `examples % pipelines` out of each epoch (a different run of them each epoch),
+    evaluation pads the short pipelines with one zero-mask example each (weight by the mask).
     `kwargs`: `load`'s keywords (`seed=`, `spec=`, `tuning=`...).
     """
 
