@@ -246,8 +246,8 @@ class Resume(section.Section):
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows = []
         biggest = max(p["checkpoint_bytes"] for r in doc["restore"] for p in r["positions"].values())
-        rows.append(section.target("largest iterator checkpoint (any dataset, any position)", biggest / 2**20, 64.0,
-                                   op="<=", unit="MiB"))
+        rows.append(section.target("largest iterator checkpoint (any dataset, any position)", biggest / 1024, 64 * 1024.0,
+                                   op="<=", unit="KiB", note="the target is 64 MiB"))
         for r in doc["restore"]:
             p10, p90 = r["positions"]["10%"], r["positions"]["90%"]
             rows.append(section.target(

@@ -164,26 +164,30 @@ def draws(layout: Layout, batch_size: int, *, drop_remainder: bool, repeat: bool
     (`records.fingerprint`) plus the layout's; a restored state holding another one fails the read.
     """
     current = fingerprint + layout.describe()
+    # Batches of element numbers: one pass (`range`, the last partial batch as `drop_remainder` says), or
+    # forever (every batch full; the scan below numbers them). Per batch, not per element: the state's
+    # upkeep is a few ops per batch.
     counter = (tf.data.Dataset.from_tensors(np.int64(0)).repeat() if repeat
-               else tf.data.Dataset.range(layout.per_epoch))
+               else tf.data.Dataset.range(layout.per_epoch).batch(batch_size, drop_remainder=drop_remainder))
     per_iterator = tf.data.Dataset.random(seed=ITERATION_SEED, rerandomize_each_iteration=True)
     seed = int(seed)
+    offsets = tf.range(batch_size, dtype=tf.int64)
 
     def step(state, element):
         count, started, rotation, key, saved = state
-        _, value = element
-        rotation = tf.where(started, rotation, value)
-        key = tf.where(started, key, iteration_key(seed, value))
+        numbers, value = element
+        rotation, key = tf.cond(started, lambda: (rotation, key), lambda: (value, iteration_key(seed, value)))
+        if repeat:
+            numbers = count + offsets
         same = tf.debugging.Assert(tf.equal(saved, current), [_refusal(saved, current)])
         with tf.control_dependencies([same]):
-            out = tf.identity(count)
-        return (count + 1, tf.constant(True), rotation, key, saved), (out, rotation, key)
+            numbers = tf.identity(numbers)
+        return (count + tf.size(numbers, tf.int64), tf.constant(True), rotation, key, saved), (numbers, rotation, key)
 
     initial = (tf.constant(0, tf.int64), tf.constant(False), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
                tf.constant(current))
     ds = tf.data.Dataset.zip((counter, per_iterator)).scan(initial, step)
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    locate = lambda element, rotation, key: layout.examples_tf(element, key[0], rotation[0])  # noqa: E731
+    locate = lambda numbers, rotation, key: layout.examples_tf(numbers, key, rotation)  # noqa: E731
     return ds.map(tf.autograph.experimental.do_not_convert(locate))
 
 
