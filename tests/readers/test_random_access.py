@@ -79,6 +79,11 @@ def test_hmdb51_by_index_gives_tfds_load_tensors(hmdb_dirs):
             np.testing.assert_array_equal(ex["video"], ref["video"])
             accurate = np.stack([tf.io.decode_jpeg(f, dct_method="INTEGER_ACCURATE").numpy() for f in stored[vid]["video"]])
             assert not np.array_equal(ex["video"], accurate)
+        # tfds.data_source itself (TFDS's NumPy decode of VideoFrames): tfds.load's pixels too, not OpenCV's.
+        theirs = _by(tfds.data_source(HMDB, split=split, data_dir=hmdb_dirs["array_record"]), "video_id")
+        assert theirs.keys() == loaded.keys()
+        for vid, ex in theirs.items():
+            np.testing.assert_array_equal(np.stack(ex["video"]), loaded[vid]["video"])
     with pytest.raises(IndexError, match="out of range"):
         ds[len(ds)]
 
