@@ -293,7 +293,8 @@ class Resume(section.Section):
         builds = []
         for label, data_dir, name, batch in wanted:
             folder = os.path.join(data_dir, *name.split("/"))
-            versions = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            versions = sorted(v for v in (os.listdir(folder) if os.path.isdir(folder) else [])
+                              if os.path.isfile(os.path.join(folder, v, "dataset_info.json")))
             if versions:
                 builds.append((label, os.path.join(folder, versions[-1]), batch))
         return {"builds": builds}
