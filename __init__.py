@@ -17,6 +17,7 @@ from vidvol.builders.writer import runner as _writer_runner  # noqa: E402
 _writer_runner.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
 
 from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)
+from vidvol.readers import check_resumable  # noqa: E402,F401  (stopping and resuming: docs/reading.md)
 # What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).
 from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402,F401
 from vidvol.readers import dequantize_params  # noqa: E402,F401  (output_dtype: scale/offset for the device)

@@ -27,6 +27,9 @@ Measured, each against its baseline in the same run on the same files (benchmark
   - random access (`random_access.py`): the hmdb51 inputs built again with ArrayRecord shards; random
     index reads (`vidvol.data_source`, one index and batches of 32) and Grain's model-ready batches
     vs the sequential `vidvol.load` rate on the same data;
+  - resume (`resume.py`): iterator checkpoint size and the time to the first batch after a restore at
+    10 % and 90 % of an epoch, on the run's hmdb51, fire_hrr and mri_volumes builds; the training
+    order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
   - peers (`peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
     decord, PyAV, TorchCodec in a PyTorch DataLoader; TFDS's stock Video feature; MONAI and TorchIO),
     beside the headline's vidvol rows; the peers run in their own venv (OUT/peers_venv, made from
@@ -55,6 +58,7 @@ import peers
 import random_access
 import read_sections
 import report
+import resume
 import section
 import suite
 from suite import CONTENDED_CORES
@@ -186,6 +190,7 @@ HEADLINE = Headline()
 SECTIONS: tuple[section.Section, ...] = (
     cluster.SECTION,
     random_access.SECTION,
+    resume.SECTION,
     peers.SECTION,
 )
 

@@ -9,7 +9,9 @@
   start/stop per axis; anything else is refused at build time with the reason.
 
 Both decode per example (`tfds.load`), per batch (`vidvol.load`'s batch parser) and with NumPy alone
-(`decode_example_np`: `tfds.data_source` over ArrayRecord shards, Grain, PyTorch). Why storage
+(`decode_example_np`: `tfds.data_source` over ArrayRecord shards, Grain, PyTorch); `VideoFrames`' JPEG
+frames decode in NumPy with `tf.io.decode_jpeg`'s pixels too (`core.jpeg`), so `tfds.data_source`
+gives `tfds.load`'s frames. Why storage
 decides MRI read speed: the mri_volumes card, "Storage"; figures in benchmarks/RESULTS.md.
 """
 
@@ -22,6 +24,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.core import jpeg
 
 INT16_MIN, INT16_MAX = np.iinfo(np.int16).min, np.iinfo(np.int16).max
 # Frames decoded by one unrolled graph (per video, or per batch of videos); more go through tf.map_fn.
@@ -230,6 +233,16 @@ class _Frame(tfds.features.Image):
 
     def decode_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         return self.decode_frame(tfexample_data)
+
+    def decode_example_np(self, example: bytes) -> np.ndarray:
+        """One encoded frame -> (H, W, C) with NumPy only (`tfds.data_source`): the pixels `decode_example` gives.
+
+        RGB uint8 JPEG through `core.jpeg` (libjpeg-turbo with `tf.io.decode_jpeg`'s defaults: bit for
+        bit); other frames through TFDS's Image (OpenCV), which PNG decodes exactly too.
+        """
+        if jpeg.decodes_rgb(self.encoding_format, self.shape[-1], self.np_dtype):
+            return jpeg.decode_jpeg(example)
+        return super().decode_example_np(example)
 
     def decode_batch_example(self, tfexample_data: tf.Tensor) -> tf.Tensor:
         """(N,) encoded frames -> (N, H, W, C): one decode op per frame when N is static, else TFDS's map_fn."""

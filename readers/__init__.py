@@ -6,7 +6,10 @@ named pipeline stages; `plan` what is read and decoded where and every decision 
 pipeline (`plan_load`); `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
 per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator;
 `output` the output dtypes (`output_dtype`, masks, `dequantize_params`); `random_access` the
-by-index readers over ArrayRecord shards (`data_source`, Grain, PyTorch).
+by-index readers over ArrayRecord shards (`data_source`, PyTorch), `resumable` their resumable
+order (Grain, the PyTorch sampler). Reading by index: `records` (every record's place in its
+shard), `order` (which example each position reads: the checkpointed state, multi-host shares),
+`permutation` (the keyed bijection), `rng` (per-example randomness).
 """
 
 from vidvol.readers.api import DatasetNotPreparedError
@@ -16,6 +19,8 @@ from vidvol.readers.api import example_bytes
 from vidvol.readers.api import get_builder
 from vidvol.readers.api import load
 from vidvol.readers.api import load_labels
+from vidvol.readers.order import NotResumableError
+from vidvol.readers.order import check_resumable
 from vidvol.readers.plan import supervised_keys
 from vidvol.readers.clip_sampling import ClipWindow
 from vidvol.readers.output import OUTPUT_DTYPES
@@ -23,8 +28,9 @@ from vidvol.readers.output import Dequantization
 from vidvol.readers.random_access import DataSource
 from vidvol.readers.random_access import RandomAccessError
 from vidvol.readers.random_access import data_source
-from vidvol.readers.random_access import grain_dataset
 from vidvol.readers.random_access import torch_dataset
+from vidvol.readers.resumable import EpochSampler
+from vidvol.readers.resumable import grain_dataset
 from vidvol.readers.sizing import DEFAULT_SHUFFLE_BUFFER_BYTES
 from vidvol.readers.sizing import MAX_CYCLE_LENGTH
 from vidvol.readers.sizing import ShardingError
@@ -39,8 +45,8 @@ from vidvol.readers.spec import Tuning
 
 __all__ = [
     "ClipWindow", "Clips", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "Dequantization",
-    "MAX_CYCLE_LENGTH", "Normalize", "OUTPUT_DTYPES", "Output", "RandomAccessError", "ReadSpec", "ShardingError",
-    "Tuning", "data_source", "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute",
-    "example_bytes", "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size", "supervised_keys",
-    "torch_dataset",
+    "EpochSampler", "MAX_CYCLE_LENGTH", "Normalize", "NotResumableError", "OUTPUT_DTYPES", "Output",
+    "RandomAccessError", "ReadSpec", "ShardingError", "Tuning", "check_resumable", "data_source",
+    "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute", "example_bytes",
+    "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size", "supervised_keys", "torch_dataset",
 ]

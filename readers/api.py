@@ -11,11 +11,11 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.readers import allocator
-from vidvol.readers import direct_volumes
 from vidvol.readers import legacy
+from vidvol.readers import order
 from vidvol.readers import output
+from vidvol.readers import records
 from vidvol.readers import shards
-from vidvol.readers import sizing
 from vidvol.readers import stages
 from vidvol.readers.plan import SplitFacts
 from vidvol.readers.plan import plan_load
@@ -48,11 +48,12 @@ def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLik
 
 
 def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
-    """ValueError naming the random-access readers when the prepared dataset's files have no tf.data reader."""
+    """ValueError naming the random-access readers when the prepared dataset is not stored as TFRecord shards."""
     fmt = builder.info.file_format
-    if fmt is not None and fmt not in tfds.core.FileFormat.with_tf_data():
+    if fmt is not None and fmt != tfds.core.FileFormat.TFRECORD:
         raise ValueError(
-            f"{builder.info.full_name} in {builder.data_dir} is stored as {fmt.value}, which tf.data cannot stream; "
+            f"{builder.info.full_name} in {builder.data_dir} is stored as {fmt.value}; vidvol.load reads TFRecord shards "
+            "(by record offset); "
             "read it by index with vidvol.data_source / vidvol.grain_dataset / vidvol.torch_dataset (or "
             "tfds.data_source), or build it with the default file_format (tfrecord) for vidvol.load / tfds.load"
         )
@@ -85,18 +86,35 @@ def load(
       split: TFDS split, slices allowed ("train", "test", "train[:80%]").
       batch_size: examples per batch (per input pipeline when `input_context` is given).
       data_dir: TFDS data directory holding the prepared dataset.
-      training: shuffle files and examples, draw random clips, drop the last partial batch.
-        Default: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
+      training: a new permutation of the whole split every epoch, random clips, drop the last partial
+        batch. Default: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
         the caller's choice; here a training split is read as one trains on it).
-      seed: makes file order, example order and random clips reproducible (and the pipeline
-        deterministic); each epoch still differs from the last.
+      seed: makes the example order and random clips reproducible; each epoch (and each new iterator
+        of a `repeat=False` dataset) still differs from the last. None: a seed is drawn, and kept in
+        the iterator's checkpoint.
       spec: `vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...))`: the
         clips, the frame normalization (and resize), the output dtype, mask dtype and structure.
         None: `ReadSpec()` (every stored frame, float32 in [0, 1], the supervised tuple).
-      input_context: `tf.distribute.InputContext`; each pipeline reads a disjoint set of shard files.
-      repeat: repeat forever (each pass reshuffled).
+      input_context: `tf.distribute.InputContext`; each of the N input pipelines reads an equal share
+        of the split's examples (not of its shard files), so every pipeline yields the same number
+        of batches an epoch. Training: `examples // N` each; the `examples % N` left over (at most
+        N - 1) are left out of that epoch, a different run of them each epoch. Evaluation: the
+        pipelines' contiguous shares of `ceil(examples / N)`, the short ones padded with one example
+        whose mask, frames and volume are zero (weight each example by `mask.max() > 0`); none lost.
+        At most `examples` pipelines. The dataset cards give the figures for their splits.
+      repeat: repeat forever (each epoch a new permutation; batches run on across epoch boundaries).
       drop_remainder: default `training`.
       tuning: performance knobs (`vidvol.Tuning`); None: `Tuning()`.
+
+    Stopping and resuming: `tf.train.Checkpoint(iterator=iter(ds))` saves a few KiB of state (an
+    element counter, the iteration's keys, the data's fingerprint: `readers.order`), whatever the
+    dataset; restored into a pipeline made with the same arguments, in any process, the next
+    batches are those the uninterrupted run would have read (also for an unseeded run: the saved
+    seed wins), and a rebuilt dataset or another pipeline layout refuses the checkpoint with an error
+    naming both. A stateful op you map after `load` (`tf.random.uniform`, a `tf.py_function` with
+    state, a random Keras preprocessing layer) is not in that state: TensorFlow saves such a
+    pipeline without complaint under symbolic checkpoints, and its draws differ after a restore;
+    `vidvol.check_resumable(ds)` names it. Recipe: docs/reading.md, "Stopping and resuming".
 
     The keywords of the release before (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...)
     still work, with a DeprecationWarning giving the new spelling (`readers.legacy`).
@@ -107,22 +125,14 @@ def load(
     plan = plan_load(builder.info, SplitFacts.of(builder, split), batch_size, spec=spec or ReadSpec(),
                      tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
                      input_context=input_context)
-    options = plan.options()
-    ds, parser = stages.read(builder, split, plan, plan.read_config(options, input_context, repeat))
-    if plan.random_clips:
-        ds = stages.attach_seeds(ds, seed)
-    if plan.training:
-        ds = stages.shuffle(ds, plan.shuffle_buffer, seed)
-    if repeat:
-        ds = ds.repeat()
-    ds = stages.select_clips(ds, plan.read, plan.random_clips, plan.decode_parallelism, plan.deterministic)
-    ds = ds.batch(batch_size, drop_remainder=plan.drop_remainder)
-    if plan.lean:
-        ds = stages.finish_lean(ds, stages.finisher(plan))
-    else:
-        ds = stages.parse_decode_finish(ds, plan.read, parser, stages.finisher(plan), plan.deterministic)
-    logger.info("%s", plan.describe(direct=isinstance(parser, direct_volumes.DirectParser)))
-    return ds.with_options(options)
+    source = records.open_split(builder, split)
+    draws = order.draws(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
+                        seed=order.fresh_seed() if seed is None else seed, fingerprint=source.fingerprint)
+    batch_read = stages.read(builder, plan, source)
+    ds = draws if batch_read.parse is not None else stages.examples(builder, draws, plan, batch_read)
+    ds = stages.finish_batches(ds, plan, batch_read, stages.finisher(plan))
+    logger.info("%s", plan.describe(direct=batch_read.direct))
+    return ds.with_options(plan.options())
 
 
 def dequantize_params(
@@ -161,8 +171,11 @@ def dequantize_params(
 def distribute(
     strategy: tf.distribute.Strategy, name: str | tfds.core.DatasetBuilder, split: str, global_batch_size: int, **kwargs: Any
 ) -> tf.distribute.DistributedDataset:
-    """`load` per input pipeline of `strategy`, each reading its own shard files (per-replica batches).
+    """`load` per input pipeline of `strategy`, each reading an equal share of the examples (per-replica batches).
 
+    Every pipeline yields the same number of batches an epoch (`load`'s `input_context`): training
+    leaves `examples % pipelines` out of each epoch (a different run of them each epoch),
+    evaluation pads the short pipelines with one zero-mask example each (weight by the mask).
     `kwargs`: `load`'s keywords (`seed=`, `spec=`, `tuning=`...).
     """
 
@@ -181,7 +194,8 @@ def load_labels(
 ) -> np.ndarray:
     """Every target of a split as one array, parsing nothing else (no frame is decoded or copied).
 
-    The order is that of `load(..., training=False)`, so predictions line up with it.
+    The order is that of `load(..., training=False)` (the split's storage order: shard files in turn,
+    each file's records in order), so predictions line up with it.
     """
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
@@ -190,11 +204,8 @@ def load_labels(
         _, target = supervised_keys(info)
     if target not in info.features:
         raise ValueError(f"{info.full_name}: unknown feature {target!r}; expected one of {sorted(info.features)}")
-    num_files = len(shards.file_instructions(builder, split))
-    read_config = tfds.ReadConfig(
-        try_autocache=False, interleave_cycle_length=sizing.default_cycle_length(num_files), interleave_block_length=1,
-        skip_prefetch=True,
-    )
+    read_config = tfds.ReadConfig(try_autocache=False, interleave_cycle_length=1, interleave_block_length=1,
+                                  skip_prefetch=True)  # one file after the other: storage order
     decoders = tfds.decode.PartialDecoding({target: True})
     if shards.checked_reader_applies(builder, read_config):
         ds = shards.read_examples(builder, split, read_config, shuffle_files=False, decoders=decoders)

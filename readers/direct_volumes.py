@@ -1,37 +1,35 @@
 """Direct volume reads: a volume's stored bytes go from the shard file into the output, nothing in between.
 
-Through TensorFlow's TFRecord reader a 128^3 MRI example is copied four times before it is a
-float32 volume (file buffer -> record string -> parsed feature string -> `decode_raw` tensor ->
-cast). For local TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16,
-`vidvol.load` instead:
+Through TensorFlow's TFRecord parse a 128^3 MRI example is copied three times before it is a
+float32 volume (record string -> parsed feature string -> `decode_raw` tensor -> cast). For local
+TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16, `vidvol.load` instead:
 
 1. indexes each shard once per process (`index_shard`: the TFRecord framing and the
    `tf.train.Example` wire format are walked with a few small reads per record, the volume
    bytes skipped): where each record and its volume bytes lie, and the record without them (a
    valid, small `tf.train.Example` holding every other feature);
-2. streams those index entries through the same file order, interleave, shuffle and batching as
-   the serialized records would take (so batches equal `tfds.load`'s under a seed);
+2. reads the examples in `readers.order`'s order by their index in the split, as every
+   `vidvol.load` read does (so batches equal the other path's under a seed);
 3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
-   volumes in one `tf.py_function` (`VolumeReads`): `os.preadv` puts each volume's bytes straight
-   into the int16 batch buffer, which becomes the tensor through DLPack, without a copy; float32 /
-   float16 / bfloat16 output is one TensorFlow cast of that batch (outside the GIL, so two batches
-   convert at once, where NumPy converting inside the Python call would hold it). That is the work
-   of the benchmark's volume limit (`os.pread` + `astype(float32)`).
+   volumes in one Python call (`VolumeReads`, a `tf.numpy_function` without state: the same
+   indices read the same bytes): `os.preadv` puts each volume's bytes straight into the int16
+   batch buffer, which becomes the tensor without a copy; float32 / float16 / bfloat16 output is
+   one TensorFlow cast of that batch (outside the GIL, so two batches convert at once, where NumPy
+   converting inside the Python call would hold it). That is the work of the benchmark's volume
+   limit (`os.pread` + `astype(float32)`).
 
 Integrity: the first time a record is read in a process its whole record is read and its length
 and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
 `verify` command); later epochs read only the volume bytes (the index is kept while the file's
 size, mtime and inode stay the same). Anything else (remote files, float32-stored volumes,
-videos, variable shapes, per-example parsing, a file whose records do not walk) takes the
-TensorFlow path, which gives the same tensors.
+videos, variable shapes, per-example parsing, a file whose records do not walk) reads whole
+records (`readers.records`) and parses them with TFDS's specs, which gives the same tensors.
 """
 
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
-import glob
 import logging
 import os
 from typing import Sequence
@@ -44,49 +42,19 @@ import tensorflow_datasets as tfds
 from vidvol.core import artifacts
 from vidvol.core import protowire
 from vidvol.readers import host_calls
-from vidvol.readers import shards
+from vidvol.readers import records
+from vidvol.readers.records import crc32c_extend
 
 logger = logging.getLogger(__name__)
 
-_HEADER, _FOOTER = 12, 4  # TFRecord framing: u64 length + u32 masked crc; data; u32 masked crc
+_HEADER, _FOOTER = records.HEADER, records.FOOTER
 _WINDOW = 1 << 12  # bytes read at a time while indexing: a record's small features fit
 _INDEX_CACHE_SIZE = 4096  # shard indexes kept per process, keyed by path, size and mtime
+_mask = records.masked
 
 
 class IndexError_(ValueError):
-    """A shard's records do not walk as expected (the TensorFlow path reads it instead, or it is damaged)."""
-
-
-def _crc_library():
-    """google-crc32c's bundled libcrc32c through ctypes (GIL released, any buffer, no copy), or None."""
-    folder = os.path.join(os.path.dirname(os.path.dirname(google_crc32c.__file__)), "google_crc32c.libs")
-    for path in sorted(glob.glob(os.path.join(folder, "libcrc32c*.so*"))):
-        try:
-            lib = ctypes.CDLL(path)
-            fn = lib.crc32c_extend
-        except (OSError, AttributeError):
-            continue
-        fn.argtypes, fn.restype = (ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t), ctypes.c_uint32
-        return fn
-    return None
-
-
-_crc_extend_c = _crc_library()
-
-
-def crc32c_extend(crc: int, buffer) -> int:
-    """CRC32C of `buffer` (bytes, bytearray, memoryview or array) continuing `crc`, without copying it."""
-    data = np.frombuffer(buffer, np.uint8)
-    if not data.size:
-        return crc
-    if _crc_extend_c is not None:
-        return int(_crc_extend_c(crc, data.ctypes.data, data.size))
-    return google_crc32c.extend(crc, data.tobytes())  # the extension takes only bytes: a copy
-
-
-def _mask(crc: int) -> int:
-    """TFRecord's masked CRC32C."""
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    """A shard's records do not walk as expected (the whole-record path reads it instead, or it is damaged)."""
 
 
 def _varint(buf: bytes, at: int) -> tuple[int, int]:
@@ -228,11 +196,11 @@ def index_shard(path: str, volume: str) -> ShardIndex:
 
 
 class VolumeReads(host_calls.HostCall):
-    """`tf.py_function` body: a batch of int16-stored volumes read from their shards into one int16 tensor.
+    """Python body of `volume_batch`: a batch of int16-stored volumes read from their shards into one int16 array.
 
-    Each volume's bytes go from the file straight into the batch buffer, and the buffer becomes the
-    tensor through DLPack (no copy). A record's CRC32C (and length) is checked the first time it
-    is read in this process (`ShardIndex.verified`); later epochs read just the volume bytes.
+    Each volume's bytes go from the file straight into the batch buffer, which becomes the tensor
+    without a copy. A record's CRC32C (and length) is checked the first time it is read in this
+    process (`ShardIndex.verified`); later epochs read just the volume bytes.
     """
 
     def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str):
@@ -242,13 +210,12 @@ class VolumeReads(host_calls.HostCall):
         self.out = np.dtype("<i2")
         super().__init__()
 
-    def run(self, files: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
-        files, rows = files.numpy(), rows.numpy()
+    def run(self, files: np.ndarray, rows: np.ndarray) -> np.ndarray:
         batch = len(files)
         out = host_calls.pool.take(batch * self.nbytes).view(self.out).reshape((batch,) + self.shape)
         for i in range(batch):
             self._read_one(out[i], int(files[i]), int(rows[i]))
-        return host_calls.as_tensor(out)
+        return out
 
     def _read_one(self, target: np.ndarray, file: int, row: int) -> None:
         """One volume into `target`; the record's length and CRC32C checked on its first read."""
@@ -284,56 +251,32 @@ def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | No
     return volumes[0] if len(volumes) == 1 else None
 
 
-def plan_direct(builder: tfds.core.DatasetBuilder, split: str, names: Sequence[str], read_config: tfds.ReadConfig
+def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords, names: Sequence[str]
                 ) -> tuple[str, list[ShardIndex]] | None:
     """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged)."""
     volume = _volume(builder, names)
-    if volume is None or not shards.checked_reader_applies(builder, read_config):
-        return None
-    instructions = shards.file_instructions(builder, split)
-    paths = [os.fspath(f.filename) for f in instructions]
-    if any("://" in p for p in paths):
+    if volume is None or not all(records.is_local(p) for p in source.paths):
         return None
     indexes = []
-    for f, path in zip(instructions, paths):
+    for file in source.files:
+        path = file.path
         try:
             index = cached_index(path, volume)
         except (IndexError_, OSError) as e:
-            logger.info("%s: direct volume reads off (%s); reading through TensorFlow's TFRecord reader", path, e)
+            logger.info("%s: direct volume reads off (%s); reading whole records", path, e)
             return None
-        if len(index.small) != f.examples_in_shard:
-            logger.info("%s: %d records, the build recorded %d; reading through TensorFlow's TFRecord reader, "
-                        "which names the damage", path, len(index.small), f.examples_in_shard)
+        if file.broken is not None or len(index.small) != len(file.starts):
+            logger.info("%s: the records do not walk whole; reading whole records, which names the damage", path)
             return None
         if not index.int16.all():
-            logger.info("%s: volumes stored as float32; reading through TensorFlow's TFRecord reader", path)
+            logger.info("%s: volumes stored as float32; reading whole records", path)
             return None
         expected = 2 * int(np.prod(builder.info.features[volume].shape))
         if np.any(index.data_len != expected):
-            logger.info("%s: a stored volume is not %d bytes; reading through TensorFlow's TFRecord reader", path, expected)
+            logger.info("%s: a stored volume is not %d bytes; reading whole records", path, expected)
             return None
         indexes.append(index)
     return volume, indexes
-
-
-def read_entries(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool,
-                 indexes: Sequence[ShardIndex]) -> tf.data.Dataset:
-    """Index entries (small record, file, offsets) in exactly the order the serialized records would come."""
-    instructions = shards.file_instructions(builder, split)
-    begins = np.cumsum([0] + [len(ix.small) for ix in indexes])[:-1]
-    columns = {
-        "record": tf.constant([r for ix in indexes for r in ix.small], tf.string),
-        "file": tf.constant(np.concatenate([np.full(len(ix.small), i, np.int64) for i, ix in enumerate(indexes)])),
-        "row": tf.constant(np.concatenate([np.arange(len(ix.small), dtype=np.int64) for ix in indexes])),
-    }
-
-    def one_file(instruction: dict[str, tf.Tensor]) -> tf.data.Dataset:
-        first = instruction["begin"] + instruction["skip"]
-        rows = tf.data.Dataset.range(first, first + instruction["take"])
-        return rows.map(lambda i: {k: v[i] for k, v in columns.items()})
-
-    return shards.interleave_files(instructions, read_config, shuffle_files, one_file,
-                                   extra={"begin": np.asarray(begins, np.int64)})
 
 
 def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
@@ -343,23 +286,30 @@ def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
     return f"Check every shard: {artifacts.verify_command(spec, artifacts.data_dir_of(builder.data_path, has_config))}"
 
 
-def volume_batch(batch: dict[str, tf.Tensor], reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
+def volume_batch(files: tf.Tensor, rows: tf.Tensor, reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
     """The batch's volumes as `dtype`: int16 as stored, or one TensorFlow cast of them (float32/float16/bfloat16)."""
-    values = tf.py_function(reads, [batch["file"], batch["row"]], Tout=tf.int16, name="read_volumes")
+    values = tf.numpy_function(reads, [files, rows], tf.int16, stateful=False, name="vidvol_read_volumes")
     values.set_shape((batch_size,) + reads.shape)
     return values if values.dtype == dtype else tf.cast(values, dtype)
 
 
 class DirectParser:
-    """Parses a batch of index entries: the small records with TFDS's specs, the volume from its shard."""
+    """Parses a batch of example indices: the small records with TFDS's specs, the volume from its shard."""
 
-    def __init__(self, builder: tfds.core.DatasetBuilder, volume: str, indexes: Sequence[ShardIndex],
-                 small_parser, dtype: str, batch_size: int | None):
+    def __init__(self, builder: tfds.core.DatasetBuilder, source: records.SplitRecords, volume: str,
+                 indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None):
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
         self.reads = VolumeReads(indexes, shape, verify_hint(builder))
+        self.small = [index.small[int(row)] for index, row in
+                      zip((indexes[f] for f in source.file_of), source.row_of)]  # storage order
+        self.file_of, self.row_of = source.file_of.astype(np.int64), source.row_of
 
-    def parse(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        out = dict(self.small_parser.parse(batch["record"])) if self.small_parser is not None else {}
-        out[self.volume] = volume_batch(batch, self.reads, self.dtype, self.batch_size)
+    def parse(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The features of the examples at `index` ([B] storage indices of the split)."""
+        out = {}
+        if self.small_parser is not None:
+            out = dict(self.small_parser.parse(tf.gather(tf.constant(self.small, tf.string), index)))
+        files, rows = tf.gather(tf.constant(self.file_of), index), tf.gather(tf.constant(self.row_of), index)
+        out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size)
         return out

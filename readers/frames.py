@@ -19,12 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.core import jpeg
 from vidvol.readers import host_calls
-
-try:
-    import simplejpeg
-except ImportError:  # an install without it decodes through TensorFlow's ops (same pixels, slower)
-    simplejpeg = None
 
 JPEG_DECODE_ENV = "VIDVOL_JPEG_DECODE"
 # Frames at least this large decode through JpegBatchDecode by default. Smaller ones stay with TensorFlow's ops: a
@@ -91,7 +87,7 @@ class KeepEncoded(tfds.decode.Decoder):
 
 
 class JpegBatchDecode(host_calls.HostCall):
-    """`tf.py_function` body: a vector of JPEG frames decoded into one uint8 (count, H, W, 3) tensor.
+    """Python body (`tf.numpy_function`, stateless): a vector of JPEG frames decoded into one uint8 (count, H, W, 3) array.
 
     Each frame is decoded by libjpeg-turbo (simplejpeg; the GIL is let go meanwhile) straight into
     its slot of a pooled batch buffer, which becomes the tensor without a copy: no per-frame ops or
@@ -105,38 +101,20 @@ class JpegBatchDecode(host_calls.HostCall):
         self.frame_bytes = int(np.prod(self.shape))
         super().__init__()
 
-    def run(self, encoded: tf.Tensor) -> tf.Tensor:
-        data = encoded.numpy()
-        out = host_calls.pool.take(len(data) * self.frame_bytes).reshape((len(data),) + self.shape)
-        for slot, frame in zip(out, data):
+    def run(self, encoded: np.ndarray) -> np.ndarray:
+        encoded = np.asarray(encoded)  # also a tensor, called directly
+        out = host_calls.pool.take(len(encoded) * self.frame_bytes).reshape((len(encoded),) + self.shape)
+        for slot, frame in zip(out, encoded):
             decode_jpeg_into(slot, frame)
-        return host_calls.as_tensor(out)
+        return out
 
 
-def decode_jpeg_into(slot: np.ndarray, frame: bytes) -> None:
-    """One RGB JPEG frame into `slot` (H, W, 3 uint8) with the pixels `tf.io.decode_jpeg(frame, channels=3)` gives.
-
-    simplejpeg (fast integer IDCT, fancy upsampling: TensorFlow's defaults) decodes straight into `slot`;
-    a frame it refuses, or whose size is not the slot's, goes to `tf.io.decode_jpeg` itself (its pixels,
-    or its error; a size that still differs is an error naming the fix).
-    """
-    try:
-        # Given a buffer large enough, simplejpeg decodes into it and returns a view of it.
-        if simplejpeg.decode_jpeg(frame, "RGB", True, False, 0, 0, 1, slot).shape == slot.shape:
-            return
-    except ValueError:
-        pass
-    decoded = tf.io.decode_jpeg(frame, channels=3).numpy()
-    if decoded.shape != slot.shape:
-        raise ValueError(f"a stored frame decodes to {decoded.shape[:2]} pixels, the dataset's feature says "
-                         f"{slot.shape[:2]}: the shards do not match this builder's config; rebuild them")
-    slot[...] = decoded
+decode_jpeg_into = jpeg.decode_jpeg_into
 
 
 def simplejpeg_decodes(feature: tfds.features.Video) -> bool:
     """Whether `decode_jpeg_into` serves `feature`'s frames: RGB uint8 JPEG, simplejpeg installed."""
-    return (simplejpeg is not None and feature.feature.encoding_format == "jpeg" and feature.shape[-1] == 3
-            and np.dtype(feature.np_dtype) == np.uint8)
+    return jpeg.decodes_rgb(feature.feature.encoding_format, feature.shape[-1], feature.np_dtype)
 
 
 def host_jpeg_decode(feature: tfds.features.Video) -> bool:
@@ -153,8 +131,8 @@ def decode_frame_strings(encoded: tf.Tensor, count: int, feature: tfds.features.
     fmt = feature.feature.encoding_format
     dtype = tf.as_dtype(feature.np_dtype)
     if host_jpeg_decode(feature):
-        frames = tf.py_function(JpegBatchDecode((height, width, channels)), [encoded], Tout=tf.uint8,
-                                name="decode_jpeg_batch")
+        frames = tf.numpy_function(JpegBatchDecode((height, width, channels)), [encoded], tf.uint8, stateful=False,
+                                   name="vidvol_decode_jpeg_batch")
         frames.set_shape((count, height, width, channels))
         return frames
 
@@ -192,8 +170,8 @@ def decode_frames_np(
     """Encoded frames -> (len(indices), H, W, C) in NumPy, the pixels `vidvol.load` and `tfds.load` give.
 
     RGB JPEG frames through `decode_jpeg_into` (simplejpeg, TensorFlow's fast IDCT: bit for bit);
-    others (PNG, grey, or simplejpeg not installed: OpenCV's accurate IDCT, a few levels off for JPEG)
-    through TFDS's own per-frame NumPy decode. `indices` pick the frames (all of them by default);
+    others (PNG, grey; JPEG without simplejpeg: TensorFlow's decode) through the feature's own per-frame
+    NumPy decode. `indices` pick the frames (all of them by default);
     slots where `valid` is False stay zero, as `vidvol.load` zeroes clip slots past a video's end.
     Used by the random-access readers.
     """
@@ -202,9 +180,9 @@ def decode_frames_np(
     _, height, width, channels = feature.shape
     out = np.zeros((len(picks), height, width, channels), feature.np_dtype)
     image = feature.feature
-    jpeg = simplejpeg_decodes(feature)
+    rgb_jpeg = simplejpeg_decodes(feature)
     for slot, (index, ok) in enumerate(zip(picks, keep)):
-        if ok and jpeg:
+        if ok and rgb_jpeg:
             decode_jpeg_into(out[slot], encoded[int(index)])
         elif ok:
             out[slot] = image.decode_example_np(encoded[int(index)])

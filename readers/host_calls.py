@@ -1,10 +1,13 @@
-"""Python calls inside a read pipeline (`tf.py_function`): pooled output buffers and a clean interpreter exit.
+"""Python calls inside a read pipeline (`tf.numpy_function`): pooled output buffers and a clean interpreter exit.
 
-Two readers run Python per batch: the direct volume reads (`direct_volumes.VolumeReads`) and the
-JPEG batch decode (`frames.JpegBatchDecode`). Both write their output into a pooled, aligned NumPy
-buffer that becomes the tensor through DLPack (no copy, no fresh pages per batch), and both are
-guarded by `HostCall`, which keeps a script or notebook kernel holding a live iterator from hanging
-at exit.
+Three readers run Python per batch: the record reads (`records.RecordReads`, every `vidvol.load`),
+the direct volume reads (`direct_volumes.VolumeReads`) and the JPEG batch decode
+(`frames.JpegBatchDecode`). Each is a pure function of its inputs (the same indices read the same
+bytes of immutable shards), so it runs as a `tf.numpy_function(..., stateful=False)`: the pipeline
+holds no stateful op, and an iterator checkpoints with TensorFlow's own check of external state
+left on (`readers.order`). The batch outputs go into a pooled, aligned NumPy buffer that
+TensorFlow takes as the tensor without a copy (no fresh pages per batch), and every call is guarded
+by `HostCall`, which keeps a script or notebook kernel holding a live iterator from hanging at exit.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import threading
 import time
 
 import numpy as np
-import tensorflow as tf
 
 _ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is this aligned
 
@@ -22,8 +24,9 @@ _ALIGN = 64  # TensorFlow takes a NumPy array without copying when its data is t
 class BufferPool:
     """Aligned NumPy buffers reused once TensorFlow has let go of them (no fresh pages per batch).
 
-    A buffer handed to TensorFlow through DLPack stays referenced by the tensor; when the tensor
-    is freed the reference goes, and the buffer is free again (its reference count tells).
+    A buffer handed to TensorFlow (a `tf.numpy_function`'s aligned result becomes the tensor without
+    a copy) stays referenced by the tensor; when the tensor is freed the reference goes, and the
+    buffer is free again (its reference count tells).
     """
 
     def __init__(self, limit: int = 32, retain_bytes: int = 1 << 30):
@@ -53,13 +56,8 @@ class BufferPool:
 pool = BufferPool()
 
 
-def as_tensor(array: np.ndarray) -> tf.Tensor:
-    """A pooled NumPy array as a tensor sharing its memory (DLPack)."""
-    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
-
-
-# Interpreter exit. A `tf.py_function` call in flight when Python finalizes waits for the GIL forever while the
-# finalizing thread, destroying the iterator, waits for that call: a script or notebook kernel that still holds an
+# Interpreter exit. A Python call (`tf.numpy_function`, `tf.py_function`) in flight when Python finalizes waits for
+# the GIL forever while the finalizing thread, destroying the iterator, waits for that call: a script or notebook kernel that still holds an
 # iterator of these reads never exits (TensorFlow's general py_function-at-exit hang). So at exit, before
 # finalization (`threading._register_atexit`: run in `threading._shutdown`, ahead of `atexit`), new calls stop
 # at once and the GIL is let go long enough for those in flight to finish; the pipeline then waits with its
@@ -95,7 +93,7 @@ def _register_exit_hook() -> None:
 
 
 class HostCall:
-    """Base of a `tf.py_function` body: `__call__` runs `run(*args)` unless Python is exiting, counted in flight."""
+    """Base of a `tf.numpy_function` body: `__call__` runs `run(*args)` unless Python is exiting, counted in flight."""
 
     def __init__(self):
         _register_exit_hook()

@@ -18,6 +18,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
+from vidvol.readers import order
 from vidvol.readers import output
 from vidvol.readers import shards
 from vidvol.readers import sizing
@@ -191,19 +192,6 @@ class ReadPlan:
                 total += static_bytes(feature.shape, np.float32)
         return total
 
-    def buffer_example_bytes(self, stored_bytes: float) -> float:
-        """Bytes one parsed example holds in the shuffle buffer: encoded frames plus decoded tensors.
-
-        Frames stay encoded (about the stored size); other tensors are already decoded there and
-        may be larger than stored (a zlib mask). Without frames, the larger of the two sizes.
-        """
-        decoded = sum(
-            static_bytes(self.features[n].shape, self.features[n].np_dtype)
-            for n in self.names
-            if n not in self.videos and isinstance(self.features[n], tfds.features.Tensor)
-        )
-        return stored_bytes + decoded if self.videos else max(stored_bytes, decoded)
-
     def with_decoders(self, decoders: Mapping[str, tfds.decode.Decoder]) -> "ReadPlan":
         """This plan with `decoders` (set up on their features) used for those features, per batch and per example."""
         for name, decoder in decoders.items():
@@ -285,6 +273,20 @@ class SplitFacts:
         info = builder.info.splits[split]
         return cls(split, tuple(int(f.take) for f in instructions), info.num_bytes / max(1, info.num_examples))
 
+    @property
+    def examples(self) -> int:
+        return sum(self.shard_examples)
+
+
+def layout_of(split: SplitFacts, training: bool, input_context: tf.distribute.InputContext | None) -> order.Layout:
+    """This pipeline's share of the split (`readers.order`): balanced by examples over the input pipelines."""
+    pipelines, pipeline = (1, 0) if input_context is None else (int(input_context.num_input_pipelines),
+                                                                int(input_context.input_pipeline_id))
+    try:
+        return order.Layout(split.examples, pipelines, pipeline, training)
+    except sizing.ShardingError as e:
+        raise sizing.ShardingError(f"split {split.name!r}: {e}") from None
+
 
 @dataclasses.dataclass(frozen=True)
 class LoadPlan:
@@ -305,11 +307,9 @@ class LoadPlan:
     parser: BatchParser | None  # one parse per batch of serialized records; None: TFDS's per-example parse
     direct_reads: bool  # try reading volumes straight from the shard files (`direct_volumes`; falls back itself)
     lean: bool  # lean memory mode: a few float batches would not fit the memory budget
-    files: int  # shard files this pipeline reads
-    examples: int  # examples this pipeline reads per epoch
-    cycle_length: int
+    layout: order.Layout  # this pipeline's share of the split per epoch
+    read_parallelism: int  # batches read (and parsed, decoded) at once; AUTOTUNE unless Tuning.cycle_length
     memory_budget: int
-    shuffle_buffer: int  # examples (0: no example shuffle)
     decode_parallelism: int  # examples decoded at once per example (AUTOTUNE unless lean)
     float_batch_bytes: int  # one output batch as float32
 
@@ -319,9 +319,24 @@ class LoadPlan:
         return self.batch_size if self.drop_remainder else None
 
     @property
+    def examples(self) -> int:
+        """Examples (and evaluation pads) this pipeline reads per epoch."""
+        return self.layout.per_epoch
+
+    @property
+    def files(self) -> int:
+        """Shard files of the split (every pipeline may read any of them)."""
+        return len(self.split.shard_examples)
+
+    @property
     def random_clips(self) -> bool:
-        """Whether each example draws a random clip (training with clips): the reader pairs it with a seed."""
+        """Whether each example draws a random clip (training with clips): from `rng.CLIP` of its draw."""
         return self.training and self.read.clip is not None
+
+    @property
+    def pads(self) -> bool:
+        """Whether evaluation batches may hold pads (evaluation over pipelines that do not divide the split)."""
+        return not self.training and self.layout.left_over > 0
 
     @property
     def mask_dtype(self) -> tf.DType | None:
@@ -330,44 +345,44 @@ class LoadPlan:
         return None if name is None else tf.as_dtype(name)
 
     def options(self) -> tf.data.Options:
-        """The pipeline's tf.data options: order, RAM budget, and in lean mode no rewrite that keeps extra batches.
+        """The pipeline's tf.data options: order, RAM budget, symbolic checkpoints, and in lean mode no rewrite that
+        keeps extra batches.
 
-        Lean mode turns off map fusion, map parallelization and injected prefetches: each would keep
-        another float batch alive.
+        Symbolic checkpointing: an iterator checkpoint holds each stage's position, not its buffered
+        elements (`readers.order`). Lean mode turns off map fusion, map parallelization and injected
+        prefetches: each would keep another float batch alive.
         """
         options = tf.data.Options()
         options.deterministic = self.deterministic
         options.autotune.ram_budget = int(self.memory_budget)
+        options.experimental_symbolic_checkpoint = True
         if self.lean:
             options.experimental_optimization.apply_default_optimizations = False
             options.experimental_optimization.map_parallelization = False
             options.experimental_optimization.inject_prefetch = False
         return options
 
-    def read_config(self, options: tf.data.Options, input_context: tf.distribute.InputContext | None,
-                    repeat: bool) -> tfds.ReadConfig:
-        """TFDS's ReadConfig for our reader: no autocache, seeded file order, one example per file per turn."""
-        return tfds.ReadConfig(
-            options=options,
-            try_autocache=False,
-            shuffle_seed=self.seed,
-            interleave_cycle_length=self.cycle_length,
-            interleave_block_length=1,
-            input_context=input_context,
-            skip_prefetch=True,
-            num_parallel_calls_for_decode=AUTOTUNE,
-            num_parallel_calls_for_interleave_files=AUTOTUNE,
-            assert_cardinality=not repeat,
-        )
-
     def describe(self, direct: bool) -> str:
         """The log line of the pipeline (`direct`: whether direct volume reads were taken)."""
+        layout = self.layout
         parse = ("batch, direct volume reads" if direct else "batch") if self.parser is not None else "example"
         decode = "per batch" if self.read.decode_in_batch else f"per example, parallelism {self.decode_parallelism}"
-        return (f"{self.info.full_name} {self.split.name}: {self.examples} examples in {self.files} files (this "
-                f"pipeline), cycle_length {self.cycle_length}, shuffle buffer {self.shuffle_buffer} examples, parse per "
-                f"{parse}, decode {decode}, batch {self.batch_size} ({self.float_batch_bytes / 2**20:.0f} MiB as "
-                f"float32){', lean memory mode' if self.lean else ''}{', training' if self.training else ''}")
+        share = (f"pipeline {layout.pipeline + 1} of {layout.pipelines}: {self.examples} examples per epoch"
+                 + (f" ({layout.dropped} of the split left out per epoch)" if layout.dropped else "")
+                 + (f" (incl. {layout.pads} pad)" if layout.pads else ""))
+        shuffle = "whole-split permutation per epoch" if self.training else "storage order"
+        return (f"{self.info.full_name} {self.split.name}: {self.split.examples} examples in {self.files} files, "
+                f"{share}, order: {shuffle}, parse per {parse}, decode {decode}, batch {self.batch_size} "
+                f"({self.float_batch_bytes / 2**20:.0f} MiB as float32){', lean memory mode' if self.lean else ''}"
+                f"{', training' if self.training else ''}")
+
+
+def has_mask_output(info: tfds.core.DatasetInfo, names: Sequence[str], inputs: Sequence[str] | None,
+                    omit_mask: bool) -> bool:
+    """Whether the output carries the `mask` feature (where evaluation pads are marked)."""
+    if inputs is not None:
+        return output.MASK in inputs and not omit_mask
+    return output.MASK in names
 
 
 def plan_load(
@@ -386,12 +401,13 @@ def plan_load(
 
     `training` None: True for splits whose name starts with "train"; `drop_remainder` None: `training`.
     Raises what `load` raises for arguments that do not fit the dataset (unknown features, clips
-    without a video, all-frames configs without clips, a left-out only input, more pipelines than shards).
+    without a video, all-frames configs without clips, a left-out only input, more pipelines than
+    examples, evaluation pads without a mask to mark them).
     """
     sizing.check_batch_size(batch_size)
     training = is_training(split.name, training)
     drop_remainder = training if drop_remainder is None else drop_remainder
-    deterministic = (seed is not None or not training) if tuning.deterministic is None else tuning.deterministic
+    deterministic = True if tuning.deterministic is None else tuning.deterministic
     out = spec.output
 
     # What comes out: the features read, in which structure and dtype.
@@ -409,14 +425,15 @@ def plan_load(
     read = read.with_decoders(output.feature_decoders(
         info, names, out.dtype, mask_dtype, decode_mask=inputs is not None and output.MASK in inputs))
 
-    # How much this pipeline reads, and how big its buffers may be.
-    num_files = len(split.shard_examples)
-    sizing.check_shards(info.full_name, split.name, num_files, input_context)
-    files = sizing.worker_file_count(num_files, input_context)
-    mine = (split.shard_examples[int(input_context.input_pipeline_id)::int(input_context.num_input_pipelines)]
-            if input_context else split.shard_examples)
-    examples = sum(mine)
-    cycle = tuning.cycle_length or sizing.default_cycle_length(files)
+    # How much this pipeline reads per epoch, and how big its buffers may be.
+    layout = layout_of(split, training, input_context)
+    if not training and layout.left_over and not has_mask_output(info, names, inputs, omit_mask):
+        raise ValueError(
+            f"{info.full_name} split {split.name!r}: {split.examples} examples over {layout.pipelines} evaluation "
+            f"pipelines leave {layout.pipelines - layout.left_over} pipelines one example short, which they pad "
+            "(so every pipeline yields as many batches) with an example whose mask is all zeros; this output has no "
+            "mask to mark it. Keep the mask (Output(mask_dtype=...), or 'mask' in Output.features), or evaluate "
+            "with a number of pipelines that divides the split")
     budget = tuning.memory_budget_bytes or sizing.default_memory_budget()
     float_batch_bytes = read.float_bytes(spec.normalize.resize) * batch_size
     lean = sizing.is_lean(float_batch_bytes, budget)
@@ -426,16 +443,11 @@ def plan_load(
     # How: one parse per batch where every feature has a fixed shape and nothing runs per example first.
     parser = (BatchParser.for_features(info.features, read.names, read.videos, read.feature_decoders)
               if tuning.parse_per_batch and not read.needs_example_map else None)
-    shuffle_buffer = 0
-    if training:
-        held = split.example_bytes if parser is not None else read.buffer_example_bytes(split.example_bytes)
-        shuffle_buffer = sizing.shuffle_buffer_size(held, examples, tuning.shuffle_buffer_bytes)
     return LoadPlan(
         info=info, split=split, spec=spec, read=read, inputs=inputs, target=target, omit_mask=omit_mask,
         training=training, seed=seed, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic,
         parser=parser, direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
-        lean=lean, files=files, examples=examples, cycle_length=cycle, memory_budget=budget,
-        shuffle_buffer=shuffle_buffer,
+        lean=lean, layout=layout, read_parallelism=tuning.cycle_length or AUTOTUNE, memory_budget=budget,
         decode_parallelism=sizing.lean_decode_parallelism(read.decoded_bytes(), budget) if lean else AUTOTUNE,
         float_batch_bytes=float_batch_bytes,
     )

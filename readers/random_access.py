@@ -17,9 +17,10 @@
   build it: it is only the caller's).
 
 JPEG frames decode with libjpeg-turbo through simplejpeg with `tf.io.decode_jpeg`'s defaults (fast
-integer IDCT, fancy upsampling), so they are the pixels `tfds.load` and `vidvol.load` give, bit for
-bit (TFDS's own NumPy decoder, OpenCV, uses the accurate IDCT: a few levels off; it remains the
-fallback without simplejpeg). Everything else (PNG frames, masks, labels, volumes) is identical too.
+integer IDCT, fancy upsampling; `core.jpeg`), so they are the pixels `tfds.load` and `vidvol.load`
+give, bit for bit; `VideoFrames` decodes the same way in TFDS's NumPy path, so `tfds.data_source`
+gives them too (TFDS's own Video feature, OpenCV, takes the accurate IDCT: a few levels off).
+Everything else (PNG frames, masks, labels, volumes) is identical too. Resuming: `readers.resumable`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from vidvol.readers import clip_sampling
 from vidvol.readers import frames
 from vidvol.readers import legacy
 from vidvol.readers import output
-from vidvol.readers import sizing
+from vidvol.readers import records
+from vidvol.readers import rng
+from vidvol.readers import shards
 from vidvol.readers.plan import ReadPlan
 from vidvol.readers.plan import is_training
 from vidvol.readers.plan import supervised_keys
@@ -115,6 +118,8 @@ class DataSource:
         self._features = tfds.features.FeaturesDict({n: info.features[n] for n in names})
         self._decoders = {v: frames.KeepEncoded() for v in self.videos} or None
         self._records = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
+        # What the split is made of (a resumed order refuses other data): `records.fingerprint`.
+        self.fingerprint = records.fingerprint(builder, split, shards.file_instructions(builder, split))
         self._threads = num_threads or DEFAULT_THREADS
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
@@ -189,7 +194,7 @@ def data_source(
 
     The examples are those of `tfds.data_source(name, split=split, data_dir=data_dir)` in the same
     order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars) and JPEG pixels
-    (`tf.io.decode_jpeg`'s; TFDS's data source decodes with OpenCV, a few levels apart). `spec`: only
+    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`: only
     `Output(features=[...])` (the features decoded; default all) applies, since the examples are
     the stored ones; anything else is a ValueError pointing to `grain_dataset` / `torch_dataset`.
     `num_threads`: threads decoding one `__getitems__` batch (default two per core, at most 8).
@@ -263,17 +268,37 @@ class SupervisedExamples:
         self.epoch[0] = int(epoch)
 
     def rng_for(self, index: int) -> np.random.Generator:
-        """The clip RNG of example `index`: from (seed, epoch, index) when seeded, else fresh entropy."""
-        if self.seed is None:
+        """The clip RNG of example `index`: `rng.example_rng(seed, epoch, index, rng.CLIP)`, else fresh entropy.
+
+        An index from `sampler()` (a `resumable.Draw`) carries its own epoch and seed; a plain index
+        takes `set_epoch`'s epoch and this dataset's seed (None: fresh entropy, not reproducible).
+        """
+        seed, epoch = getattr(index, "seed", self.seed), getattr(index, "epoch", self.epoch[0])
+        if seed is None:
             return np.random.default_rng()
-        return np.random.default_rng([int(self.seed), self.epoch[0], int(index)])
+        return rng.example_rng(int(seed), int(epoch), int(index), rng.CLIP)
 
     def __getitem__(self, index: int):
-        return self.example(index, self.rng_for(int(index)) if self.training else None)
+        return self._padded(index, self.example(int(index), self.rng_for(index) if self.training else None))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
-        examples = self.source.__getitems__(indices)
-        return [self.transform(ex, self.rng_for(int(i)) if self.training else None) for ex, i in zip(examples, indices)]
+        examples = self.source.__getitems__([int(i) for i in indices])
+        return [self._padded(i, self.transform(ex, self.rng_for(i) if self.training else None))
+                for ex, i in zip(examples, indices)]
+
+    def _padded(self, index: Any, example):
+        """An evaluation pad of `sampler(num_replicas=...)` (a draw with `valid` False): inputs all zero (weight 0)."""
+        if getattr(index, "valid", True):
+            return example
+        xs, y = example
+        zero = tuple(np.zeros_like(x) for x in (xs if isinstance(xs, tuple) else (xs,)))
+        return (zero if isinstance(xs, tuple) else zero[0]), y
+
+    def sampler(self, *, shuffle: bool | None = None, seed: int | None = None, num_replicas: int = 1, rank: int = 0):
+        """A resumable sampler for `torch.utils.data.DataLoader(ds, sampler=...)` (`resumable.EpochSampler`)."""
+        from vidvol.readers import resumable  # pylint: disable=g-import-not-at-top  (resumable imports this module)
+
+        return resumable.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
 
     def example(self, index: int, rng: np.random.Generator | None = None):
         """`((x, mask), y)` of example `index`; `rng` draws the training clip."""
@@ -349,74 +374,6 @@ def stack_batch(examples: Sequence[Any]) -> Any:
 
 
 @legacy.old_keywords(*legacy.SUPERVISED)
-def grain_dataset(
-    name: str | tfds.core.DatasetBuilder, split: str, batch_size: int, *, data_dir: str | os.PathLike | None = None,
-    training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
-    drop_remainder: bool | None = None, num_epochs: int | None = 1,
-):
-    """A Grain `MapDataset` of `((x, mask), y)` NumPy batches over a split built with ArrayRecord shards.
-
-    Arguments as in `vidvol.load` (training: shuffled every epoch, random clips, last partial batch
-    dropped; `spec` as `SupervisedExamples.make` takes it). `seed` makes the order and the clips
-    reproducible (None: fresh entropy). `num_epochs` None repeats forever (Grain's own `repeat`
-    rule). Iterate it directly, or for parallel reads
-    `ds.to_iter_dataset(grain.ReadOptions(num_threads=8))`, then `.mp_prefetch(
-    grain.MultiprocessingOptions(num_workers=2))` for worker processes.
-    """
-    try:
-        import grain  # pylint: disable=g-import-not-at-top
-    except ImportError as e:  # pragma: no cover  (grain is in the `grain` and `test` extras)
-        raise ImportError("vidvol.grain_dataset needs Grain: pip install 'vidvol[grain]'") from e
-    sizing.check_batch_size(batch_size)
-    examples = SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec)
-    training = examples.training
-    drop_remainder = training if drop_remainder is None else drop_remainder
-    if seed is None and training:
-        seed = int(np.random.SeedSequence().entropy % 2**31)
-    ds = grain.MapDataset.source(examples.source)
-    if training:
-        ds = ds.shuffle(seed=seed)
-    if num_epochs != 1:
-        ds = ds.repeat(num_epochs)
-    if training and examples.plan.clip is not None:
-        ds = ds.random_map(_RandomSelect(examples), seed=seed)
-    else:
-        ds = ds.map(_Select(examples))
-    # uint8 clips are stacked, then a whole batch becomes float32 at once (one pass, not one per example).
-    return ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=_FinishBatch(examples))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Select:
-    """Picklable `SupervisedExamples.select` without an RNG (Grain map)."""
-
-    examples: SupervisedExamples
-
-    def __call__(self, example):
-        return self.examples.select(example, None)
-
-
-@dataclasses.dataclass(frozen=True)
-class _RandomSelect:
-    """Picklable `SupervisedExamples.select` with Grain's per-element RNG (Grain random_map)."""
-
-    examples: SupervisedExamples
-
-    def __call__(self, example, rng: np.random.Generator):
-        return self.examples.select(example, rng)
-
-
-@dataclasses.dataclass(frozen=True)
-class _FinishBatch:
-    """Picklable Grain batch_fn: stack the selected examples, then `finish` the batch."""
-
-    examples: SupervisedExamples
-
-    def __call__(self, selected: Sequence[Mapping[str, Any]]):
-        return self.examples.finish(stack_batch(list(selected)))
-
-
-@legacy.old_keywords(*legacy.SUPERVISED)
 def torch_dataset(
     name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
     training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
@@ -435,6 +392,6 @@ def torch_dataset(
 
 
 __all__ = [
-    "DataSource", "RandomAccessError", "SupervisedExamples", "check_random_access", "data_source", "grain_dataset",
-    "stack_batch", "torch_dataset",
+    "DataSource", "RandomAccessError", "SupervisedExamples", "check_random_access", "data_source", "stack_batch",
+    "torch_dataset",
 ]

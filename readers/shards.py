@@ -92,14 +92,18 @@ def checked_reader_applies(builder: tfds.core.DatasetBuilder, read_config: tfds.
 _STAND_IN = "?vidvol: shard file "
 
 
-def stand_in_tail(builder: tfds.core.DatasetBuilder) -> str:
-    """What a stand-in record says after the file's path: the cause and the verify command of this dataset."""
+def damage_hint(builder: tfds.core.DatasetBuilder) -> str:
+    """"Every damaged file, with the command that rebuilds it: python -m vidvol verify ..." for this dataset."""
     has_config = builder.builder_config is not None
     spec = artifacts.dataset_spec(builder.name, builder.builder_config.name if has_config else None)
     data_dir = artifacts.data_dir_of(builder.data_path, has_config)
+    return f"Every damaged file, with the command that rebuilds it: {artifacts.verify_command(spec, data_dir)}"
+
+
+def stand_in_tail(builder: tfds.core.DatasetBuilder) -> str:
+    """What a stand-in record says after the file's path: the cause and the verify command of this dataset."""
     return (" could not be read to its end (a corrupted or truncated record, or a missing file: the reader's error "
-            f"is logged above). Every damaged file, with the command that rebuilds it: "
-            f"{artifacts.verify_command(spec, data_dir)}")
+            f"is logged above). {damage_hint(builder)}")
 
 
 def _checked_file(path: tf.Tensor, examples: tf.Tensor, tail: str) -> tf.data.Dataset:
@@ -113,7 +117,7 @@ def _checked_file(path: tf.Tensor, examples: tf.Tensor, tail: str) -> tf.data.Da
     return opened.concatenate(records).concatenate(stand_ins).take(examples)
 
 
-def _check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any], tail: str) -> None:
+def check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any]) -> None:
     """FileNotFoundError naming the shard files of `instructions` that are gone (one listing of the folder)."""
     folder = os.fspath(builder.data_path)
     try:
@@ -123,8 +127,7 @@ def _check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence
     missing = sorted({os.fspath(f.filename) for f in instructions} - {os.path.join(folder, n) for n in present})
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise FileNotFoundError(f"{builder.info.full_name}: shard files missing: {shown}. Every damaged file, with the "
-                                f"command that rebuilds it: {tail.rsplit(': ', 1)[-1]}")
+        raise FileNotFoundError(f"{builder.info.full_name}: shard files missing: {shown}. {damage_hint(builder)}")
 
 
 def read_records(
@@ -134,7 +137,7 @@ def read_records(
     """Serialized records of a split, element for element as TFDS's reader gives them, each file checked whole."""
     instructions = list(instructions) if instructions is not None else file_instructions(builder, split)
     tail = stand_in_tail(builder)
-    _check_files_exist(builder, instructions, tail)
+    check_files_exist(builder, instructions)
     do_skip = any(f.skip > 0 for f in instructions)
     do_take = any(not f.takes_all for f in instructions)
 

@@ -1,4 +1,5 @@
-"""Sizing rules of a read pipeline: shuffle buffer in bytes, files in flight, memory budget, sharding."""
+"""Sizing rules of a read pipeline: memory budget, lean mode, batch size (and the shuffle buffer rule of the release
+before, `shuffle_buffer_size`, kept for its callers: `vidvol.load` holds no shuffle buffer now, `readers.order`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ LEAN_FLOAT_BATCHES = 4
 
 
 class ShardingError(ValueError):
-    """More input pipelines than shard files: some pipelines would read nothing."""
+    """More input pipelines than examples: some pipelines would read nothing."""
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -64,27 +65,3 @@ def lean_decode_parallelism(element_bytes: int, budget: int) -> int:
     if element_bytes <= 0:
         return AUTOTUNE
     return max(1, min(system.num_cpus(), int((budget // 4) // (2 * element_bytes))))
-
-
-def worker_file_count(num_files: int, input_context: tf.distribute.InputContext | None) -> int:
-    """Shard files one input pipeline reads when files are dealt round-robin (TFDS's `shard`)."""
-    if input_context is None:
-        return num_files
-    n, i = int(input_context.num_input_pipelines), int(input_context.input_pipeline_id)
-    return len(range(i, num_files, n))
-
-
-def check_shards(full_name: str, split: str, num_files: int, input_context: tf.distribute.InputContext | None) -> None:
-    """Raises ShardingError when there are fewer shard files than input pipelines, with the fix."""
-    if input_context is None:
-        return
-    pipelines = int(input_context.num_input_pipelines)
-    if pipelines > 1 and num_files < pipelines:
-        dataset, _, config = full_name.partition("/")
-        config = config.rsplit("/", 1)[0]
-        raise ShardingError(
-            f"{full_name} split {split!r} is stored in {num_files} shard file(s) but {pipelines} input pipelines "
-            f"read it by file, so {pipelines - num_files} would read nothing. Rebuild with at least {pipelines} "
-            f"shards: `tfds build {dataset}/{config} --imports vidvol --num_shards {pipelines} --manual_dir DIR "
-            "--data_dir DATA_DIR --overwrite` (the vidvol writer honours --num_shards), or use fewer pipelines."
-        )

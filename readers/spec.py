@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import warnings
 from typing import Any, Collection, Sequence
 
 import numpy as np
@@ -219,15 +220,19 @@ class Tuning:
     options and DMVR's `tune()` out of its builders): the same spec reads alike everywhere.
 
     Attributes:
-      shuffle_buffer_bytes: memory for the example shuffle buffer (training), in bytes (bytes, not
-        examples: the right count depends on the example size).
-      cycle_length: shard files read in parallel; None: `sizing.default_cycle_length`.
+      shuffle_buffer_bytes: no effect since `vidvol.load` holds no shuffle buffer (training reads a
+        fresh permutation of the whole split every epoch, computed from the position: `readers.order`);
+        accepted for one release with a DeprecationWarning when set.
+      cycle_length: batches read (and parsed, decoded) at once; None: autotuned. (It counted shard
+        files read in parallel when files were interleaved; examples are now read by index.)
       memory_budget_bytes: cap for tf.data's autotuned buffers and the lean-mode threshold; None: a
         quarter of physical memory, at most 16 GiB.
-      deterministic: keep element order in parallel stages; None: True with a seed or at evaluation.
+      deterministic: keep element order in parallel stages; None: True. False lets a slow batch be
+        overtaken (the order then depends on timing, and an iterator restored from a checkpoint may
+        repeat or skip a few batches: `readers.order`).
       parse_per_batch: when every feature read has a fixed stored shape and nothing runs per example,
-        shuffle serialized records and parse each batch in one call (same values and, under a seed,
-        the same order as TFDS's per-example parse). False always reads through `builder.as_dataset`.
+        parse each batch of serialized records in one call (same values and, under a seed, the same
+        order as TFDS's per-example parse). False parses each record with TFDS's decoders.
       direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
         bytes straight from the file into the batch (`readers.direct_volumes`: indexed once, CRC32C
         checked; same tensors and order). False: through TensorFlow's TFRecord reader.
@@ -242,6 +247,10 @@ class Tuning:
 
     def __post_init__(self):
         _positive_int("Tuning", "shuffle_buffer_bytes", self.shuffle_buffer_bytes)
+        if self.shuffle_buffer_bytes != sizing.DEFAULT_SHUFFLE_BUFFER_BYTES:
+            warnings.warn("Tuning.shuffle_buffer_bytes has no effect: vidvol.load holds no shuffle buffer (training "
+                          "reads a fresh permutation of the whole split every epoch); leave it out", DeprecationWarning,
+                          stacklevel=3)
         _positive_int("Tuning", "cycle_length", self.cycle_length, optional=True)
         _positive_int("Tuning", "memory_budget_bytes", self.memory_budget_bytes, optional=True)
         for name in ("deterministic", "parse_per_batch", "direct_reads"):

@@ -1,79 +1,98 @@
-"""The named stages of `vidvol.load`: read -> shuffle -> select clips -> batch/parse -> decode -> finish.
+"""The named stages of `vidvol.load`: draws -> read -> (parse and select per example) -> batch -> decode -> finish.
 
-Each stage takes and returns a `tf.data.Dataset` (or returns the per-batch function a stage maps),
-and follows the decisions of the pipeline's `plan.LoadPlan`, so `load` reads as the sequence of
-them; lean mode replaces the last stage.
+`order.draws` gives batches of draws (which examples, in which order: the iterator's checkpointed
+state); `read` turns a batch of draws into parsed features (one Python read of the batch's records,
+one parse per batch, or direct volume reads), or into records for TFDS's per-example parse and the
+clip selection (`examples`); `finish_batches` decodes the batch's frames, zeroes evaluation pads and
+finishes (frames to the output dtype, the output structure). Each follows the pipeline's
+`plan.LoadPlan`, so `load` reads as the sequence of them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+import dataclasses
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vidvol.core import tfds_api
 from vidvol.readers import direct_volumes
+from vidvol.readers import order
 from vidvol.readers import output
-from vidvol.readers import shards
+from vidvol.readers import records
+from vidvol.readers import rng
 from vidvol.readers.batch_parser import BatchParser
 from vidvol.readers.plan import LoadPlan
-from vidvol.readers.plan import ReadPlan
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def read(
-    builder: tfds.core.DatasetBuilder, split: str, plan: LoadPlan, read_config: tfds.ReadConfig
-) -> tuple[tf.data.Dataset, BatchParser | direct_volumes.DirectParser | None]:
-    """Records of the split in TFDS's order, and the parser of their batches (None: parsed per example here).
+@dataclasses.dataclass(frozen=True)
+class BatchRead:
+    """How a batch of draws is read: `parse` (draws -> the batch's features) or `fetch` (draws -> serialized records)."""
+
+    parse: Callable[[Mapping[str, tf.Tensor]], dict[str, tf.Tensor]] | None
+    fetch: Callable[[Mapping[str, tf.Tensor]], tf.Tensor] | None = None
+    direct: bool = False
+
+
+def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.SplitRecords) -> BatchRead:
+    """The read of one batch of draws: parsed per batch where the plan has a parser, else records to parse per example.
 
     Volumes straight from the shard files where the plan asks for it and `direct_volumes` finds the
-    shards fit (the other features parsed per batch); TFRecord shards otherwise by
-    `shards.read_records` (a damaged file fails naming itself), anything else by TFDS's own reader.
+    shards fit (the other features parsed per batch); otherwise the batch's whole records in one
+    Python call (`records.RecordReads`), parsed per batch by `BatchParser` when the plan has one.
     """
     names, decoders = plan.read.names, plan.read.feature_decoders
-    direct = direct_volumes.plan_direct(builder, split, names, read_config) if plan.direct_reads else None
+    direct = direct_volumes.plan_direct(builder, source, names) if plan.direct_reads else None
     if direct is not None:
         volume, indexes = direct
         others = [n for n in names if n != volume]
         small = BatchParser.for_features(builder.info.features, others, (), decoders) if others else None
-        parser = direct_volumes.DirectParser(builder, volume, indexes, small, plan.spec.output.dtype, plan.static_batch)
-        return direct_volumes.read_entries(builder, split, read_config, plan.training, indexes), parser
-    parser, shuffle_files = plan.parser, plan.training
-    if shards.checked_reader_applies(builder, read_config):
-        if parser is not None:
-            return shards.read_records(builder, split, read_config, shuffle_files=shuffle_files), parser
-        ds = shards.read_examples(builder, split, read_config, shuffle_files=shuffle_files, decoders=plan.read.decoders())
-        return ds, None
-    if parser is not None:
-        return tfds_api.read_files(builder, split, read_config, shuffle_files=shuffle_files), parser
-    ds = builder.as_dataset(split=split, shuffle_files=shuffle_files, decoders=plan.read.decoders(), read_config=read_config)
-    return ds, None
+        parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
+                                             plan.static_batch)
+        return BatchRead(parse=lambda draw: parser.parse(draw["index"]), direct=True)
+    reads = records.RecordReads(source)
+    fetch = lambda draw: records.read_records(reads, draw["index"])  # noqa: E731
+    if plan.parser is not None:
+        return BatchRead(parse=lambda draw: plan.parser.parse(fetch(draw)), fetch=fetch)
+    return BatchRead(parse=None, fetch=fetch)
 
 
-def attach_seeds(ds: tf.data.Dataset, seed: int | None) -> tf.data.Dataset:
-    """Pairs each record with a stateless [2] seed for its clip draw (new draws every epoch)."""
-    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
-    return tf.data.Dataset.zip((ds, seeds))
+def examples(builder: tfds.core.DatasetBuilder, draws: tf.data.Dataset, plan: LoadPlan, batch_read: BatchRead
+             ) -> tf.data.Dataset:
+    """Per example (no batch parse): records read a batch at a time, each parsed by TFDS's decoders and its clip
+    selected (frames decoded here unless per batch), then batched again: `(features, draws)` batches.
+
+    The batches are the draws' own (each batch of draws is read, split into examples and put back
+    together), so an iterator checkpoint between batches is between whole batches of draws.
+    """
+    features, decoders = builder.info.features, plan.read.decoders()
+    features, decoders = decoders.extract_features(features), decoders.decoders
+    ds = draws.map(lambda draw: (batch_read.fetch(draw), draw), num_parallel_calls=plan.read_parallelism,
+                   deterministic=plan.deterministic).unbatch()
+
+    def one(record: tf.Tensor, draw: Mapping[str, tf.Tensor]):
+        example = features.deserialize_example(record, decoders=decoders)
+        if plan.read.needs_example_map:
+            example = plan.read.select(example, order.draw_seed(draw, rng.CLIP) if plan.random_clips else None)
+        return dict(example), draw
+
+    ds = ds.map(tf.autograph.experimental.do_not_convert(one), num_parallel_calls=plan.decode_parallelism,
+                deterministic=plan.deterministic)
+    return ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
 
 
-def shuffle(ds: tf.data.Dataset, buffer: int, seed: int | None) -> tf.data.Dataset:
-    """Example shuffle over still-encoded records, reshuffled each epoch."""
-    return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-
-
-def select_clips(
-    ds: tf.data.Dataset, plan: ReadPlan, with_seeds: bool, parallelism: int, deterministic: bool
-) -> tf.data.Dataset:
-    """Per example: the clip's encoded frames and per-frame values (decoded here unless decoded per batch)."""
-    if plan.needs_example_map:
-        select = (lambda ex, s: plan.select(ex, s)) if with_seeds else plan.select
-        return ds.map(tf.autograph.experimental.do_not_convert(select), num_parallel_calls=parallelism, deterministic=deterministic)
-    if with_seeds:
-        return ds.map(lambda ex, s: ex)
-    return ds
+def zero_pads(plan: LoadPlan, batch: Mapping[str, tf.Tensor], valid: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The batch with each evaluation pad's mask and frames (or volume) zero (`valid` False)."""
+    out = dict(batch)
+    for name, value in batch.items():
+        feature = plan.info.features[name]
+        if name == output.MASK or name in plan.read.videos or output.is_volume(feature):
+            keep = tf.reshape(valid, tf.concat([tf.shape(valid), tf.ones([value.shape.rank - 1], tf.int32)], 0))
+            out[name] = tf.where(keep, value, tf.zeros_like(value))
+    return out
 
 
 def as_float(x: tf.Tensor, scale_max: float | None, mean: Any, std: Any) -> tf.Tensor:
@@ -143,15 +162,23 @@ def finisher(plan: LoadPlan) -> Callable[[Mapping[str, tf.Tensor]], Any]:
     return tf.autograph.experimental.do_not_convert(finish)
 
 
-def parse_decode_finish(
-    ds: tf.data.Dataset, plan: ReadPlan, parser: BatchParser | None, finish: Callable, deterministic: bool
-) -> tf.data.Dataset:
-    """Per batch, in one parallel map: parse (serialized batches), decode every frame, finish; then prefetch."""
-    parse = parser.parse if parser is not None else (lambda batch: batch)
-    both = tf.autograph.experimental.do_not_convert(lambda batch: finish(plan.decode_batch(parse(batch))))
-    return ds.map(both, num_parallel_calls=AUTOTUNE, deterministic=deterministic).prefetch(AUTOTUNE)
+def finish_batches(ds: tf.data.Dataset, plan: LoadPlan, batch_read: BatchRead, finish: Callable) -> tf.data.Dataset:
+    """Per batch: read and parse (draws in), decode every frame, zero pads, finish; then prefetch.
 
+    `ds` holds batches of draws (when `batch_read.parse` reads them) or `(features, draws)` batches
+    from `examples`. Everything runs in one parallel map (lean mode: the finish last, in the
+    consumer's `next()`, after one prefetched uint8 batch).
+    """
+    def uint8_batch(*element):
+        batch, draw = (batch_read.parse(element[0]), element[0]) if len(element) == 1 else element
+        batch = plan.read.decode_batch(batch)
+        # Here a batch is uint8 frames (or stored volumes) with its draws: where a per-batch transform keyed by
+        # order.draw_seed(draw, rng.VIDEO_AUGMENT) (or rng.VOLUME_AUGMENT) goes, before pads are zeroed.
+        return zero_pads(plan, batch, draw["valid"]) if plan.pads else batch
 
-def finish_lean(ds: tf.data.Dataset, finish: Callable) -> tf.data.Dataset:
-    """Lean mode: one uint8 batch prefetched, the float conversion in the consumer's own `next()`."""
-    return ds.prefetch(1).map(finish)
+    uint8_batch = tf.autograph.experimental.do_not_convert(uint8_batch)
+    if plan.lean:
+        return ds.map(uint8_batch, num_parallel_calls=plan.read_parallelism, deterministic=plan.deterministic
+                      ).prefetch(1).map(finish)
+    both = tf.autograph.experimental.do_not_convert(lambda *element: finish(uint8_batch(*element)))
+    return ds.map(both, num_parallel_calls=plan.read_parallelism, deterministic=plan.deterministic).prefetch(AUTOTUNE)

@@ -84,6 +84,10 @@ def test_quick_run_writes_every_section(quick):
     assert set(ra["results"]) == {"sequential", "single_index", "batch_reads", "grain_threads", "grain_processes"}
     assert all(r["examples_per_s"] > 0 and r["of_sequential"] > 0 for r in ra["results"].values())
     assert len(ra["targets"]) == 2 and "Random access (ArrayRecord)" in (out / "RESULTS.md").read_text()
+    rs = results["resume"]  # checkpoint size and restore cost on the run's builds, shuffle quality old vs new
+    assert {r["label"] for r in rs["restore"]} == {"hmdb51", "fire_hrr", "mri_volumes"}
+    assert all(0 < p["checkpoint_bytes"] < 64 << 10 for r in rs["restore"] for p in r["positions"].values())
+    assert all(q["new"]["shard_tv"] > 0 for q in rs["quality"]) and "Stopping and resuming" in (out / "RESULTS.md").read_text()
     for name, r in results["read"].items():
         for key in ("loader", "baseline") if name not in DTYPE_ROWS else ("loader",):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]

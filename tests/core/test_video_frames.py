@@ -140,3 +140,19 @@ def test_tfds_load_of_a_built_config_gives_the_same_clips(tmp_path, build_in_pro
     assert type(again.info.features["video"]) is vf.VideoFrames
     first = next(iter(tfds.as_numpy(again.as_dataset(split="train", shuffle_files=False))))
     np.testing.assert_array_equal(first["video"], want[first["video_id"]]["video"])
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "png"])
+def test_numpy_decode_gives_tfds_load_pixels(fmt):
+    """TFDS's NumPy path (`tfds.data_source`, `deserialize_example_np`) decodes VideoFrames' JPEG frames with
+    `tf.io.decode_jpeg`'s pixels (libjpeg-turbo, fast IDCT: `core.jpeg`), not OpenCV's accurate IDCT, which is a
+    few levels off; TFDS's own Video feature still gives OpenCV's, so the test can tell the two apart."""
+    new = tfds.features.FeaturesDict({"video": vf.VideoFrames((T, H, W, 3), encoding_format=fmt)})
+    old = tfds.features.FeaturesDict({"video": tfds.features.Video((T, H, W, 3), encoding_format=fmt)})
+    records = _records(new, _clips(3, seed=4))
+    for record, want in zip(records, _decode_each(new, records)):
+        got = np.stack(new.deserialize_example_np(record)["video"])
+        assert got.dtype == np.uint8 and got.shape == (T, H, W, 3)
+        np.testing.assert_array_equal(got, want)
+        theirs = np.stack(old.deserialize_example_np(record)["video"])
+        assert np.array_equal(theirs, want) == (fmt == "png")  # OpenCV: exact for PNG, a few levels off for JPEG

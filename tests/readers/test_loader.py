@@ -218,18 +218,21 @@ def test_load_labels_reads_only_the_target_in_eval_order(hmdb_fixed, hmdb_dirs):
     assert set(ds.element_spec) == {"label", "video_id"}
 
 
-def test_shuffle_buffer_is_sized_in_bytes(hmdb_fixed, caplog):
+def test_training_order_is_a_whole_split_permutation_and_the_buffer_size_no_longer_matters(hmdb_fixed, caplog):
+    """The release before held a shuffle buffer sized in bytes; the order is now a permutation of the whole split,
+    recomputed from (seed, epoch) (`readers.order`), so `Tuning.shuffle_buffer_bytes` warns and changes nothing."""
     per_example = readers.example_bytes(hmdb_fixed, "train")
     info = hmdb_fixed.info.splits["train"]
     assert per_example == pytest.approx(info.num_bytes / info.num_examples)
     caplog.set_level("INFO", logger=readers_api.__name__)
-    readers.load(hmdb_fixed, "train", 2, tuning=Tuning(shuffle_buffer_bytes=int(3.5 * per_example)))
-    readers.load(hmdb_fixed, "train", 2, tuning=Tuning(shuffle_buffer_bytes=2**30))
-    buffers = [int(m) for m in re.findall(r"shuffle buffer (\d+) examples", caplog.text)]
-    assert buffers == [3, info.num_examples]  # held: the serialized records (parsed per batch)
-    assert readers.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37
-    assert readers.shuffle_buffer_size(per_example, 6, buffer_bytes=int(per_example * 100)) == 6
-    assert readers.shuffle_buffer_size(10 * 2**20, 100, buffer_bytes=2**20) == 1
+    ids = ReadSpec(output=Output(features=["video_id"]))
+    plain = _ids(readers.load(hmdb_fixed, "train", 1, seed=4, spec=ids))
+    with pytest.warns(DeprecationWarning, match="shuffle_buffer_bytes has no effect"):
+        tuning = Tuning(shuffle_buffer_bytes=int(1.5 * per_example))
+    assert _ids(readers.load(hmdb_fixed, "train", 1, seed=4, spec=ids, tuning=tuning)) == plain
+    assert sorted(plain) == sorted(_by_id(hmdb_fixed, "train"))
+    assert "order: whole-split permutation per epoch" in caplog.text
+    assert readers.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37  # the old rule
     with pytest.raises(ValueError, match="shuffle_buffer_bytes"):
         readers.shuffle_buffer_size(100, 10, buffer_bytes=0)
 
@@ -261,10 +264,16 @@ def test_distribute_feeds_a_strategy(hmdb_fixed):
     assert video.shape == (4, 20, 64, 64, 3) and mask.shape == (4, 20) and label.shape == (4,)
 
 
-def test_more_pipelines_than_shards_is_a_clear_error(hmdb_fixed):
+def test_more_pipelines_than_shards_read_equal_shares_more_than_examples_is_a_clear_error(hmdb_fixed):
+    """The release before refused more pipelines than shard files; shares are now counted in examples."""
     shards = hmdb_fixed.info.splits["train"].num_shards
-    context = tf.distribute.InputContext(num_input_pipelines=shards + 1, input_pipeline_id=0)
-    with pytest.raises(readers.ShardingError, match=rf"{shards} shard file\(s\).*--num_shards {shards + 1}"):
+    examples = hmdb_fixed.info.splits["train"].num_examples
+    reads = [_ids(readers.load(hmdb_fixed, "train", 1, seed=0, spec=ReadSpec(output=Output(features=["video_id"])),
+                               input_context=tf.distribute.InputContext(num_input_pipelines=shards + 1, input_pipeline_id=p)))
+             for p in range(shards + 1)]
+    assert {len(r) for r in reads} == {examples // (shards + 1)}
+    context = tf.distribute.InputContext(num_input_pipelines=examples + 1, input_pipeline_id=0)
+    with pytest.raises(readers.ShardingError, match=rf"{examples + 1} input pipelines over {examples} examples"):
         readers.load(hmdb_fixed, "train", 1, input_context=context)
 
 

@@ -45,8 +45,10 @@ def _plan(info, split=TRAIN, batch_size=4, *, spec=ReadSpec(), tuning=Tuning(mem
 
 def test_training_drop_remainder_and_order_follow_the_split_and_seed(infos):
     train = _plan(infos["hmdb"])
-    assert train.training and train.drop_remainder and not train.deterministic and train.static_batch == 4
-    assert _plan(infos["hmdb"], seed=0).deterministic
+    # Deterministic unseeded too: the order is a function of position and key (readers.order), and an
+    # iterator checkpoint restores exactly only when the parallel stages keep it.
+    assert train.training and train.drop_remainder and train.deterministic and train.static_batch == 4
+    assert _plan(infos["hmdb"], seed=0).deterministic and train.options().experimental_symbolic_checkpoint
     test = _plan(infos["hmdb"], TEST)
     assert not test.training and not test.drop_remainder and test.deterministic and test.static_batch is None
     sliced = _plan(infos["hmdb"], SplitFacts("train[:80%]", (3, 2), 10.0))
@@ -111,26 +113,27 @@ def test_direct_volume_reads_for_volumes_parsed_per_batch_only(infos):
     assert not _plan(infos["hmdb"]).direct_reads
 
 
-def test_files_examples_cycle_and_shuffle_buffer_of_this_pipeline(infos):
+def test_every_pipeline_reads_an_equal_share_of_examples_not_of_files(infos):
+    """The release before dealt shard files round-robin (2 pipelines over shards of 3, 3, 2, 2: 5 and 5, but 3
+    pipelines 5, 3 and 2) and held a shuffle buffer; now each pipeline reads n // pipelines examples of a
+    whole-split permutation (training) or its contiguous share padded to the largest (evaluation)."""
     plan = _plan(infos["hmdb"], tuning=Tuning(shuffle_buffer_bytes=175_000))
-    assert (plan.files, plan.examples) == (4, 10)
-    assert plan.cycle_length == sizing.default_cycle_length(4)
-    assert plan.shuffle_buffer == 3  # serialized records held: 175 kB of 50 kB records
-    per_example = _plan(infos["hmdb"], tuning=Tuning(shuffle_buffer_bytes=175_000, parse_per_batch=False))
-    assert per_example.shuffle_buffer == sizing.shuffle_buffer_size(per_example.read.buffer_example_bytes(50_000), 10,
-                                                                    175_000)
-    assert per_example.read.buffer_example_bytes(50_000) > 50_000  # parsed examples hold decoded masks too
-    assert _plan(infos["hmdb"], tuning=Tuning(shuffle_buffer_bytes=2**40)).shuffle_buffer == 10  # at most the split
-    assert _plan(infos["hmdb"], TEST).shuffle_buffer == 0
-    assert _plan(infos["hmdb"], tuning=Tuning(cycle_length=7)).cycle_length == 7
-    second = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
-    plan = _plan(infos["hmdb"], input_context=second)
-    assert (plan.files, plan.examples) == (2, 5)  # shard files 1 and 3 (3 + 2 examples)
-    config = plan.read_config(plan.options(), second, repeat=False)
-    assert config.input_context is second and config.interleave_cycle_length == plan.cycle_length
-    assert config.assert_cardinality and not plan.read_config(plan.options(), second, repeat=True).assert_cardinality
-    with pytest.raises(ShardingError, match=r"4 shard file\(s\) but 5 input pipelines"):
-        _plan(infos["hmdb"], input_context=tf.distribute.InputContext(num_input_pipelines=5, input_pipeline_id=0))
+    assert (plan.files, plan.examples, plan.layout.dropped) == (4, 10, 0)
+    assert plan.read_parallelism == tf.data.AUTOTUNE and _plan(infos["hmdb"], tuning=Tuning(cycle_length=7)).read_parallelism == 7
+    for pipelines in (2, 3, 4, 6, 8):
+        shares = [_plan(infos["hmdb"], input_context=tf.distribute.InputContext(num_input_pipelines=pipelines,
+                                                                                input_pipeline_id=p))
+                  for p in range(pipelines)]
+        assert {s.examples for s in shares} == {10 // pipelines} and shares[0].layout.dropped == 10 % pipelines
+        evaluation = [_plan(infos["hmdb"], SplitFacts("test", (3, 3, 2, 2), 50_000.0), input_context=tf.distribute.InputContext(
+            num_input_pipelines=pipelines, input_pipeline_id=p)) for p in range(pipelines)]
+        assert {e.examples for e in evaluation} == {-(-10 // pipelines)}
+        assert sum(e.layout.count for e in evaluation) == 10 and all(e.pads == bool(10 % pipelines) for e in evaluation)
+    with pytest.raises(ShardingError, match=r"split 'train': 11 input pipelines over 10 examples: 1 would read nothing"):
+        _plan(infos["hmdb"], input_context=tf.distribute.InputContext(num_input_pipelines=11, input_pipeline_id=0))
+    with pytest.raises(ValueError, match=r"pad .* with an example whose mask is all zeros; this output has no mask"):
+        _plan(infos["hmdb"], SplitFacts("test", (3, 3, 2, 2), 1.0), spec=ReadSpec(output=Output(features=["label"])),
+              input_context=tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=0))
 
 
 def test_clip_window_and_shape(infos):
@@ -159,7 +162,11 @@ def test_what_the_dataset_cannot_take_is_an_error(infos):
 
 
 def test_the_log_line_names_the_decisions(infos):
-    line = _plan(infos["mri"], batch_size=2, tuning=Tuning(shuffle_buffer_bytes=100_000)).describe(direct=True)
-    assert line.startswith("mri_volumes/small_32/2.0.0 train: 10 examples in 4 files (this pipeline)")
-    assert "shuffle buffer 2 examples, parse per batch, direct volume reads, decode per example" in line
-    assert line.endswith(", training") and np.isfinite(float(line.split("(")[2].split(" MiB")[0]))
+    line = _plan(infos["mri"], batch_size=2).describe(direct=True)
+    assert line.startswith("mri_volumes/small_32/2.0.0 train: 10 examples in 4 files, pipeline 1 of 1: 10 examples "
+                           "per epoch, order: whole-split permutation per epoch")
+    assert "parse per batch, direct volume reads, decode per example" in line
+    context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=2)
+    assert "pipeline 3 of 3: 3 examples per epoch (1 of the split left out per epoch)" in _plan(
+        infos["mri"], input_context=context).describe(direct=False)
+    assert line.endswith(", training") and np.isfinite(float(line.split("(")[-1].split(" MiB")[0]))

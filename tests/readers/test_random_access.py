@@ -79,6 +79,11 @@ def test_hmdb51_by_index_gives_tfds_load_tensors(hmdb_dirs):
             np.testing.assert_array_equal(ex["video"], ref["video"])
             accurate = np.stack([tf.io.decode_jpeg(f, dct_method="INTEGER_ACCURATE").numpy() for f in stored[vid]["video"]])
             assert not np.array_equal(ex["video"], accurate)
+        # tfds.data_source itself (TFDS's NumPy decode of VideoFrames): tfds.load's pixels too, not OpenCV's.
+        theirs = _by(tfds.data_source(HMDB, split=split, data_dir=hmdb_dirs["array_record"]), "video_id")
+        assert theirs.keys() == loaded.keys()
+        for vid, ex in theirs.items():
+            np.testing.assert_array_equal(np.stack(ex["video"]), loaded[vid]["video"])
     with pytest.raises(IndexError, match="out of range"):
         ds[len(ds)]
 
@@ -255,3 +260,104 @@ def test_random_access_readers_refuse_what_they_cannot_honour(hmdb_dirs):
     x, _ = vidvol.torch_dataset(HMDB, "train", data_dir=data_dir, seed=0,
                                 spec=ReadSpec(output=Output(inputs="video", mask_dtype=None)))[0]
     assert x.shape == (20, 64, 64, 3)
+
+
+# ----------------------------------------------------------------------------------------------
+# Resuming: Grain iterator state and the PyTorch sampler's state_dict (readers/resumable.py)
+
+
+def _same(a, b) -> None:
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        for u, v in zip(tf.nest.flatten(x), tf.nest.flatten(y)):
+            np.testing.assert_array_equal(u, v)
+
+
+@pytest.mark.parametrize("seed", [3, None])
+def test_grain_iterator_state_resumes_exactly_across_epochs(hmdb_dirs, seed):
+    import json  # pylint: disable=g-import-not-at-top
+
+    import grain  # pylint: disable=g-import-not-at-top
+
+    spec = ReadSpec(clips=Clips(length=6))
+    make = lambda: vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, spec=spec,  # noqa: E731
+                                        num_epochs=3, drop_remainder=False)
+    for iterate in (iter, lambda ds: iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=2)))):
+        it = iterate(make())
+        head = [next(it) for _ in range(2)]  # 6 examples a epoch: batches 2 and 3 cross into epoch 2 at 3
+        state = json.loads(json.dumps(it.get_state()))  # what a checkpoint stores
+        rest = list(it)
+        assert len(head) + len(rest) == 9 and (seed is None or state["seed"] == seed)
+        again = iterate(make())  # a new dataset: unseeded, it drew another seed; the state's is taken up
+        again.set_state(state)
+        _same(list(again), rest)
+    labels = [int(v) for _, y in list(make())[:3] for v in y]  # one epoch: every example once
+    source = vidvol.data_source(HMDB, "train", data_dir=hmdb_dirs["array_record"],
+                                spec=ReadSpec(output=Output(features=["label"])))
+    assert sorted(labels) == sorted(int(source[i]["label"]) for i in range(len(source)))
+    other = iter(vidvol.grain_dataset(HMDB, "test", 2, data_dir=hmdb_dirs["array_record"], seed=seed, spec=spec))
+    with pytest.raises(ValueError, match=r"this state was saved reading hmdb51/split1_20x64x64/.* split train.*this "
+                                         r"reader reads .* split test"):
+        other.set_state(state)
+
+
+def test_sampler_state_dict_resumes_exactly_without_torch(hmdb_dirs):
+    """torchdata's StatefulDataLoader protocol, driven directly: the sampler's state_dict / load_state_dict and the
+    dataset's batched fetch (`__getitems__`), as a DataLoader without workers would call them."""
+    spec = ReadSpec(clips=Clips(length=4))
+    make = lambda: vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], spec=spec)  # noqa: E731
+    ds = make()
+    sampler = ds.sampler()  # unseeded: a drawn seed, kept in the state
+    assert len(sampler) == len(ds) == 6
+    sampler.set_epoch(1)
+    order = iter(sampler)
+    first = [next(order) for _ in range(4)]
+    state = sampler.state_dict()
+    assert state["epoch"] == 1 and state["yielded"] == 4
+    rest = list(order)
+    assert sorted(int(d) for d in first + rest) == list(range(6))
+    fresh_ds = make()
+    fresh = fresh_ds.sampler()
+    fresh.load_state_dict(pickle.loads(pickle.dumps(state)))
+    fresh.set_epoch(1)  # the loop's own epoch bookkeeping: the same epoch keeps the pending position
+    resumed = list(fresh)
+    assert [int(d) for d in resumed] == [int(d) for d in rest] and all(d.epoch == 1 for d in resumed)
+    _same(fresh_ds.__getitems__(resumed), ds.__getitems__(rest))  # the same clips (seed and epoch travel in the draws)
+    fresh.set_epoch(2)
+    epoch2 = [int(d) for d in fresh]
+    assert sorted(epoch2) == list(range(6)) and epoch2 != [int(d) for d in first + rest]
+    with pytest.raises(ValueError, match="this state was saved reading"):
+        vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"]).sampler().load_state_dict(state)
+
+
+def test_sampler_shares_over_replicas_are_equal_and_evaluation_pads_are_zero(hmdb_dirs):
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=1, spec=ReadSpec(clips=Clips(4)))
+    for replicas in (2, 4):
+        shares = [[int(d) for d in ds.sampler(num_replicas=replicas, rank=r)] for r in range(replicas)]
+        assert {len(s) for s in shares} == {6 // replicas}
+        seen = [i for s in shares for i in s]
+        assert len(set(seen)) == len(seen) == 6 - 6 % replicas
+    evaluation = vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"], spec=ReadSpec(clips=Clips(4)))
+    assert len(evaluation) == 3
+    shares = [list(evaluation.sampler(num_replicas=2, rank=r)) for r in range(2)]
+    assert {len(s) for s in shares} == {2}
+    assert sorted(int(d) for s in shares for d in s if d.valid) == list(range(len(evaluation)))
+    pads = [d for s in shares for d in s if not d.valid]
+    assert len(pads) == 4 - len(evaluation)
+    (x, mask), _ = evaluation[pads[0]]
+    assert not x.any() and not mask.any()  # weight it 0
+
+
+def test_stateful_dataloader_with_torch(hmdb_dirs):
+    torch = pytest.importorskip("torch")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], spec=ReadSpec(clips=Clips(4)))
+    loader = stateful.StatefulDataLoader(ds, batch_size=2, sampler=ds.sampler(seed=5))
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    rest = list(it)
+    again = stateful.StatefulDataLoader(ds, batch_size=2, sampler=ds.sampler(seed=99))
+    again.load_state_dict(state)
+    for (a, b) in zip(list(again), rest):
+        torch.testing.assert_close(a[0][0], b[0][0])

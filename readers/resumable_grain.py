@@ -1,0 +1,99 @@
+"""The Grain datasets of `resumable.grain_dataset` (this module imports Grain; `resumable` imports it when asked).
+
+`Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
+example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
+index, rng.CLIP)`. `Resumable` wraps the batched dataset so that its iterators' state carries the
+seed and the data's fingerprint beside Grain's own position.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import grain
+
+from vidvol.readers import rng
+
+
+class Epochs(grain.MapDataset):
+    """Element `i`: the selected (clip decoded, uint8) example at position `i % per_epoch` of epoch `i // per_epoch`."""
+
+    def __init__(self, examples, epochs, num_epochs: int | None):
+        super().__init__()
+        self.examples, self.epochs = examples, epochs
+        per_epoch = epochs.layout.per_epoch
+        self.length = sys.maxsize if num_epochs is None else per_epoch * int(num_epochs)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            return self._getitems(i)
+        epoch, position = divmod(int(i), self.epochs.layout.per_epoch)
+        draw = self.epochs.draws(epoch, [position])[0]
+        example = self.examples.source[int(draw)]
+        clip_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.CLIP)
+                    if self.examples.training and self.examples.plan.clip is not None else None)
+        return self.examples.select(example, clip_rng), draw.valid
+
+    def _getitems(self, i):
+        raise TypeError(f"{type(self).__name__} takes one integer index, got {i!r}")
+
+    def __str__(self) -> str:
+        return f"vidvol.Epochs({self.examples.source!r}, {self.epochs.layout.per_epoch} per epoch)"
+
+
+class Resumable(grain.MapDataset):
+    """The batched dataset, whose iterators' state is `{"iterator": Grain's, "seed": ..., "data": ...}`."""
+
+    def __init__(self, parent: grain.MapDataset, epochs, data: str):
+        super().__init__(parent)
+        self.epochs, self.data = epochs, data
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def __getitem__(self, i):
+        return self._parent[i]
+
+    def to_iter_dataset(self, read_options=None, *, allow_nones: bool = False):
+        return _SeededIterDataset(super().to_iter_dataset(read_options, allow_nones=allow_nones), self)
+
+    def __str__(self) -> str:
+        return "vidvol.grain_dataset"
+
+
+class _SeededIterDataset(grain.IterDataset):
+    def __init__(self, parent: grain.IterDataset, owner: Resumable):
+        super().__init__(parent)
+        self.owner = owner
+
+    def __iter__(self):
+        return _SeededIterator(self._parent.__iter__(), self.owner)
+
+    def __str__(self) -> str:
+        return "vidvol.grain_dataset iterator"
+
+
+class _SeededIterator(grain.DatasetIterator):
+    """Grain's iterator, with the seed and the data's fingerprint in its state."""
+
+    def __init__(self, parent: grain.DatasetIterator, owner: Resumable):
+        super().__init__(parent)
+        self.owner = owner
+
+    def __next__(self):
+        return next(self._parent)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"iterator": self._parent.get_state(), "seed": self.owner.epochs.seed, "data": self.owner.data}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        from vidvol.readers import resumable  # pylint: disable=g-import-not-at-top  (it imports this module)
+
+        if state["data"] != self.owner.data:
+            raise resumable.refusal(state["data"], self.owner.data)
+        self.owner.epochs.seed = int(state["seed"])  # the saved run's order and clips from here on
+        self._parent.set_state(state["iterator"])
