@@ -27,7 +27,8 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m vidvol demo --out $(DEMO_DIR)
+	@# TensorFlow's C++ start-up notes (oneDNN, CPU features) are not the demo's; TF_CPP_MIN_LOG_LEVEL=0 shows them.
+	TF_CPP_MIN_LOG_LEVEL=$${TF_CPP_MIN_LOG_LEVEL:-2} $(PY) -m vidvol demo --out $(DEMO_DIR)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)

@@ -10,6 +10,10 @@ from vidvol.readers import allocator as _allocator  # noqa: E402
 
 _allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must precede TF's first op
 
+from vidvol.core import system as _system  # noqa: E402
+
+_system.import_beam_quietly()  # without the "apitools not found" warning Beam logs when its GCP extra is absent
+
 from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders)
 from vidvol.beam_jobs import runners as _runners  # noqa: E402
 from vidvol.builders.writer import runner as _writer_runner  # noqa: E402

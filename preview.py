@@ -128,7 +128,9 @@ def show(name: str, *, data_dir: str | None = None, split: str = "train", num_ex
          max_frames: int = 8) -> plt.Figure:
     """A matplotlib Figure previewing the first examples of a prepared dataset (for notebooks)."""
     builder = tfds.builder(name, data_dir=data_dir)
-    ds = builder.as_dataset(split=split, shuffle_files=False).take(num_examples)
+    # No autocache: TFDS caches a small split, and taking a few examples of it drops the cache with a warning.
+    ds = builder.as_dataset(split=split, shuffle_files=False,
+                            read_config=tfds.ReadConfig(try_autocache=False)).take(num_examples)
     examples = list(tfds.as_numpy(ds))
     if not examples:
         raise ValueError(f"{name} split {split!r} in {builder.data_dir} has no examples to preview")

@@ -235,3 +235,25 @@ def ffmpeg_args(video: tfds.features.Video) -> list[str]:
     if not available("ffmpeg_args"):
         return []
     return list(getattr(video, "_extra_ffmpeg_args", ()))  # pylint: disable=protected-access
+
+
+class _DropDtypeDeprecation(logging.Filter):
+    """Drops TFDS's own "`X.dtype` is deprecated" warning, which its partial decoding logs about itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return ".dtype` is deprecated" not in record.getMessage()
+
+
+def extract_features(decoders: tfds.decode.PartialDecoding, features: tfds.features.FeaturesDict
+                     ) -> tfds.features.FeaturesDict:
+    """`decoders.extract_features(features)` without the deprecation warnings TFDS's own code logs there.
+
+    TFDS 4.9's partial decoding compares features through the deprecated `FeatureConnector.dtype`
+    and so warns about its own call, up to a few times per process; nothing a user can change.
+    """
+    absl_logger, drop = logging.getLogger("absl"), _DropDtypeDeprecation()
+    absl_logger.addFilter(drop)
+    try:
+        return decoders.extract_features(features)
+    finally:
+        absl_logger.removeFilter(drop)

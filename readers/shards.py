@@ -32,6 +32,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
+from vidvol.core import tfds_api
 
 AUTOTUNE = tf.data.AUTOTUNE
 _BUFFER_SIZE = 8 << 20  # per file, as TFDS's TFRecord adapter reads
@@ -192,7 +193,7 @@ def read_examples(
     """`builder.as_dataset(split, decoders=...)`'s examples (TFDS's parse and decode), read by `read_records`."""
     features = builder.info.features
     if isinstance(decoders, tfds.decode.PartialDecoding):
-        features = decoders.extract_features(features)
+        features = tfds_api.extract_features(decoders, features)
         decoders = decoders.decoders
     records = read_records(builder, split, read_config, shuffle_files, instructions)
     parse = lambda record: features.deserialize_example(record, decoders=decoders)  # noqa: E731

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.core import tfds_api
 from vidvol.readers import direct_volumes
 from vidvol.readers import order
 from vidvol.readers import output
@@ -69,7 +70,7 @@ def examples(builder: tfds.core.DatasetBuilder, draws: tf.data.Dataset, plan: Lo
     together), so an iterator checkpoint between batches is between whole batches of draws.
     """
     features, decoders = builder.info.features, plan.read.decoders()
-    features, decoders = decoders.extract_features(features), decoders.decoders
+    features, decoders = tfds_api.extract_features(decoders, features), decoders.decoders
     ds = draws.map(lambda draw: (batch_read.fetch(draw), draw), num_parallel_calls=plan.read_parallelism,
                    deterministic=plan.deterministic).unbatch()
 
