@@ -89,7 +89,9 @@ def _fixed_configs():
         for config in cls.all_configs():
             if cls is hmdb.Builder and (not config.name.startswith("split1_") or config.num_frames is None):
                 continue
-            out.append(pytest.param(cls, config.name, id=f"{cls.name}/{config.name}"))
+            big = config.name in ("split1_16x112x112", "split1_16x224x224", "full_161x540x960")  # `make test` only
+            out.append(pytest.param(cls, config.name, id=f"{cls.name}/{config.name}",
+                                    marks=[pytest.mark.slow] if big else []))
     return out
 
 

@@ -113,6 +113,7 @@ def test_raw_config_stores_and_reads_through_plain_tfds_load(built):
     assert raw_info.num_bytes / raw_info.num_examples > 4 * jpeg_info.num_bytes / jpeg_info.num_examples
 
 
+@pytest.mark.slow
 def test_vidvol_load_raw_is_tfds_frames_over_255_and_close_to_jpeg(built):
     _, _, jpeg, raw = built
     reference = _by_id(raw, "test")
@@ -151,6 +152,7 @@ def test_batch_parser_decodes_raw_frames_in_one_decode_raw(built):
         np.testing.assert_array_equal(out["mask"][i].numpy(), one["mask"].numpy())
 
 
+@pytest.mark.slow
 def test_read_time_clips_and_per_example_path_agree_on_raw(built):
     _, _, jpeg, raw = built
     kwargs = dict(spec=ReadSpec(clips=Clips(length=8, stride=2, eval_clips=2),

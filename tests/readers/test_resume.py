@@ -139,6 +139,7 @@ def test_a_restored_iterator_continues_in_this_process_too(built, tmp_path):
     assert_same_batches(uninterrupted, after)
 
 
+@pytest.mark.slow
 def test_a_rebuilt_dataset_refuses_the_old_checkpoint(built, tmp_path):
     """Another build of the same dataset, config and version (other inputs): the restore must fail, naming both
     builds, the dataset and what to do, instead of resuming on other examples."""
@@ -164,6 +165,7 @@ def test_a_rebuilt_dataset_refuses_the_old_checkpoint(built, tmp_path):
     del saved
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_pipeline_layout_is_refused(built, tmp_path):
     case = dict(data_path=built["split1_20x64x64"], split="train", batch=1, kwargs={"seed": 3},
                 checkpoint=str(tmp_path / "c" / "ckpt"))
@@ -193,6 +195,7 @@ def _stateful_ops(ds: tf.data.Dataset) -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_no_pipeline_holds_a_stateful_op_and_the_guard_names_a_users_own(built, tmp_path):
     """vidvol's Python reads are stateless `tf.numpy_function`s and nothing relaxes TF's external-state policy. Under
     symbolic checkpointing TF saves without checking for external state, so a user's own stateful map after
@@ -222,6 +225,7 @@ def test_no_pipeline_holds_a_stateful_op_and_the_guard_names_a_users_own(built, 
     tf.train.Checkpoint(iterator=it).write(str(tmp_path / "silently"))  # what the guard is for: TF saves it anyway
 
 
+@pytest.mark.slow
 def test_the_seed_comes_from_the_checkpoint_not_the_new_pipeline(built, tmp_path):
     """An unseeded run's order is drawn, and the restore continues that order, not the new pipeline's."""
     case = dict(data_path=built["split1_20x64x64"], split="train", batch=1,

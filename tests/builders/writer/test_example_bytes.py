@@ -83,7 +83,7 @@ def test_every_feature_kind_serializes_to_tfds_bytes():
     assert len(parsed.features.feature) > 15  # the comparison covered a real, full map
 
 
-@pytest.mark.parametrize("dataset", ["hmdb51/split1_20x64x64", "fire_hrr", "mri_volumes/small_32", "video_folder"])
+@pytest.mark.parametrize("dataset", ["hmdb51/split1_20x64x64", pytest.param("fire_hrr", marks=pytest.mark.slow), "mri_volumes/small_32", "video_folder"])
 def test_the_registered_datasets_features_serialize_to_tfds_bytes(dataset, tmp_path):
     import vidvol  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
 
