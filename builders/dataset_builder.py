@@ -42,6 +42,7 @@ from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWrit
 from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
 from vidvol.core import artifacts
+from vidvol.core import redact
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class _GenerateFn(beam.DoFn):
         self._worker_setup = tuple(worker_setup)
 
     def setup(self):
+        redact.install_log_redaction()  # this worker's log lines name inputs, which may be URLs with credentials
         for fn in self._worker_setup:
             fn()
 
@@ -151,6 +153,13 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         overwrite = mode is not None and mode.overwrite_dataset
         if self._is_prepared() and not overwrite:
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+        try:
+            return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
+        except BaseException as e:
+            raise redact.exception(e)  # in place: whoever shows it (a traceback, a CLI, a notebook) shows no URL secret
+
+    def _prepare_locked(self, overwrite: bool, download_dir, download_config, **kwargs) -> None:
+        """The build under the config's build lock (or the reuse of what the build it waited for prepared)."""
         check_file_format(kwargs.get("file_format") or self.info.file_format, self.data_dir)
         check_build_options(download_config)
         name = self._display_name()

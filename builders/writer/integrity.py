@@ -82,7 +82,7 @@ def write_shards_file(
     }
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
     with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True))
+        f.write(json.dumps(redact.data(doc), indent=1, sort_keys=True))
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files
 from vidvol.builders.sources import labels
+from vidvol.core import redact
 
 logger = logging.getLogger(__name__)
 
@@ -164,15 +165,16 @@ def local_path(manual_dir: str, row: Row) -> str:
 
 
 def listed_path(manual_dir: str, row: Row) -> str:
-    """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative."""
+    """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative, and that a
+    URL's credentials and query string (a presigned URL's signature) are replaced by `***`."""
     if labels.is_absolute(row.path):
         try:
             rel = files.relpath(row.path, manual_dir)
         except ValueError:  # a URL and a local path, or two URL schemes
-            return row.path
+            return redact.url(row.path)
         if rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
-            return posixpath.normpath(rel.replace(os.sep, "/"))
-    return row.path
+            return redact.url(posixpath.normpath(rel.replace(os.sep, "/")))
+    return redact.url(row.path)
 
 
 def example_key(manual_dir: str, row: Row) -> str:
@@ -183,7 +185,7 @@ def example_key(manual_dir: str, row: Row) -> str:
     if not labels.is_absolute(inside):
         return inside
     digest = hashlib.sha256(row.path.encode("utf-8")).hexdigest()[:12]
-    return f"external/{digest}/{os.path.basename(row.path)}"
+    return f"external/{digest}/{posixpath.basename(redact.url(row.path))}"
 
 
 def empty_split_reason(rows: Sequence[Row], split: str) -> str:
