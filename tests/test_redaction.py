@@ -89,6 +89,33 @@ def test_a_build_from_presigned_urls_writes_and_logs_no_secret(tmp_path, served,
     assert not [s for s in secrets if s in out + err + caplog.text]
 
 
+def test_a_video_list_of_presigned_urls_keeps_them_out_of_keys_video_ids_and_reports(tmp_path, served, capfd):
+    """video_folder: a CSV listing videos by presigned URL (one served, one missing); the `video_id` feature, the
+    example keys in the shards, the skip report and everything else written hold no secret."""
+    from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb  # pylint: disable=import-outside-toplevel
+
+    folder, port = served
+    manual = tmp_path / "manual"
+    for i in range(3):
+        samples.write_video(str(manual / "clips" / f"local{i}.avi"), 12, height=32, width=48, seed=i)
+    samples.write_video(str(folder / "remote.avi"), 12, height=32, width=48, seed=7)
+    remote = f"http://viewer:{TOKEN}@127.0.0.1:{port}/remote.avi?X-Amz-Signature={SIGNATURE}"
+    gone = f"http://viewer:{TOKEN}@127.0.0.1:{port}/gone.avi?sig={OTHER_SIGNATURE}"
+    rows = [f"clips/local{i}.avi,{'ab'[i % 2]},train" for i in range(3)] + [f"{remote},a,train", f"{gone},b,train"]
+    (manual / "list.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    config = vfb.VideoFolderConfig(name="t4x32", csv_file="list.csv", num_frames=4, height=32, width=48)
+    builder = vfb.Builder(data_dir=str(tmp_path / "data"), config=config)
+    builder.download_and_prepare(download_config=in_process_config(manual_dir=str(manual)))
+    ids = {ex["video_id"].decode() for ex in tfds.as_numpy(builder.as_dataset(split="train"))}
+    assert any(i.endswith("/remote.avi?***") for i in ids), ids
+    skipped = skip_report.read_skip_report(os.fspath(builder.data_path))["skipped"]
+    assert len(skipped) == 1, skipped  # the missing one
+    assert skipped[0]["source"].endswith("/gone.avi?***") and "gone.avi?***" in skipped[0]["reason"], skipped
+    assert _grep(tmp_path / "data", (TOKEN, SIGNATURE, OTHER_SIGNATURE)) == []
+    out, err = capfd.readouterr()
+    assert not [s for s in (TOKEN, SIGNATURE, OTHER_SIGNATURE) if s in out + err]
+
+
 def _cli(manual_dir: str, data_dir, env: dict) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "vidvol.beam_jobs.build", "mri_volumes/small_32", "--manual_dir", manual_dir,
            "--data_dir", str(data_dir)]

@@ -69,6 +69,13 @@ def has_video_csv_header(path: str) -> bool:
     return first is not None and csv_header(first) is not None
 
 
+def _without_query(path: str) -> str:
+    """An http(s) URL without its query string and fragment (a presigned URL's signature), else `path` as it is."""
+    if path.lower().startswith(("http://", "https://")):
+        return path.split("#", 1)[0].split("?", 1)[0]
+    return path
+
+
 def _seconds(text: str, column: str, origin: str) -> float:
     try:
         value = float(text)
@@ -115,7 +122,7 @@ def read_video_csv(csv_path: str) -> tuple[list[CsvRow], tuple[str, ...]]:
         origin = f"{csv_path}:{line}"
         if not cells["path"]:
             raise LayoutError(f"{origin}: empty path")
-        if not is_video_name(cells["path"]):
+        if not is_video_name(_without_query(cells["path"])):
             raise LayoutError(f"{origin}: {cells['path']!r} is not a video file ({', '.join(VIDEO_EXTENSIONS)})")
         if not cells["label"] or "\n" in cells["label"] or "\r" in cells["label"]:
             raise LayoutError(f"{origin}: empty or multi-line label {cells['label']!r} for {cells['path']}")
