@@ -52,6 +52,7 @@ from vidvol.builders.writer import formats
 from vidvol.builders.writer import results
 from vidvol.builders.writer import shard_writer
 from vidvol.builders.writer import skip_report
+from vidvol.core import redact
 
 logger = logging.getLogger(__name__)
 
@@ -345,6 +346,7 @@ EXIT_BUILD_IN_PROGRESS = 75  # EX_TEMPFAIL: try again later
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: builds, then prints the JSON result (stdout) and, last, the per-split summary (stderr)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
+    redact.install_log_redaction()  # a manual_dir may be a URL with credentials: no log line shows them
     try:
         args, beam_flags = parse_args(argv)
         if args.verbose:
@@ -357,13 +359,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 handler.addFilter(build_log.for_terminal)
         return _run(args, beam_flags)
     except shard_writer.BuildWriteError as e:  # disk full, quota, file size limit: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
+        print(redact.text(f"error: {e}"), file=sys.stderr)
         return 1
     except build_lock.BuildInProgressError as e:  # another build of this config holds the lock (--if_building fail)
-        print(f"error: {e}", file=sys.stderr)
+        print(redact.text(f"error: {e}"), file=sys.stderr)
         return EXIT_BUILD_IN_PROGRESS
     except ValueError as e:  # bad flags, unknown options, missing runner options, bad inputs
-        print(f"error: {e}", file=sys.stderr)
+        print(redact.text(f"error: {e}"), file=sys.stderr)
         return 2
 
 
@@ -394,14 +396,14 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
         file_format=args.file_format,
     )
-    print(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
+    print(redact.text(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
                       "splits": result.splits, "empty_splits": result.empty_splits, "reused_from": result.reused_from},
-                     sort_keys=True), flush=True)
+                     sort_keys=True)), flush=True)
     # Last: what was built and what was skipped (stderr, so stdout's last line stays the JSON).
     lines = summary_lines(result)
     skips = skips_line(result) if result.built else None
     for line in lines + ([skips] if skips else []):
-        print(line, file=sys.stderr)
+        print(redact.text(line), file=sys.stderr)
     sys.stderr.flush()
     return 0
 

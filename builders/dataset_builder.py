@@ -42,6 +42,7 @@ from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWrit
 from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
 from vidvol.core import artifacts
+from vidvol.core import redact
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class _GenerateFn(beam.DoFn):
         self._worker_setup = tuple(worker_setup)
 
     def setup(self):
+        redact.install_log_redaction()  # this worker's log lines name inputs, which may be URLs with credentials
         for fn in self._worker_setup:
             fn()
 
@@ -132,6 +134,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     MIN_SHARDS = DEFAULT_MIN_SHARDS
     _summary_results: Sequence[SplitResult] | None = None
     reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
+    _build_lock: build_lock.BuildLock | None = None  # held while download_and_prepare builds
 
     def _display_name(self) -> str:
         return f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
@@ -150,18 +153,29 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         overwrite = mode is not None and mode.overwrite_dataset
         if self._is_prepared() and not overwrite:
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+        try:
+            return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
+        except BaseException as e:
+            raise redact.exception(e)  # in place: whoever shows it (a traceback, a CLI, a notebook) shows no URL secret
+
+    def _prepare_locked(self, overwrite: bool, download_dir, download_config, **kwargs) -> None:
+        """The build under the config's build lock (or the reuse of what the build it waited for prepared)."""
         check_file_format(kwargs.get("file_format") or self.info.file_format, self.data_dir)
         check_build_options(download_config)
         name = self._display_name()
         self.reused_from = None
         with build_lock.hold(self.data_path, what=name) as lock:
+            self._build_lock = lock
             if lock.waited_for is not None and self._is_prepared() and not overwrite:
                 # The build this one waited for prepared the dataset: reuse it, as TFDS reuses a prepared one.
                 self.reused_from = build_lock.describe(lock.waited_for, lock.path)
                 logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
                 self.info.read_from_directory(self.data_path)
                 return None
-            self._prepare_in_session(name, download_dir, download_config, **kwargs)
+            try:
+                self._prepare_in_session(name, download_dir, download_config, **kwargs)
+            finally:
+                self._build_lock = None
         return None
 
     def _is_prepared(self) -> bool:
@@ -269,6 +283,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
         manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
         self._report(os.fspath(self.data_path), results, manual_dir)
+        if self._build_lock is not None:  # last step before TFDS renames incomplete.* into the version folder
+            self._build_lock.check_held()
 
     def _nothing_built(self, results: Sequence[SplitResult]) -> str:
         """The error of a build in which no split got an example: why, per split, with the first skips."""

@@ -81,6 +81,24 @@ def _as_loaded(feature: tfds.features.FeatureConnector, value: Any) -> Any:
     return np.asarray(value, feature.np_dtype)[()]
 
 
+def _check_record_counts(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any]) -> None:
+    """ValueError naming an ArrayRecord shard that holds more records than the build wrote (its count is in its footer)."""
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+
+    for f in instructions:
+        path = os.fspath(f.filename)
+        try:
+            reader = array_record_module.ArrayRecordReader(path)
+        except Exception:  # pylint: disable=broad-except  (missing or damaged: the read names it)
+            continue
+        try:
+            count = reader.num_records()
+        finally:
+            reader.close()
+        if count > int(f.examples_in_shard):
+            raise shards.longer_than_written(builder, path, f"{count} records", int(f.examples_in_shard))
+
+
 class DataSource:
     """Decoded examples of one split by index: `len(ds)`, `ds[i]`, `ds.__getitems__(indices)`.
 
@@ -119,7 +137,9 @@ class DataSource:
         self._decoders = {v: frames.KeepEncoded() for v in self.videos} or None
         self._records = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
         # What the split is made of (a resumed order refuses other data): `records.fingerprint`.
-        self.fingerprint = records.fingerprint(builder, split, shards.file_instructions(builder, split))
+        instructions = shards.file_instructions(builder, split)
+        _check_record_counts(builder, instructions)  # records past the count would be out of reach, unsaid
+        self.fingerprint = records.fingerprint(builder, split, instructions)
         self._threads = num_threads or DEFAULT_THREADS
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()

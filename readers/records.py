@@ -206,12 +206,15 @@ class SplitRecords:
 
 
 def open_split(builder: tfds.core.DatasetBuilder, split: str) -> SplitRecords:
-    """The record index of `split` (files walked once per process); a missing file is a FileNotFoundError naming it."""
+    """The record index of `split` (files walked once per process); a missing file is a FileNotFoundError naming it,
+    a file holding more records than the build wrote a ValueError naming it."""
     instructions = shards.file_instructions(builder, split)
     shards.check_files_exist(builder, instructions)
     files, file_of, row_of = [], [], []
     for f in instructions:
         index = cached_index(os.fspath(f.filename))
+        if len(index.starts) > int(f.examples_in_shard):  # never cut silently to the recorded count
+            raise shards.longer_than_written(builder, index.path, f"{len(index.starts)} records", int(f.examples_in_shard))
         files.append(index)
         rows = np.arange(int(f.skip), int(f.skip) + int(f.take), dtype=np.int64)
         file_of.append(np.full(len(rows), len(files) - 1, np.int32))

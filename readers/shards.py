@@ -19,7 +19,9 @@
   which doubled the reading CPU on 100 KB records). One limit: in training, where the last
   partial batch is dropped, a file that lost only a few records may have all its stand-ins in
   that dropped batch; the next epoch (another shuffle) or any evaluation pass reports it, and
-  `python -m vidvol verify` always does.
+  `python -m vidvol verify` always does. A file *longer* than the build wrote it (its size over the
+  `num_bytes` of `shards.json`) is refused before reading (`check_not_longer`), as its records past
+  the recorded count would otherwise be dropped without a word.
 """
 
 from __future__ import annotations
@@ -131,6 +133,43 @@ def check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence[
         raise FileNotFoundError(f"{builder.info.full_name}: shard files missing: {shown}. {damage_hint(builder)}")
 
 
+def recorded_sizes(builder: tfds.core.DatasetBuilder) -> dict[str, int]:
+    """Shard file name -> the bytes the build wrote, from its `shards.json` ({} without a usable one)."""
+    path = os.path.join(os.fspath(builder.data_path), artifacts.SHARDS_NAME)
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            entries = json.loads(f.read()).get("shards", [])
+        return {e["file"]: e["num_bytes"] for e in entries
+                if isinstance(e, dict) and isinstance(e.get("file"), str) and type(e.get("num_bytes")) is int}  # pylint: disable=unidiomatic-typecheck
+    except (tf.errors.OpError, OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def longer_than_written(builder: tfds.core.DatasetBuilder, path: str, records: int, recorded: int) -> ValueError:
+    """The error for a shard file holding more records than the build wrote into it."""
+    return ValueError(
+        f"{builder.info.full_name}: shard file {path} holds more than the build wrote into it ({records}); it is not "
+        f"the file this build wrote, and reading only the {recorded} examples dataset_info.json lists would silently "
+        f"leave the rest out. {damage_hint(builder)}")
+
+
+def check_not_longer(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any]) -> None:
+    """ValueError naming a shard file longer than the build wrote it (`shards.json`): records a read would drop."""
+    sizes = recorded_sizes(builder)
+    for f in instructions:
+        path = os.fspath(f.filename)
+        written = sizes.get(os.path.basename(path))
+        if written is None:
+            continue
+        try:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.OpError:
+            continue  # missing: named by check_files_exist or the read
+        if size > written:
+            raise longer_than_written(builder, path, f"{size} bytes, {written} recorded in {artifacts.SHARDS_NAME}",
+                                      f.examples_in_shard)
+
+
 def read_records(
     builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool,
     instructions: Sequence[Any] | None = None,
@@ -139,6 +178,7 @@ def read_records(
     instructions = list(instructions) if instructions is not None else file_instructions(builder, split)
     tail = stand_in_tail(builder)
     check_files_exist(builder, instructions)
+    check_not_longer(builder, instructions)
     do_skip = any(f.skip > 0 for f in instructions)
     do_take = any(not f.takes_all for f in instructions)
 

@@ -25,6 +25,7 @@ LONG_BLOCK = 0x8000  # ADD_SIZE (packed data) follows the header
 SKIP_IF_UNKNOWN = 0x4000
 FILE_UNICODE = 0x0200  # name is UTF-8 (no NUL inside)
 FILE_DIRECTORY = 0x00E0
+LARGE_FILE = 0x0100  # 64-bit sizes: HIGH_PACK_SIZE, HIGH_UNP_SIZE
 
 HOST_MSDOS = 0
 HOST_WIN32 = 2
@@ -51,6 +52,7 @@ class RarEntry:
     method: int = METHOD_STORE  # anything else only *claims* compression (data stays raw)
     date_time: tuple[int, int, int, int, int, int] = (2020, 1, 2, 3, 4, 6)
     mode: int | None = None  # attributes written verbatim (e.g. S_IFCHR | 0o644), else derived
+    declared_size: int | None = None  # UNP_SIZE written instead of len(data): a header that lies (64-bit if large)
 
 
 def _crc16(header_body: bytes) -> int:
@@ -96,10 +98,15 @@ def _file_block(entry: RarEntry) -> bytes:
     if not entry.name.isascii():
         flags |= FILE_UNICODE
     unp_ver = 20 if entry.is_dir else 29
+    unp_size = len(data) if entry.declared_size is None else entry.declared_size
+    high = b""
+    if unp_size >= 1 << 32:  # LHD_LARGE: HIGH_PACK_SIZE and HIGH_UNP_SIZE follow the attributes
+        flags |= LARGE_FILE
+        high = struct.pack("<II", len(data) >> 32, unp_size >> 32)
     fields = struct.pack(
             "<IIBIIBBHI",
-            len(data),  # PACK_SIZE
-            len(data),  # UNP_SIZE
+            len(data) & 0xFFFFFFFF,  # PACK_SIZE
+            unp_size & 0xFFFFFFFF,  # UNP_SIZE
             entry.host_os,
             zlib.crc32(data) & 0xFFFFFFFF,  # FILE_CRC
             _dos_time(entry.date_time),
@@ -108,7 +115,7 @@ def _file_block(entry: RarEntry) -> bytes:
             len(name),
             _attr(entry),
     )
-    return _block(HEAD_FILE, flags, fields + name) + data
+    return _block(HEAD_FILE, flags, fields + high + name) + data
 
 
 def rar4_bytes(entries: Iterable[RarEntry | tuple[str, bytes]]) -> bytes:

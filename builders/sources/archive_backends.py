@@ -129,6 +129,7 @@ def _extract_with_rarfile(path: str, archive: str, out: Output) -> list[str]:
             raise BackendFailed(
                 f"{len(compressed)} entries are RAR-compressed (first {compressed[0]!r}) and no "
                 f"external RAR tool ({_TOOLS}) is installed for it", need="tool")
+        out.reserve([info.file_size for info in infos if not info.is_dir()])
         out.mkdir("")
         for rel, info in zip(rels, infos):
             if info.is_dir():
@@ -138,7 +139,7 @@ def _extract_with_rarfile(path: str, archive: str, out: Output) -> list[str]:
             if info.is_dir():
                 continue
             try:
-                with rf.open(info) as src, out.create(rel, info.filename) as dst:
+                with rf.open(info) as src, out.create(rel, info.filename, info.file_size) as dst:
                     shutil.copyfileobj(src, dst, _CHUNK_BYTES)
             except (rarfile.Error, EOFError) as e:
                 raise BackendFailed(
@@ -252,6 +253,7 @@ def _extract_with_libarchive(path: str, archive: str, out: Output) -> list[str]:
     rels = plan_entries(archive, [(name, is_dir) for name, is_dir, _ in listing])
     infos = _rarfile_headers(path, archive, listing, rels)
 
+    out.reserve([size for _, is_dir, size in listing if not is_dir])
     out.mkdir("")
     for rel, (_, is_dir, _) in zip(rels, listing):
         if is_dir:
@@ -281,7 +283,7 @@ def _copy_checked(entry: Any, out: Output, rel: str, name: str, size: int | None
     """Stream the data of libarchive `entry` into new file `rel`, then check its size and digest."""
     context = digest[1]() if digest else None
     written = 0
-    with out.create(rel, name) as dst:
+    with out.create(rel, name, size) as dst:
         for block in entry.get_blocks(_CHUNK_BYTES):
             dst.write(block)
             written += len(block)

@@ -13,8 +13,9 @@ import contextlib
 import os
 import posixpath
 import re
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO
 
 import rarfile
@@ -114,14 +115,86 @@ def plan_entries(archive: str, entries: list[tuple[str, bool]]) -> list[str]:
     return rels
 
 
+def _size(n: int) -> str:
+    """`1.5 GiB (1610612736 bytes)`, for messages."""
+    value, unit = float(n), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            break
+        value /= 1024
+    return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({n} bytes)"
+
+
+class Budget:
+    """What one extraction (nested archives included) may write: at most `cap` bytes (None: no cap), and never
+    more than the target's file system has free; checked from the declared sizes before anything is written,
+    and counted while the data streams (a header may lie)."""
+
+    def __init__(self, cap: int | None, cap_hint: str):
+        self.cap = cap
+        self.cap_hint = cap_hint  # how to raise the cap, for messages
+        self.written = 0
+
+    def reserve(self, archive: str, sizes: Sequence[int | None], dest_dir: str) -> None:
+        """ArchiveError, before any byte is written, when the entries' declared sizes exceed the cap or free space."""
+        total = sum(n for n in sizes if n)
+        if self.cap is not None and self.written + total > self.cap:
+            before = f" after the {_size(self.written)} already extracted" if self.written else ""
+            raise ArchiveError(f"{archive}: its entries declare {_size(total)}, over the extraction cap of "
+                               f"{_size(self.cap)}{before}; nothing of it was written. If the archive is what you "
+                               f"expect, {self.cap_hint}")
+        where = dest_dir
+        while not os.path.isdir(where) and os.path.dirname(where) != where:
+            where = os.path.dirname(where)
+        free = shutil.disk_usage(where).free
+        if total > free:
+            raise ArchiveError(f"{archive}: its entries declare {_size(total)}, but the file system of {where} has "
+                               f"only {_size(free)} free; nothing of it was written. Free space there, or extract "
+                               f"into another folder (the download_dir)")
+
+    def add(self, archive: str, name: str, n: int) -> None:
+        """Counts `n` more bytes about to be written for entry `name`; ArchiveError past the cap."""
+        if self.cap is not None and self.written + n > self.cap:
+            raise ArchiveError(f"{archive}: extraction stopped in entry {name!r} at the cap of {_size(self.cap)}: "
+                               f"the data is larger than its headers declare (a damaged or hostile archive); "
+                               f"what was written is removed. If the archive is what you expect, {self.cap_hint}")
+        self.written += n
+
+
+class _CountedFile:
+    """A file being extracted: each write is counted against the entry's declared size and the budget first."""
+
+    def __init__(self, f: IO[bytes], output: "Output", name: str, declared: int | None):
+        self._f, self._output, self._name, self._declared = f, output, name, declared
+        self.written = 0
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        if self._declared is not None and self.written + n > self._declared:
+            raise ArchiveError(f"{self._output.archive}: entry {self._name!r} holds more than the {_size(self._declared)} "
+                               f"its header declares; stopped before writing past that (a damaged or hostile archive)")
+        if self._output.budget is not None:
+            self._output.budget.add(self._output.archive, self._name, n)
+        self._output.bytes_written += n
+        self.written += n
+        return self._f.write(data)
+
+
 class Output:
     """Writes one backend's attempt under `dest_dir`, remembering what it created so that a failed
-    attempt can be undone before the next backend tries."""
+    attempt can be undone before the next backend tries; every byte is counted against `budget`."""
 
-    def __init__(self, dest_dir: str, archive: str):
+    def __init__(self, dest_dir: str, archive: str, budget: Budget | None = None):
         self.dest_dir = dest_dir
         self.archive = archive
+        self.budget = budget
+        self.bytes_written = 0
         self._created: list[str] = []
+
+    def reserve(self, sizes: Sequence[int | None]) -> None:
+        """Checks the declared sizes of the entries about to be written against the budget (see Budget.reserve)."""
+        if self.budget is not None:
+            self.budget.reserve(self.archive, sizes, self.dest_dir)
 
     def mkdir(self, rel: str) -> None:
         """Create folder `rel` (and its parents) under dest_dir; '' is dest_dir itself."""
@@ -138,18 +211,21 @@ class Output:
             self._created.append(folder)
 
     @contextlib.contextmanager
-    def create(self, rel: str, name: str) -> Iterator[IO[bytes]]:
-        """A new file `rel` open for writing; entry `name` is for messages."""
+    def create(self, rel: str, name: str, declared: int | None = None) -> Iterator[_CountedFile]:
+        """A new file `rel` open for writing, never more than `declared` bytes; entry `name` is for messages."""
         dst = os.path.join(self.dest_dir, rel)
         if os.path.lexists(dst):
             raise ArchiveError(f"{self.archive}: entry {name!r} would overwrite {rel!r}")
         self.mkdir(posixpath.dirname(rel))
         with open(dst, "xb") as out:
             self._created.append(dst)
-            yield out
+            yield _CountedFile(out, self, name, declared)
 
     def rollback(self) -> None:
-        """Remove everything this attempt created, newest first."""
+        """Remove everything this attempt created, newest first (and give its bytes back to the budget)."""
+        if self.budget is not None:
+            self.budget.written -= self.bytes_written
+        self.bytes_written = 0
         for path in reversed(self._created):
             try:
                 if os.path.isdir(path) and not os.path.islink(path):

@@ -35,10 +35,12 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.parse
 from typing import IO, Any, Callable, Iterator, TypeVar
 
 import fsspec
 
+from vidvol.core import redact
 from vidvol.core import tfds_api
 from vidvol.core.urls import is_url, scheme, split_url
 
@@ -195,23 +197,33 @@ def _env_fingerprint() -> str:
     return hashlib.sha256(repr(items).encode()).hexdigest()
 
 
-def _filesystem(protocol: str):
-    """One fsspec file system per protocol, credential environment and process; listings are not cached."""
-    key = (protocol, _env_fingerprint(), os.getpid())
+def _filesystem(protocol: str, **options: str):
+    """One fsspec file system per protocol, credential environment (and URL credentials) and process; listings are
+    not cached."""
+    key = (protocol, _env_fingerprint(), hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest(), os.getpid())
     with _FS_LOCK:
         fs = _FS_CACHE.get(key)
         if fs is None:
             try:
-                fs = fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False, **options)
             except TypeError:  # a file system that takes no listing-cache option
-                fs = fsspec.filesystem(protocol, skip_instance_cache=True)
-            _FS_CACHE.clear()  # an old environment's clients are not needed again
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+            if len(_FS_CACHE) > 8:
+                _FS_CACHE.clear()  # an old environment's clients are not needed again
             _FS_CACHE[key] = fs
     return fs
 
 
+# `s3://KEY:SECRET@bucket/key`: credentials in the URL (percent-encoded where they hold `/`, `@` or `:`).
+_S3_USERINFO_RE = re.compile(r"^(s3a?://)([^/@?#:]+):([^/@?#]*)@")
+
+
 def _fs(url: str):
-    """(file system, its path) for a URL."""
+    """(file system, its path) for a URL; `s3://KEY:SECRET@bucket/...` gives the credentials to that URL's client."""
+    found = _S3_USERINFO_RE.match(url)
+    if found:
+        fs = _filesystem(scheme(url), key=urllib.parse.unquote(found.group(2)), secret=urllib.parse.unquote(found.group(3)))
+        return fs, fs._strip_protocol(found.group(1) + url[found.end():])  # pylint: disable=protected-access
     fs = _filesystem(scheme(url))
     return fs, fs._strip_protocol(url)  # pylint: disable=protected-access
 
@@ -226,10 +238,10 @@ def _secrets() -> list[str]:
 
 
 def scrub(text: str) -> str:
-    """`text` with every known secret value replaced by `***`."""
+    """`text` with every known secret value, and every URL's credentials and query string, replaced by `***`."""
     for secret in _secrets():
         text = text.replace(secret, "***")
-    return text
+    return redact.text(text)
 
 
 def _describe(e: BaseException) -> str:
@@ -433,7 +445,7 @@ def missing_detail(path: str) -> str:
     bucket = rest.split("/", 1)[0]
     try:
         if bucket and not exists(prefix + bucket):
-            return f" (bucket {bucket!r} does not exist, or these credentials cannot see it)"
+            return f" (bucket {bucket.rsplit('@', 1)[-1]!r} does not exist, or these credentials cannot see it)"
         if not exists(path):
             return f" (no object under {path.rstrip('/')}/)"
     except (OSError, AccessDeniedError):
@@ -453,7 +465,10 @@ def fetch_dir() -> str:
 
 
 def _local_name(url: str) -> str:
-    """A safe local file name that keeps the URL's name and suffix (`scan.nii.gz`, `clip.avi`)."""
+    """A safe local file name that keeps the URL's name and suffix (`scan.nii.gz`, `clip.avi`), without an http(s)
+    URL's query string (a presigned URL's signature)."""
+    if scheme(url) in ("http", "https"):
+        url = url.split("#", 1)[0].split("?", 1)[0]
     name = basename(url).replace(os.sep, "_") or "object"
     name = re.sub(r"[\x00-\x1f]", "_", name)
     if len(name) > 200:

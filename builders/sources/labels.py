@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 
+from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files
 
 # Containers OpenCV's bundled FFmpeg decodes.
@@ -93,12 +95,12 @@ class SplitEntry:
 
 
 def list_lines(path: str) -> Iterator[tuple[int, str, list[str]]]:
-    """`(line number, stripped line, whitespace-split fields)` of each non-blank line of a list file (strict UTF-8)."""
-    with files.open_text(path, encoding="utf-8", errors="strict") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.strip()
-            if line:
-                yield lineno, line, line.split()
+    """`(line number, stripped line, whitespace-split fields)` of each non-blank line of a list file (strict UTF-8:
+    a byte that is not is a LayoutError naming file and line)."""
+    for lineno, raw in enumerate(io.StringIO(csv_files.read_text(path, error=LayoutError), newline=None), start=1):
+        line = raw.strip()
+        if line:
+            yield lineno, line, line.split()
 
 
 def parse_hmdb_split_file(path: str, class_name: str) -> list[SplitEntry]:

@@ -3,9 +3,9 @@
 Two builds of the same `NAME/CONFIG` version into the same data_dir (two notebooks, two cluster
 jobs, a job array) used to both do the whole build, and the second then died on TFDS's rename
 (`FileExistsError: ... Destination .../2.0.0 already exists`). Now a build first takes
-`DATA_DIR/NAME/CONFIG/build_VERSION.lock`, a small JSON file holding the host, pid, start time
-and a heartbeat refreshed every `HEARTBEAT_S` seconds while it runs; it is removed when the build
-ends, however it ends. A second build that finds it either
+`DATA_DIR/NAME/CONFIG/build_VERSION.lock`, a small JSON file holding the host, pid, boot id, PID
+namespace, start time and a heartbeat refreshed every `HEARTBEAT_S` seconds while it runs; it is
+removed when the build ends, however it ends. A second build that finds it either
 
 - waits (`wait`, the default) until the first ends, logging who holds it, and then reuses the
   dataset that build prepared (or builds it itself if that build failed), or
@@ -15,23 +15,40 @@ Choose with the environment variable `VIDVOL_BUILD_LOCK=wait|fail` (works under 
 or `python -m vidvol.beam_jobs.build --if_building wait|fail`. `VIDVOL_BUILD_LOCK_TIMEOUT`
 (seconds) bounds the wait; past it the waiting build fails as in `fail` mode.
 
-A lock is stale, and is taken over with a warning, when its holder is on this host and its pid
-is gone (killed, crashed, machine rebooted into a new pid space is covered by the heartbeat), or
-when its heartbeat is older than `VIDVOL_BUILD_LOCK_STALE_S` (default 120 s; the holder
-refreshes it every 10 s), which covers a holder on another host that died. `--overwrite` keeps
-its meaning: it waits for a running build like any other, then rebuilds.
+A lock is stale, and is taken over with a warning, when its process is gone, or when its heartbeat
+is older than `VIDVOL_BUILD_LOCK_STALE_S` (default 120 s; the holder refreshes it every 10 s). The
+pid is only asked about when the holder ran on the same host name, the same boot (the kernel's
+`boot_id`) and in the same PID namespace as the waiter: a container sharing the host's network
+(and so its host name) has its own pids, and a pid from there says nothing here. Any other holder
+(another machine, another container, a lock written before vidvol recorded these) is judged by its
+heartbeat alone.
 
-Local data_dirs take the lock with an exclusive create (`O_CREAT | O_EXCL`), which is atomic on
-local and NFSv3+ file systems. Other data_dirs (`gs://`, ...) go through `tf.io.gfile`, which has
-no exclusive create: the lock is written, then read back, and only the build whose token is
-there proceeds; two builds starting within the same instant on an object store may both see
-their own token in a read-after-write race, which this narrows but cannot exclude.
+Taking a stale lock over is decided by atomic file operations, so that of many waiters exactly one
+wins: a waiter first claims the stale lock by hard-linking it to a name made from its identity
+(`build_VERSION.lock.takeover-...`, which only one waiter can create), checks that what it claimed
+is still that stale lock, then moves the lock aside by an atomic rename to a name of its own and
+checks again what it moved; only then is the stale lock deleted, and the waiters race for the free
+lock with an exclusive create (`O_CREAT | O_EXCL`), which one of them wins. A takeover never deletes
+a lock it has not identified as the stale one.
+
+A build checks, right before its dataset is published (TFDS's final rename of `incomplete.*`), that
+the lock file still holds its own token (`BuildLock.check_held`); a build whose lock was taken over
+meanwhile (its heartbeat stalled past the stale age, or the file was removed by hand) stops there
+with a `BuildLockLostError` naming the other holder, so two builds never both publish.
+
+Local data_dirs (and NFS) use the exclusive create and the link and rename above. Other data_dirs
+(`gs://`, ...) go through `tf.io.gfile`, which has neither: the lock is written, then read back,
+and only the build whose token is there proceeds; two builds starting within the same instant on
+an object store may both see their own token in a read-after-write race, which this narrows but
+cannot exclude (the check before publishing then stops one of them).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -40,8 +57,6 @@ import threading
 import time
 import uuid
 from typing import Any, Callable, Iterator
-
-import tensorflow as tf
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +68,23 @@ HEARTBEAT_S = 10.0
 STALE_S = 120.0
 POLL_S = 0.2  # a waiter sees each new holder (a build lasts seconds), so it names the one it reuses
 REPORT_EVERY_S = 60.0
+CLAIM_ABANDONED_S = 30.0  # a takeover claim lives milliseconds; one this old was left by a waiter that died
+_RETRY_S = 0.005  # after a lost takeover race: the winner's lock appears within microseconds
 
 
 class BuildInProgressError(RuntimeError):
     """Another build of the same config is writing into the same data_dir."""
+
+
+class BuildLockLostError(BuildInProgressError):
+    """This build's lock was taken over by another build while it ran; it stops before publishing its dataset."""
+
+
+def _tf():
+    """TensorFlow, for object-store data_dirs only (local locks need nothing but the standard library)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    return tf
 
 
 def lock_path(data_path: str | os.PathLike) -> str:
@@ -80,6 +108,25 @@ def _now() -> float:
 
 def _iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@functools.lru_cache(maxsize=1)
+def boot_id() -> str | None:
+    """This kernel's boot id (`/proc/sys/kernel/random/boot_id`), None where there is none (not Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def pid_namespace() -> str | None:
+    """This process's PID namespace (`pid:[4026531836]`), None where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def mode_from_env(mode: str | None = None) -> str:
@@ -109,17 +156,7 @@ def describe(holder: dict[str, Any] | None, path: str) -> str:
     return f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, started {when} (lock file {path})"
 
 
-def read(path: str) -> dict[str, Any] | None:
-    """The lock's content; None if there is no lock; {} for an unreadable one (being written)."""
-    try:
-        if _is_local(path):
-            with open(_local(path), encoding="utf-8") as f:
-                text = f.read()
-        else:
-            with tf.io.gfile.GFile(path, "r") as f:
-                text = f.read()
-    except (FileNotFoundError, tf.errors.NotFoundError):
-        return None
+def _parse(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError:
@@ -127,12 +164,43 @@ def read(path: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {}
 
 
+def _read_local(local: str) -> tuple[dict[str, Any] | None, tuple[int, ...] | None]:
+    """(content, identity) of a local lock file, both from one open file: None, None if there is none.
+
+    The identity (device, inode, mtime in ns, size) tells this very file from a lock written later
+    at the same path (every heartbeat replaces the file).
+    """
+    try:
+        f = open(local, "rb")  # noqa: SIM115
+    except FileNotFoundError:
+        return None, None
+    with f:
+        st = os.fstat(f.fileno())
+        text = f.read().decode("utf-8", errors="replace")
+    return _parse(text), (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def read(path: str) -> dict[str, Any] | None:
+    """The lock's content; None if there is no lock; {} for an unreadable one (being written)."""
+    if _is_local(path):
+        return _read_local(_local(path))[0]
+    tf = _tf()
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            return _parse(f.read())
+    except tf.errors.NotFoundError:
+        return None
+
+
 def _mtime(path: str) -> float | None:
     try:
         if _is_local(path):
             return os.path.getmtime(_local(path))
-        return tf.io.gfile.stat(path).mtime_nsec / 1e9
-    except (OSError, tf.errors.OpError):
+        return _tf().io.gfile.stat(path).mtime_nsec / 1e9
+    except OSError:
+        return None
+    except Exception as e:  # pylint: disable=broad-except  (tf.errors.OpError)
+        logger.info("could not stat %s: %s", path, e)
         return None
 
 
@@ -146,13 +214,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def same_process_space(holder: dict[str, Any]) -> bool:
+    """Whether the holder's pid means the same process here: same host name, boot id and PID namespace."""
+    here = (socket.gethostname(), boot_id(), pid_namespace())
+    there = (holder.get("host"), holder.get("boot_id"), holder.get("pid_ns"))
+    return None not in here and here == there
+
+
 def stale_reason(holder: dict[str, Any], *, stale_s: float, now: float | None = None) -> str | None:
     """Why the lock `holder` is stale (None: it is live). An unreadable lock counts as live until it ages."""
     now = _now() if now is None else now
     beat = holder.get("heartbeat", holder.get("started"))
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-        if not _pid_alive(holder["pid"]):
-            return f"its process {holder['pid']} on this host is gone"
+    pid = holder.get("pid")
+    if isinstance(pid, int) and pid > 0 and same_process_space(holder) and not _pid_alive(pid):
+        return f"its process {pid} on this host is gone"
     if isinstance(beat, (int, float)) and now - beat > stale_s:
         return f"its heartbeat stopped {now - beat:.0f} s ago (stale after {stale_s:.0f} s)"
     return None
@@ -176,6 +251,7 @@ def _write(path: str, content: dict[str, Any], *, exclusive: bool) -> bool:
             f.write(text)
         os.replace(tmp, local)  # readers never see a half-written heartbeat
         return True
+    tf = _tf()
     if exclusive and tf.io.gfile.exists(path):
         return False
     with tf.io.gfile.GFile(path, "w") as f:
@@ -187,17 +263,80 @@ def _write(path: str, content: dict[str, Any], *, exclusive: bool) -> bool:
 
 
 def _remove(path: str) -> None:
-    try:
-        if _is_local(path):
+    if _is_local(path):
+        with contextlib.suppress(FileNotFoundError):
             os.remove(_local(path))
-        else:
-            tf.io.gfile.remove(path)
-    except (FileNotFoundError, tf.errors.NotFoundError):
-        pass
+        return
+    tf = _tf()
+    with contextlib.suppress(tf.errors.NotFoundError):
+        tf.io.gfile.remove(path)
+
+
+def _is_that_lock(path: str, holder: dict[str, Any], ident: tuple[int, ...]) -> bool:
+    """Whether the file at `path` is the lock read as (`holder`, `ident`): same file, same token."""
+    content, now_ident = _read_local(path)
+    return now_ident == ident and content is not None and content.get("token") == holder.get("token")
+
+
+def _drop_abandoned_claim(claim: str) -> None:
+    """Removes a takeover claim left by a waiter that died within its takeover (by a rename, so only once)."""
+    try:
+        age = _now() - os.stat(claim).st_ctime  # ctime: when the claim's link was made
+    except FileNotFoundError:
+        return
+    if age > CLAIM_ABANDONED_S:
+        aside = f"{claim}.abandoned-{uuid.uuid4().hex}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(claim, aside)
+            os.remove(aside)
+            logger.warning("removed a takeover claim left %.0f s ago by a waiter that died: %s", age, claim)
+
+
+def _take_over_local(local: str, holder: dict[str, Any], ident: tuple[int, ...], token: str) -> bool:
+    """Removes the stale lock (`holder`, `ident`) at `local` if this waiter wins it; False when another did.
+
+    Claim (a hard link no second waiter can make), check, then an atomic rename to this waiter's own
+    name, check again: a lock that is not the one judged stale is never deleted (see the module doc).
+    """
+    name = hashlib.sha256(repr((holder.get("token"), ident)).encode()).hexdigest()[:16]
+    claim: str | None = f"{local}.takeover-{name}"
+    try:
+        os.link(local, claim)
+    except FileExistsError:  # another waiter is taking this very lock over
+        _drop_abandoned_claim(claim)
+        return False
+    except FileNotFoundError:  # gone already
+        return False
+    except OSError:  # no hard links on this file system: the rename and its check alone decide
+        claim = None
+    try:
+        if claim is not None and not _is_that_lock(claim, holder, ident):
+            return False  # the lock changed between our reading and our claim
+        moved = f"{local}.stale-{token}"
+        try:
+            os.rename(local, moved)
+        except FileNotFoundError:
+            return False
+        if _is_that_lock(moved, holder, ident):
+            os.remove(moved)
+            return True
+        # Not the stale lock (only possible without hard links, or if its holder was alive after all):
+        # put it back, never over a lock that appeared since.
+        try:
+            os.link(moved, local)
+        except OSError as e:
+            logger.error("a build lock moved aside by mistake could not be put back (%s): %s", e,
+                         describe(_read_local(moved)[0], local))
+        os.remove(moved)
+        return False
+    finally:
+        if claim is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(claim)
 
 
 class BuildLock:
-    """The lock of one build; `acquire()` then `release()` (or use `hold`)."""
+    """The lock of one build; `acquire()`, `check_held()` before publishing, then `release()` (or use `hold`)."""
 
     def __init__(self, path: str, *, what: str, mode: str | None = None,
                  timeout_s: float | None = None, stale_s: float | None = None):
@@ -209,20 +348,24 @@ class BuildLock:
         self.content = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "boot_id": boot_id(),
+            "pid_ns": pid_namespace(),
             "started": _now(),
             "token": uuid.uuid4().hex,
             "build": what,
         }
         self.waited_for: dict[str, Any] | None = None  # the holder this build waited for, if any
+        self.lost_to: dict[str, Any] | None = None  # set once the lock is found not ours: who holds it ({}: nobody)
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._mutex = threading.Lock()  # the heartbeat thread and check_held never write at once
 
     def _parent_exists(self) -> None:
         parent = self.path.rsplit("/", 1)[0]
         if _is_local(self.path):
             os.makedirs(_local(parent), exist_ok=True)
         else:
-            tf.io.gfile.makedirs(parent)
+            _tf().io.gfile.makedirs(parent)
 
     def _in_progress(self, holder: dict[str, Any] | None, detail: str) -> BuildInProgressError:
         return BuildInProgressError(
@@ -231,25 +374,46 @@ class BuildLock:
             f"--data_dir, or, if that build is dead on another host, remove {self.path}."
         )
 
+    def _holder(self) -> tuple[dict[str, Any] | None, tuple[int, ...] | None]:
+        """The current lock's content (an unreadable one ages by its file's mtime) and, locally, its identity."""
+        if _is_local(self.path):
+            holder, ident = _read_local(_local(self.path))
+            if holder == {} and ident is not None:
+                holder = {"heartbeat": ident[2] / 1e9}
+            return holder, ident
+        holder = read(self.path)
+        return ({"heartbeat": _mtime(self.path)} if holder == {} else holder), None
+
+    def _take_over(self, holder: dict[str, Any], ident: tuple[int, ...] | None) -> bool:
+        """Removes the stale lock `holder` if this build wins the takeover."""
+        if ident is not None:
+            return _take_over_local(_local(self.path), holder, ident, self.content["token"])
+        if read(self.path) == holder:  # object stores: nobody took it over in the meantime (best effort)
+            _remove(self.path)
+            return True
+        return False
+
     def acquire(self, on_wait: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Takes the lock, waiting (or failing at once in `fail` mode) while a live build holds it."""
         self._parent_exists()
         waited_since = None
         last_report = 0.0
+        began = _now()
         while True:
             self.content["started"] = self.content["heartbeat"] = _now()
             if _write(self.path, self.content, exclusive=True):
                 break
-            holder = read(self.path)
+            holder, ident = self._holder()
             if holder is None:
                 continue  # released between our create and our read: try again at once
-            # An empty or unreadable lock (being written, or left so by a crash) ages by its file's mtime.
-            why = stale_reason(holder or {"heartbeat": _mtime(self.path)}, stale_s=self.stale_s)
+            why = stale_reason(holder, stale_s=self.stale_s)
             if why:
-                again = read(self.path)
-                if again == holder:  # nobody took it over in the meantime
-                    logger.warning("%s: taking over a stale build lock, %s: %s", self.what, why, describe(holder, self.path))
-                    _remove(self.path)
+                if self._take_over(holder, ident):
+                    logger.warning("%s: took over a stale build lock, %s: %s", self.what, why, describe(holder, self.path))
+                    continue
+                # Another waiter is taking it over: its lock shows up at once (a claim it left dying expires).
+                self._check_timeout(holder, began)
+                time.sleep(_RETRY_S)
                 continue
             if self.mode == "fail":
                 raise self._in_progress(holder, f"{ENV_MODE}=fail stops here")
@@ -265,24 +429,54 @@ class BuildLock:
             elif now - last_report >= REPORT_EVERY_S:
                 logger.warning("%s: still waiting (%.0f s) for %s", self.what, now - waited_since, describe(holder, self.path))
                 last_report = now
-            if self.timeout_s is not None and now - waited_since > self.timeout_s:
-                raise self._in_progress(holder, f"waited {now - waited_since:.0f} s ({ENV_TIMEOUT}={self.timeout_s:g})")
+            self._check_timeout(holder, waited_since)
             time.sleep(POLL_S)
+        self.lost_to = None
         self._stop.clear()
         self._beat = threading.Thread(target=self._heartbeat, name="vidvol-build-lock", daemon=True)
         self._beat.start()
 
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
+    def _check_timeout(self, holder: dict[str, Any], since: float) -> None:
+        waited = _now() - since
+        if self.timeout_s is not None and waited > self.timeout_s:
+            raise self._in_progress(holder, f"waited {waited:.0f} s ({ENV_TIMEOUT}={self.timeout_s:g})")
+
+    def _refresh(self) -> bool:
+        """Refreshes the heartbeat if the lock is still ours; records who holds it otherwise (False)."""
+        with self._mutex:
+            if self.lost_to is not None:
+                return False
             held = read(self.path)
             if not held or held.get("token") != self.content["token"]:
-                logger.warning("%s: the build lock %s was taken over by another build while this one runs", self.what, self.path)
-                return
+                self.lost_to = held or {}
+                logger.error("%s: the build lock was taken over while this build runs (now %s); this build will stop "
+                             "before publishing its dataset", self.what,
+                             describe(held, self.path) if held else f"removed: {self.path}")
+                return False
             self.content["heartbeat"] = _now()
             try:
                 _write(self.path, self.content, exclusive=False)
-            except (OSError, tf.errors.OpError) as e:  # a full disk must not kill the build from here
+            except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: a full disk must not kill the build here)
                 logger.info("could not refresh the build lock %s: %s", self.path, e)
+            return True
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            if not self._refresh():
+                return
+
+    def check_held(self) -> None:
+        """BuildLockLostError naming the other holder unless the lock is still this build's (refreshed now)."""
+        if self._refresh():
+            return
+        other = (f"another build ({describe(self.lost_to, self.path)})" if self.lost_to
+                 else f"nobody: its lock file {self.path} was removed")
+        raise BuildLockLostError(
+            f"{self.what}: this build lost its build lock to {other} while it ran, and stops before publishing its "
+            f"dataset so that two builds never both write the version folder (its incomplete.* folder is removed). "
+            f"A build's lock is taken over when its heartbeat stops for {ENV_STALE}={self.stale_s:g} s (a suspended "
+            f"process, a clock far off between hosts): check for another build of this config, then run this one again."
+        )
 
     def release(self) -> None:
         """Removes the lock if it is still ours."""
@@ -290,9 +484,12 @@ class BuildLock:
         if self._beat is not None:
             self._beat.join(timeout=5)
             self._beat = None
-        held = read(self.path)
-        if held and held.get("token") == self.content["token"]:
-            _remove(self.path)
+        with self._mutex:
+            if self.lost_to is not None:
+                return
+            held = read(self.path)
+            if held and held.get("token") == self.content["token"]:
+                _remove(self.path)
 
 
 @contextlib.contextmanager

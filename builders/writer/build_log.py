@@ -10,6 +10,8 @@ runs inside a `session`. Unless `VIDVOL_VERBOSE=1` (`--verbose` on the build com
   SDK worker processes Beam starts (which inherit them), TensorFlow's C++ start-up lines, gRPC
   and TFDS's prints all land there; `sys.stdout`/`sys.stderr` too (also where they are not
   fds 1/2, e.g. in Jupyter);
+- no URL's credentials or query string, in any line (`vidvol.core.redact`: the command line, every
+  log record of the process and of the Beam workers, the summary);
 - Python logging: every record at INFO and above goes to the log file; the terminal gets
   vidvol's warnings and errors (and the few lines marked `CONSOLE`, e.g. the small-build choice),
   other libraries' errors, never Beam's own records (a failing worker's error reaches the terminal
@@ -38,6 +40,7 @@ import threading
 from typing import Iterator, Sequence, TextIO
 
 from vidvol.builders.writer import progress
+from vidvol.core import redact
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +169,7 @@ class Session:
         stream = self.terminal
         if stream is None:
             return
+        text = redact.text(text)
         with self._lock:
             try:
                 from tqdm import tqdm  # pylint: disable=g-import-not-at-top
@@ -182,7 +186,7 @@ class Session:
         with self._lock:
             stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
             try:
-                self._log.write(f"{stamp} {text}\n")
+                self._log.write(f"{stamp} {redact.text(text)}\n")
             except (ValueError, OSError):
                 pass
 
@@ -208,7 +212,7 @@ class Session:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         self._log = open(self.log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # pylint: disable=consider-using-with
         self._log.write(f"=== vidvol build of {self.title}, {datetime.datetime.now().isoformat(timespec='seconds')}, "
-                        f"pid {os.getpid()}: {' '.join(sys.argv)}\n")
+                        f"pid {os.getpid()}: {redact.text(' '.join(sys.argv))}\n")
         self.terminal, self._owns_terminal = _terminal_stream()
         for stream in self._saved_streams:
             with contextlib.suppress(Exception):
@@ -319,7 +323,7 @@ def _at_exit() -> None:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             for line in _deferred:
-                stream.write(line + "\n")
+                stream.write(redact.text(line) + "\n")
             stream.flush()
         _deferred.clear()
 
@@ -333,6 +337,7 @@ def session(title: str, log_dir: str, *, version: str = "", print_summary: bool 
         yield _current
         return
     _end_tail()
+    redact.install_log_redaction()  # every record of this process, the build's and its libraries'
     quiet = not is_verbose()
     log_path = log_path_for(log_dir, version) if quiet else None
     s = Session(title, log_path, quiet=quiet, print_summary=print_summary)
@@ -368,7 +373,7 @@ def session(title: str, log_dir: str, *, version: str = "", print_summary: bool 
         return
     s.restore()
     for line in lines:
-        print(line, file=sys.stderr)
+        print(redact.text(line), file=sys.stderr)
     sys.stderr.flush()
 
 

@@ -8,10 +8,16 @@ for downloads, and it catches any change, not only the random ones a CRC is buil
 hashing pass over a shard costs a small fraction of encoding its examples. The file is the same on every runner
 (the shard bytes are deterministic, the entries are sorted).
 
-`verify` checks a prepared dataset against it: every shard listed in `dataset_info.json` exists,
-has the recorded size, SHA-256 and example count, and every record passes TFRecord's framing
-CRCs and parses as a `tf.train.Example` with the dataset's feature specs. Each broken file is
-reported with the record index and byte offset where it breaks, and the command that rebuilds it.
+`verify` checks a prepared dataset against it: `shards.json` is well formed and names this
+dataset and version, every shard listed in `dataset_info.json` exists, has the recorded size,
+SHA-256 and example count (no fewer and no more records), and every record passes its format's
+framing checks (TFRecord CRCs; ArrayRecord's chunk checks) and parses as a `tf.train.Example` with
+the dataset's feature specs. Each broken file is reported with the record index (and, for TFRecord,
+the byte offset) where it breaks, and the command that rebuilds it. The verdict is one of three:
+`OK` (exit 0), `BROKEN` (exit 1: a shard, `shards.json` or `dataset_info.json` is wrong), or
+`NOT VERIFIED` (exit 3: nothing is wrong as far as records and counts go, but some shards have no
+recorded checksum to compare with, e.g. a dataset built before vidvol wrote `shards.json`, so a file
+changed after the build whose records still parse would pass unseen).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
+from vidvol.core import redact
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -69,13 +76,13 @@ def write_shards_file(
     doc = {
         "dataset": dataset,
         "version": version,
-        "manual_dir": manual_dir,
+        "manual_dir": redact.url(manual_dir) if manual_dir else manual_dir,  # never a URL's credentials
         "checksum": DIGEST,
         "shards": sorted(entries, key=lambda e: e["file"]),
     }
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
     with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(doc, indent=1, sort_keys=True))
+        f.write(json.dumps(redact.data(doc), indent=1, sort_keys=True))
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
@@ -86,6 +93,81 @@ def read_shards_file(data_path: str) -> dict[str, Any] | None:
         return None
     with tf.io.gfile.GFile(path, "r") as f:
         return json.loads(f.read())
+
+
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def _kind(value: Any) -> str:
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _entry_problems(i: int, entry: Any) -> list[str]:
+    """What is wrong with the `i`th entry of `shards` (none when well formed)."""
+    if not isinstance(entry, dict):
+        return [f"shards[{i}] is {_kind(entry)}, expected an object"]
+    where = f"shards[{i}] ({entry['file']})" if isinstance(entry.get("file"), str) else f"shards[{i}]"
+    out = []
+    if not isinstance(entry.get("file"), str) or not entry["file"] or "/" in entry["file"]:
+        out.append(f"{where}: `file` is {_kind(entry.get('file'))}, expected a shard file name")
+    if not isinstance(entry.get("split"), str):
+        out.append(f"{where}: `split` is {_kind(entry.get('split'))}, expected a string")
+    for key, optional in (("examples", False), ("num_bytes", True)):
+        value = entry.get(key)
+        if not ((optional and value is None) or (type(value) is int and value >= 0)):  # pylint: disable=unidiomatic-typecheck
+            out.append(f"{where}: `{key}` is {value!r}, expected a whole number" + (" or null" if optional else ""))
+    digest = entry.get(DIGEST)
+    if digest is not None and not (isinstance(digest, str) and _SHA256_RE.fullmatch(digest)):
+        out.append(f"{where}: `{DIGEST}` is {_kind(digest)} {str(digest)[:20]!r}, expected 64 hex digits or null")
+    return out
+
+
+def shards_doc_problems(doc: Any) -> list[str]:
+    """What makes `doc` (a parsed `shards.json`) unusable: not an object, keys missing or of the wrong kind."""
+    if not isinstance(doc, dict):
+        return [f"it is {_kind(doc)}, expected an object with dataset, version, manual_dir, checksum and shards"]
+    out = [f"no `{key}`" for key in ("dataset", "version", "manual_dir", "checksum", "shards") if key not in doc]
+    for key in ("dataset", "version", "checksum"):
+        if key in doc and not isinstance(doc[key], str):
+            out.append(f"`{key}` is {_kind(doc[key])}, expected a string")
+    if doc.get("manual_dir") is not None and not isinstance(doc["manual_dir"], str):
+        out.append(f"`manual_dir` is {_kind(doc['manual_dir'])}, expected a string or null")
+    if isinstance(doc.get("checksum"), str) and doc["checksum"] != DIGEST:
+        out.append(f"`checksum` is {doc['checksum']!r}; this vidvol records and checks {DIGEST!r}")
+    if "shards" in doc and not isinstance(doc["shards"], list):
+        out.append(f"`shards` is {_kind(doc['shards'])}, expected an array of shard entries")
+    elif isinstance(doc.get("shards"), list):
+        names: set[str] = set()
+        for i, entry in enumerate(doc["shards"]):
+            out.extend(_entry_problems(i, entry))
+            name = entry.get("file") if isinstance(entry, dict) else None
+            if isinstance(name, str) and name in names:
+                out.append(f"shards[{i}]: {name} is listed twice")
+            names.add(name)
+    return out
+
+
+def load_shards_file(data_path: str, *, dataset: str, version: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(`shards.json` of `data_path` if usable here, else None; why it is not, None when fine or absent).
+
+    Usable: valid JSON, well formed (`shards_doc_problems`), and written for `dataset` (NAME/CONFIG) at `version`.
+    """
+    try:
+        doc = read_shards_file(data_path)
+    except (ValueError, UnicodeDecodeError, tf.errors.OpError) as e:
+        return None, f"unreadable ({_first_line(e)}); it is written by the build, so rebuild"
+    if doc is None:
+        return None, None
+    problems = shards_doc_problems(doc)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        return None, f"malformed: {shown}. It is written by the build and never edited by hand: rebuild to restore it"
+    if (doc["dataset"], doc["version"]) != (dataset, version):
+        return None, (f"it was written for {doc['dataset']} {doc['version']}, but this folder holds {dataset} {version}: "
+                      "its checksums do not apply here (a file copied from another dataset?)")
+    return doc, None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -117,10 +199,23 @@ class Report:
     records: int = 0
     problems: list[Problem] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    unverified: list[str] = dataclasses.field(default_factory=list)  # shard files with no recorded checksum
+    why_unverified: str = ""
 
     @property
     def ok(self) -> bool:
+        """Nothing found broken (see `verified` for whether every file also matched a checksum)."""
         return not self.problems
+
+    @property
+    def verified(self) -> bool:
+        """Nothing broken and every shard file's checksum compared."""
+        return self.ok and not self.unverified
+
+    @property
+    def exit_code(self) -> int:
+        """0 verified, 1 broken, 3 not verified (no checksums to compare with)."""
+        return 1 if self.problems else (EXIT_NOT_VERIFIED if self.unverified else 0)
 
     def lines(self) -> list[str]:
         """The report as printed: notes, each broken file (with the rebuild command), then the verdict."""
@@ -128,14 +223,23 @@ class Report:
         for p in self.problems:
             out += [p.line(), f"  rebuild: {self.rebuild}"]
         broken = len({p.file for p in self.problems})
-        if self.ok:
-            out.append(f"OK {self.dataset} in {self.data_path}: {self.files} shard files, {self.records} records, "
-                       "every checksum, count and record checks out")
-        else:
+        if self.problems:
             out.append(f"{broken} of {self.files} shard files of {self.dataset} in {self.data_path} are broken; a shard "
                        f"is not rebuilt alone (its contents depend on every input): rebuild the config with\n"
                        f"  {self.rebuild}")
+        elif self.unverified:
+            some = "none" if len(self.unverified) == self.files else f"{self.files - len(self.unverified)}"
+            out.append(f"NOT VERIFIED {self.dataset} in {self.data_path}: {self.files} shard files, {self.records} records "
+                       f"read, counted and parsed without fault, but {some} of them could be compared with a checksum "
+                       f"({self.why_unverified}): a file changed after the build whose records still parse would pass "
+                       f"unseen. A rebuild records the checksums:\n  {self.rebuild}")
+        else:
+            out.append(f"OK {self.dataset} in {self.data_path}: {self.files} shard files, {self.records} records, "
+                       "every checksum, count and record checks out")
         return out
+
+
+EXIT_NOT_VERIFIED = 3
 
 
 def _record_parser(features: tfds.features.FeatureConnector | None) -> Callable[[list[bytes]], None]:
@@ -215,6 +319,31 @@ def scan_records(path: str, parse: Callable[[list[bytes]], None]) -> tuple[int, 
     return count, offset, flush()
 
 
+def scan_array_records(path: str, parse: Callable[[list[bytes]], None]) -> tuple[int, Problem | None]:
+    """(records in an ArrayRecord file, the first problem): ArrayRecord's own reader, then the parse."""
+    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+
+    try:
+        reader = array_record_module.ArrayRecordReader(path)
+    except Exception as e:  # pylint: disable=broad-except  (the reader raises RuntimeError/ValueError on damage)
+        return 0, Problem(path, f"ArrayRecord cannot open it: {_first_line(e)}")
+    try:
+        count = reader.num_records()
+        for start in range(0, count, _PARSE_BATCH_RECORDS):
+            indices = list(range(start, min(count, start + _PARSE_BATCH_RECORDS)))
+            try:
+                batch = reader.read(indices)
+            except Exception as e:  # pylint: disable=broad-except
+                return count, Problem(path, f"ArrayRecord cannot read records {start}-{indices[-1]}: {_first_line(e)}", start)
+            bad = _parse_error(parse, batch)
+            if bad is not None:
+                return count, Problem(path, f"the record does not parse as an example of this dataset ({bad[1]})",
+                                      start + bad[0])
+        return count, None
+    finally:
+        reader.close()
+
+
 def _load_info(data_path: str) -> tfds.core.DatasetInfo:
     return tfds.builder_from_directory(data_path).info
 
@@ -222,17 +351,12 @@ def _load_info(data_path: str) -> tfds.core.DatasetInfo:
 def verify(data_path: str, *, dataset: str, data_dir: str) -> Report:
     """Checks every shard of the prepared dataset in `data_path` (see the module docstring)."""
     data_path = os.fspath(data_path)
-    shards = None
-    try:
-        shards = read_shards_file(data_path)
-    except (ValueError, tf.errors.OpError) as e:
-        shards_problem = Problem(os.path.join(data_path, artifacts.SHARDS_NAME), f"unreadable: {_first_line(e)}")
-    else:
-        shards_problem = None
-    manual_dir = (shards or {}).get("manual_dir")
+    shards_path = os.path.join(data_path, artifacts.SHARDS_NAME)
+    shards, shards_problem = load_shards_file(data_path, dataset=dataset, version=os.path.basename(data_path.rstrip("/")))
+    manual_dir = shards["manual_dir"] if shards else None
     report = Report(dataset, data_path, artifacts.rebuild_command(dataset, data_dir, manual_dir))
     if shards_problem:
-        report.problems.append(shards_problem)
+        report.problems.append(Problem(shards_path, shards_problem))
     if not tf.io.gfile.exists(os.path.join(data_path, "dataset_info.json")):
         report.problems.append(Problem(os.path.join(data_path, "dataset_info.json"), "missing: the dataset is not prepared here"))
         return report
@@ -241,20 +365,26 @@ def verify(data_path: str, *, dataset: str, data_dir: str) -> Report:
     except Exception as e:  # pylint: disable=broad-except  (a damaged dataset_info.json or features.json)
         report.problems.append(Problem(os.path.join(data_path, "dataset_info.json"), f"unreadable: {type(e).__name__}: {_first_line(e)}"))
         return report
-    if info.file_format not in (None, tfds.core.FileFormat.TFRECORD):
+    array_record = info.file_format is tfds.core.FileFormat.ARRAY_RECORD
+    if info.file_format not in (None, tfds.core.FileFormat.TFRECORD) and not array_record:
         report.notes.append(f"{info.file_format} shards: only their checksums and sizes are checked")
     recorded = {e["file"]: e for e in (shards or {}).get("shards", [])}
     if shards is None:
-        report.notes.append(f"no {artifacts.SHARDS_NAME} (built before vidvol recorded checksums): "
-                            "counts and records are checked, checksums cannot be")
+        report.why_unverified = (f"{artifacts.SHARDS_NAME} is not usable, see above" if shards_problem else
+                                 f"there is no {artifacts.SHARDS_NAME}: built before vidvol recorded checksums, or it was removed")
     parse = _record_parser(info.features)
     listed = set()
     for split_name, split in sorted(info.splits.items()):
         for filename, length in zip(split.filenames, split.shard_lengths):
             listed.add(filename)
             report.files += 1
-            problem, records = _check_file(os.path.join(data_path, filename), length, recorded.get(filename), parse,
-                                           check_records=info.file_format in (None, tfds.core.FileFormat.TFRECORD))
+            entry = recorded.get(filename)
+            if entry is None or not entry.get(DIGEST):
+                report.unverified.append(filename)
+                if shards is not None and not report.why_unverified:
+                    report.why_unverified = f"{artifacts.SHARDS_NAME} records no checksum for {filename}"
+            kind = "array_record" if array_record else ("tfrecord" if info.file_format in (None, tfds.core.FileFormat.TFRECORD) else None)
+            problem, records = _check_file(os.path.join(data_path, filename), length, entry, parse, kind=kind)
             report.records += records
             if problem is not None:
                 report.problems.append(problem)
@@ -263,8 +393,8 @@ def verify(data_path: str, *, dataset: str, data_dir: str) -> Report:
     return report
 
 
-def _check_file(path: str, length: int, entry: dict[str, Any] | None, parse, *, check_records: bool) -> tuple[Problem | None, int]:
-    """(the file's first problem or None, records read)."""
+def _check_file(path: str, length: int, entry: dict[str, Any] | None, parse, *, kind: str | None) -> tuple[Problem | None, int]:
+    """(the file's first problem or None, records read); `kind`: tfrecord, array_record or None (bytes only)."""
     if not tf.io.gfile.exists(path):
         return Problem(path, f"missing (dataset_info.json lists it with {length} examples)"), 0
     digest_problem = None
@@ -274,9 +404,12 @@ def _check_file(path: str, length: int, entry: dict[str, Any] | None, parse, *, 
             digest_problem = f"{size} bytes on disk, {entry['num_bytes']} written by the build"
         elif digest != entry[DIGEST]:
             digest_problem = f"{DIGEST} {digest[:16]}… differs from the build's {entry[DIGEST][:16]}…"
-    if not check_records:
+    if kind is None:
         return (Problem(path, digest_problem) if digest_problem else None), 0
-    count, end, problem = scan_records(path, parse)
+    if kind == "tfrecord":
+        count, end, problem = scan_records(path, parse)
+    else:
+        (count, problem), end = scan_array_records(path, parse), None
     if problem is not None:
         if digest_problem:
             problem.what += f"; {digest_problem}"
@@ -284,7 +417,9 @@ def _check_file(path: str, length: int, entry: dict[str, Any] | None, parse, *, 
     suffix = f"; {digest_problem}" if digest_problem else ""
     if count != length:
         short = count < length
-        what = f"{count} records, {length} expected: " + ("the file ends early" if short else "it holds more than the build wrote")
+        what = f"{count} records, {length} expected: " + (
+            "the file ends early" if short else "it holds more than the build wrote (a reader takes only the first "
+            f"{length}, so the file is not the one this build wrote)")
         return Problem(path, what + suffix, count if short else None, end if short else None), count
     if entry is not None and entry.get("examples") not in (None, length):
         return Problem(path, f"{length} examples in dataset_info.json, {entry['examples']} in {artifacts.SHARDS_NAME}{suffix}"), count
@@ -344,11 +479,12 @@ def resolve(spec: str, data_dir: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m vidvol verify NAME[/CONFIG] --data_dir DIR`: exit 0 when every shard checks out, 1 otherwise."""
+    """`python -m vidvol verify NAME[/CONFIG] --data_dir DIR`: exit 0 verified, 1 broken, 3 not verified (no checksums)."""
     parser = argparse.ArgumentParser(
         prog="python -m vidvol verify",
         description="Check every shard of a prepared dataset: size, SHA-256 and example count as the build "
-                    "recorded them, TFRecord CRCs, and that every record parses.",
+                    "recorded them, TFRecord CRCs, and that every record parses. Exit 0: verified; 1: something is "
+                    "broken; 3: nothing broken found, but not verified (no checksums recorded for some shards).",
     )
     parser.add_argument("dataset", help="NAME, NAME/CONFIG or NAME/CONFIG:VERSION, e.g. mri_volumes/small_32")
     parser.add_argument("--data_dir", required=True, help="the TFDS data_dir the dataset was built into")
@@ -356,11 +492,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         data_path, spec = resolve(args.dataset, args.data_dir)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(redact.text(f"error: {e}"), file=sys.stderr)
         return 1
     print(f"checking {spec} in {data_path}", flush=True)
-    report = verify(data_path, dataset=spec, data_dir=args.data_dir)
+    try:
+        report = verify(data_path, dataset=spec, data_dir=args.data_dir)
+    except (ValueError, OSError, tf.errors.OpError) as e:  # an unreadable folder: one line, no traceback
+        print(redact.text(f"error: {data_path}: {type(e).__name__}: {_first_line(e)}"), file=sys.stderr)
+        return 1
     for line in report.lines():
-        print(line, flush=True)
-    return 0 if report.ok else 1
+        print(redact.text(line), flush=True)
+    return report.exit_code
 

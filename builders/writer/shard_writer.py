@@ -33,6 +33,7 @@ from vidvol.builders.writer import json_files
 from vidvol.builders.writer import progress
 from vidvol.builders.writer.formats import check_file_format, write_records
 from vidvol.builders.writer.plan import ShardRef, ShardTask
+from vidvol.core import redact
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class WriteShardFn(beam.DoFn):
         self._serializer = None
 
     def setup(self):
+        redact.install_log_redaction()  # this worker's log lines name inputs, which may be URLs with credentials
         for fn in self._worker_setup:
             fn()
         self._serializer = example_bytes.Serializer(self._features)

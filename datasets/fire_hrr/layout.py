@@ -7,13 +7,13 @@ checks and CSV reads go through `vidvol.builders.sources.files`; frame paths res
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import logging
 import math
 import os
 from typing import Iterator, Sequence
 
+from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files
 
 logger = logging.getLogger(__name__)
@@ -99,24 +99,23 @@ def _header_text(required: Sequence[str], optional: Sequence[str]) -> str:
 
 def _rows(path: str, required: Sequence[str], optional: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, {column: value}) for each non-blank row; header and row widths are checked."""
-    with files.open_text(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        expected = _header_text(required, optional)
-        if header is None:
-            raise LabelsError(f"{path}: the file is empty; expected the header {expected}")
-        columns = [c.strip().lower() for c in header]
-        missing = [c for c in required if c not in columns]
-        if missing:
-            raise LabelsError(
-                f"{path}:1: missing column(s) {', '.join(missing)}; expected the header {expected}, got `{','.join(header)}`"
-            )
-        for row in reader:
-            if not any(cell.strip() for cell in row):
-                continue
-            if len(row) != len(columns):
-                raise LabelsError(f"{path}:{reader.line_num}: expected {len(columns)} fields like the header, got {len(row)}")
-            yield reader.line_num, {c: v.strip() for c, v in zip(columns, row)}
+    records = csv_files.rows(path, error=LabelsError)
+    header = next(records, (0, None))[1]
+    expected = _header_text(required, optional)
+    if header is None:
+        raise LabelsError(f"{path}: the file is empty; expected the header {expected}")
+    columns = [c.strip().lower() for c in header]
+    missing = [c for c in required if c not in columns]
+    if missing:
+        raise LabelsError(
+            f"{path}:1: missing column(s) {', '.join(missing)}; expected the header {expected}, got `{','.join(header)}`"
+        )
+    for line, row in records:
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(columns):
+            raise LabelsError(f"{path}:{line}: expected {len(columns)} fields like the header, got {len(row)}")
+        yield line, {c: v.strip() for c, v in zip(columns, row)}
 
 
 def _number(value: str, *, path: str, line: int, column: str, allow_nan: bool) -> float:

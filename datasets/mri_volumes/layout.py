@@ -7,7 +7,6 @@ and the volume paths are resolved through `vidvol.builders.sources.files`.
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import hashlib
 import logging
@@ -15,8 +14,10 @@ import os
 import posixpath
 from collections.abc import Iterable, Sequence
 
+from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files
 from vidvol.builders.sources import labels
+from vidvol.core import redact
 
 logger = logging.getLogger(__name__)
 
@@ -99,40 +100,37 @@ def read_labels_csv(csv_path: str, *, label_column: str = DEFAULT_LABEL_COLUMN) 
         raise FileNotFoundError(f"{csv_path}: labels file not found{files.missing_detail(files.dirname(csv_path))}.\n{EXPECTED_LAYOUT}")
     rows: list[Row] = []
     first_line: dict[str, int] = {}
-    with files.open_text(csv_path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        fieldnames = reader.fieldnames or []
-        path_col = _find_column(fieldnames, "path")
-        if path_col is None:
-            raise LayoutError(f"{csv_path}: no `path` column; found columns {list(fieldnames)}.\n{EXPECTED_LAYOUT}")
-        label_col = resolve_label_column(fieldnames, label_column, csv_path)
-        subject_col = _find_column(fieldnames, "subject")
-        split_col = _find_column(fieldnames, "split")
-        for record in reader:
-            line = reader.line_num
-            path = (record.get(path_col) or "").strip()
-            label = (record.get(label_col) or "").strip()
-            if not path:
-                raise LayoutError(f"{csv_path}:{line}: empty `path` cell, expected a .nii or .nii.gz file")
-            if not label:
-                raise LayoutError(f"{csv_path}:{line}: empty label in column {label_col!r} for {path}")
-            if "\n" in label or "\r" in label:
-                raise LayoutError(f"{csv_path}:{line}: label {label!r} spans lines; expected a one-line class name")
-            normalized = posixpath.normpath(path.replace("\\", "/"))
-            if normalized in first_line:
-                raise LayoutError(f"{csv_path}:{line}: {path} is already listed at line {first_line[normalized]}")
-            first_line[normalized] = line
-            subject = (record.get(subject_col) or "").strip() if subject_col else ""
-            if split_col:
-                split = (record.get(split_col) or "").strip().lower()
-                if split not in SPLITS:
-                    raise LayoutError(
-                        f"{csv_path}:{line}: unknown split {record.get(split_col)!r} for {path}, expected one of {SPLITS}"
-                    )
-            else:
-                split = split_for(subject or path)
-            rows.append(Row(path=path, label=label, subject=subject, split=split, line=line, csv_path=csv_path,
-                            split_given=bool(split_col)))
+    fieldnames, records = csv_files.dict_rows(csv_path, error=LayoutError)
+    path_col = _find_column(fieldnames, "path")
+    if path_col is None:
+        raise LayoutError(f"{csv_path}: no `path` column; found columns {list(fieldnames)}.\n{EXPECTED_LAYOUT}")
+    label_col = resolve_label_column(fieldnames, label_column, csv_path)
+    subject_col = _find_column(fieldnames, "subject")
+    split_col = _find_column(fieldnames, "split")
+    for line, record in records:
+        path = (record.get(path_col) or "").strip()
+        label = (record.get(label_col) or "").strip()
+        if not path:
+            raise LayoutError(f"{csv_path}:{line}: empty `path` cell, expected a .nii or .nii.gz file")
+        if not label:
+            raise LayoutError(f"{csv_path}:{line}: empty label in column {label_col!r} for {path}")
+        if "\n" in label or "\r" in label:
+            raise LayoutError(f"{csv_path}:{line}: label {label!r} spans lines; expected a one-line class name")
+        normalized = posixpath.normpath(path.replace("\\", "/"))
+        if normalized in first_line:
+            raise LayoutError(f"{csv_path}:{line}: {path} is already listed at line {first_line[normalized]}")
+        first_line[normalized] = line
+        subject = (record.get(subject_col) or "").strip() if subject_col else ""
+        if split_col:
+            split = (record.get(split_col) or "").strip().lower()
+            if split not in SPLITS:
+                raise LayoutError(
+                    f"{csv_path}:{line}: unknown split {record.get(split_col)!r} for {path}, expected one of {SPLITS}"
+                )
+        else:
+            split = split_for(subject or path)
+        rows.append(Row(path=path, label=label, subject=subject, split=split, line=line, csv_path=csv_path,
+                        split_given=bool(split_col)))
     if not rows:
         raise LayoutError(f"{csv_path}: no rows after the header.\n{EXPECTED_LAYOUT}")
     if split_col:
@@ -167,15 +165,16 @@ def local_path(manual_dir: str, row: Row) -> str:
 
 
 def listed_path(manual_dir: str, row: Row) -> str:
-    """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative."""
+    """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative, and that a
+    URL's credentials and query string (a presigned URL's signature) are replaced by `***`."""
     if labels.is_absolute(row.path):
         try:
             rel = files.relpath(row.path, manual_dir)
         except ValueError:  # a URL and a local path, or two URL schemes
-            return row.path
+            return redact.url(row.path)
         if rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
-            return posixpath.normpath(rel.replace(os.sep, "/"))
-    return row.path
+            return redact.url(posixpath.normpath(rel.replace(os.sep, "/")))
+    return redact.url(row.path)
 
 
 def example_key(manual_dir: str, row: Row) -> str:
@@ -186,7 +185,7 @@ def example_key(manual_dir: str, row: Row) -> str:
     if not labels.is_absolute(inside):
         return inside
     digest = hashlib.sha256(row.path.encode("utf-8")).hexdigest()[:12]
-    return f"external/{digest}/{os.path.basename(row.path)}"
+    return f"external/{digest}/{posixpath.basename(redact.url(row.path))}"
 
 
 def empty_split_reason(rows: Sequence[Row], split: str) -> str:

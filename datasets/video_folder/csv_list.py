@@ -7,13 +7,13 @@ file and line. `layout.discover` turns the rows into the collection's entries.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import posixpath
 import re
 from collections.abc import Sequence
 
+from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files
 from vidvol.builders.sources.labels import VIDEO_EXTENSIONS, LayoutError, is_video_name
 
@@ -63,11 +63,17 @@ def csv_header(first_row: Sequence[str]) -> tuple[str, ...] | None:
 def has_video_csv_header(path: str) -> bool:
     """Whether a CSV file's first row is a `path,label,...` header (how a CSV layout is recognised)."""
     try:
-        with files.open_text(path, newline="", encoding="utf-8-sig") as f:
-            first = next(csv.reader(f), [])
-    except (UnicodeDecodeError, csv.Error, OSError):
+        first = csv_files.first_row(path)
+    except OSError:
         return False
-    return csv_header(first) is not None
+    return first is not None and csv_header(first) is not None
+
+
+def _without_query(path: str) -> str:
+    """An http(s) URL without its query string and fragment (a presigned URL's signature), else `path` as it is."""
+    if path.lower().startswith(("http://", "https://")):
+        return path.split("#", 1)[0].split("?", 1)[0]
+    return path
 
 
 def _seconds(text: str, column: str, origin: str) -> float:
@@ -91,50 +97,47 @@ def read_video_csv(csv_path: str) -> tuple[list[CsvRow], tuple[str, ...]]:
         raise FileNotFoundError(f"{csv_path}: CSV list not found{files.missing_detail(files.dirname(csv_path))}")
     rows: list[CsvRow] = []
     first_line: dict[tuple[str, float | None, float | None], int] = {}
-    with files.open_text(csv_path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        columns: tuple[str, ...] | None = None
-        for record in reader:
-            line = reader.line_num
-            if not record or all(not c.strip() for c in record):
-                continue
-            if columns is None:
-                columns = csv_header(record)
-                if columns is not None:
-                    if len(set(columns)) != len(columns) or (("start" in columns) != ("end" in columns)):
-                        raise LayoutError(
-                            f"{csv_path}:{line}: header {record} repeats a column or has only one of start/end; "
-                            f"expected `path,label[,split][,start,end]`"
-                        )
-                    continue
-                columns = CSV_POSITIONAL.get(len(record))
-                if columns is None:
+    columns: tuple[str, ...] | None = None
+    for line, record in csv_files.rows(csv_path, error=LayoutError):
+        if not record or all(not c.strip() for c in record):
+            continue
+        if columns is None:
+            columns = csv_header(record)
+            if columns is not None:
+                if len(set(columns)) != len(columns) or (("start" in columns) != ("end" in columns)):
                     raise LayoutError(
-                        f"{csv_path}:{line}: {len(record)} columns and no header row; expected "
-                        f"`path,label[,split][,start,end]` (2 to 5 columns, or a header naming them)"
+                        f"{csv_path}:{line}: header {record} repeats a column or has only one of start/end; "
+                        f"expected `path,label[,split][,start,end]`"
                     )
-            if len(record) != len(columns):
-                raise LayoutError(f"{csv_path}:{line}: {len(record)} cells, expected {len(columns)} ({','.join(columns)})")
-            cells = {c: v.strip() for c, v in zip(columns, record)}
-            origin = f"{csv_path}:{line}"
-            if not cells["path"]:
-                raise LayoutError(f"{origin}: empty path")
-            if not is_video_name(cells["path"]):
-                raise LayoutError(f"{origin}: {cells['path']!r} is not a video file ({', '.join(VIDEO_EXTENSIONS)})")
-            if not cells["label"] or "\n" in cells["label"] or "\r" in cells["label"]:
-                raise LayoutError(f"{origin}: empty or multi-line label {cells['label']!r} for {cells['path']}")
-            split = cells.get("split", "").lower()
-            if "split" in cells and not SPLIT_NAME_RE.match(split):
+                continue
+            columns = CSV_POSITIONAL.get(len(record))
+            if columns is None:
                 raise LayoutError(
-                    f"{origin}: split {cells['split']!r} is not a split name (letters, digits, underscore; e.g. train, validation, test)"
+                    f"{csv_path}:{line}: {len(record)} columns and no header row; expected "
+                    f"`path,label[,split][,start,end]` (2 to 5 columns, or a header naming them)"
                 )
-            start = end = None
-            if "start" in cells:
-                start = _seconds(cells["start"], "start", origin)
-                end = _seconds(cells["end"], "end", origin)
-            key = (posixpath.normpath(cells["path"].replace("\\", "/")), start, end)
-            if key in first_line:
-                raise LayoutError(f"{origin}: {cells['path']} (same start/end) is already listed at line {first_line[key]}")
-            first_line[key] = line
-            rows.append(CsvRow(cells["path"], cells["label"], split, start, end, csv_path, line))
+        if len(record) != len(columns):
+            raise LayoutError(f"{csv_path}:{line}: {len(record)} cells, expected {len(columns)} ({','.join(columns)})")
+        cells = {c: v.strip() for c, v in zip(columns, record)}
+        origin = f"{csv_path}:{line}"
+        if not cells["path"]:
+            raise LayoutError(f"{origin}: empty path")
+        if not is_video_name(_without_query(cells["path"])):
+            raise LayoutError(f"{origin}: {cells['path']!r} is not a video file ({', '.join(VIDEO_EXTENSIONS)})")
+        if not cells["label"] or "\n" in cells["label"] or "\r" in cells["label"]:
+            raise LayoutError(f"{origin}: empty or multi-line label {cells['label']!r} for {cells['path']}")
+        split = cells.get("split", "").lower()
+        if "split" in cells and not SPLIT_NAME_RE.match(split):
+            raise LayoutError(
+                f"{origin}: split {cells['split']!r} is not a split name (letters, digits, underscore; e.g. train, validation, test)"
+            )
+        start = end = None
+        if "start" in cells:
+            start = _seconds(cells["start"], "start", origin)
+            end = _seconds(cells["end"], "end", origin)
+        key = (posixpath.normpath(cells["path"].replace("\\", "/")), start, end)
+        if key in first_line:
+            raise LayoutError(f"{origin}: {cells['path']} (same start/end) is already listed at line {first_line[key]}")
+        first_line[key] = line
+        rows.append(CsvRow(cells["path"], cells["label"], split, start, end, csv_path, line))
     return rows, columns or ()

@@ -34,6 +34,7 @@ from vidvol.builders.sources import files
 from vidvol.builders.sources.labels import HMDB_SPLIT_FILE_RE, VIDEO_EXTENSIONS, LayoutError, SplitEntry
 from vidvol.builders.sources.labels import check_classes, class_folders_in, hashed_split, is_absolute, is_hidden
 from vidvol.builders.sources.labels import is_video_name, label_names, list_lines, locate_videos, parse_hmdb_split_file
+from vidvol.core import redact
 from vidvol.datasets.video_folder.csv_list import has_video_csv_header, read_video_csv
 
 logger = logging.getLogger(__name__)
@@ -350,7 +351,7 @@ def listed_id(manual_dir: str, path: str) -> str:
     if rel is not None and rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
         return posixpath.normpath(rel.replace(os.sep, "/"))
     digest = hashlib.sha256(path.encode("utf-8")).hexdigest()[:12]
-    return f"external/{digest}/{files.basename(path)}"
+    return f"external/{digest}/{files.basename(redact.url(path))}"  # no URL secret in a key or video_id
 
 
 # --------------------------------------------------------------------------------------------

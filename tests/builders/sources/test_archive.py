@@ -4,7 +4,6 @@ them from rarfile's source distribution on PyPI; the tests never reach the netwo
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import pathlib
@@ -14,6 +13,7 @@ import sys
 import zlib
 
 import pytest
+import rar_samples  # tests/rar_samples.py, on sys.path through tests/conftest.py
 import rar_writer  # tests/rar_writer.py, on sys.path through tests/conftest.py
 import rarfile
 from rar_writer import RarEntry
@@ -22,8 +22,6 @@ from vidvol.builders.sources import archive
 from vidvol.builders.sources import archive_backends
 from vidvol.builders.sources import archive_entries
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-SAMPLES_ENV = "VIDVOL_RAR_SAMPLES"
 
 
 @pytest.fixture(autouse=True)
@@ -429,28 +427,8 @@ def test_auto_tries_the_external_tool_before_libarchive(samples, tmp_path, stub_
 # ---------------------------------------------------------------- real archives (rarfile's samples)
 
 def _samples_dir() -> pathlib.Path:
-    """Folder of rarfile's sample archives (its sdist's test/files/), which `make venv` fetches.
-
-    Where: $VIDVOL_RAR_SAMPLES if set, else `rar-samples/rarfile-<version>/test/files` in the
-    running virtual environment (sys.prefix: `make venv` fills $(VENV)/rar-samples wherever VENV
-    is), else in the repository's .venv. A missing folder FAILS every test that needs it, never
-    skips: these are the only tests on archives compressed by real RAR software, and a skip would
-    hide that they did not run. A VIDVOL_RAR_SAMPLES that points nowhere fails too (a wrong setting).
-    """
-    version = importlib.metadata.version("rarfile")
-    if os.environ.get(SAMPLES_ENV):
-        candidates = [pathlib.Path(os.environ[SAMPLES_ENV])]
-    else:
-        candidates = [pathlib.Path(root) / "rar-samples" / f"rarfile-{version}" / "test" / "files"
-                      for root in (sys.prefix, REPO / ".venv")]
-    for folder in candidates:
-        if (folder / "rar3-subdirs.rar").is_file():
-            return folder
-    pytest.fail(
-        f"rarfile {version}'s sample RAR archives are missing (looked in "
-        f"{', '.join(map(str, candidates))}): run `make venv`, which downloads rarfile's source "
-        f"distribution into $(VENV)/rar-samples, or set {SAMPLES_ENV} to its test/files folder",
-        pytrace=False)
+    """Folder of rarfile's sample archives (`rar_samples.samples_dir`); missing, every test that needs it FAILS."""
+    return rar_samples.samples_dir()
 
 
 @pytest.fixture

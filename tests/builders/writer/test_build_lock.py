@@ -34,6 +34,11 @@ def _write_lock(path, **content) -> None:
         json.dump(content, f)
 
 
+def _here() -> dict:
+    """The host, boot id and PID namespace a lock written by a build on this machine, in this namespace, holds."""
+    return {"host": socket.gethostname(), "boot_id": build_lock.boot_id(), "pid_ns": build_lock.pid_namespace()}
+
+
 def test_lock_path_sits_next_to_the_version_folder():
     assert build_lock.lock_path("/d/mri_volumes/small_32/1.0.0") == "/d/mri_volumes/small_32/build_1.0.0.lock"
     assert build_lock.lock_path("gs://b/d/x/1.0.0/") == "gs://b/d/x/build_1.0.0.lock"
@@ -94,7 +99,7 @@ def test_wait_gives_up_after_the_timeout(tmp_path):
 def test_a_lock_whose_process_is_gone_is_taken_over_with_a_warning(tmp_path, caplog):
     path = str(tmp_path / "build_1.0.0.lock")
     pid = _dead_pid()
-    _write_lock(path, host=socket.gethostname(), pid=pid, started=time.time(), heartbeat=time.time(), token="old")
+    _write_lock(path, **_here(), pid=pid, started=time.time(), heartbeat=time.time(), token="old")
     lock = build_lock.BuildLock(path, what="x", mode="fail")
     with caplog.at_level(logging.WARNING, logger=build_lock.__name__):
         lock.acquire()
