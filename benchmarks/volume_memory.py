@@ -46,6 +46,7 @@ class VolumeMemorySettings(section.Settings):
     max_tree_gib: float = 3.0  # the largest source's build, header bomb included
     interval: float = 0.1  # RSS polling period, seconds
     timeout_s: float = 1800.0  # per build
+    isolate: bool = True  # each build a `tfds build` subprocess; quick: in this process (plumbing, not memory)
 
 
 def source_shape(nbytes: int) -> tuple[int, int, int]:
@@ -132,6 +133,30 @@ def write_inputs(root: str, sizes_mib: tuple[int, ...]) -> dict[int, dict[str, A
     return out
 
 
+def _record(monitor, data_dir: str, exit_code: int, wall: float, error: str) -> dict[str, Any]:
+    """A build's peaks (whole tree, driver, worker), examples and whole-input skips; its data_dir is removed."""
+    peaks = monitor.peaks.values()
+    record: dict[str, Any] = {
+        "exit_code": exit_code, "wall_s": round(wall, 1), "tree_peak_mib": round(monitor.total_peak / MIB, 1),
+        "driver_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "driver"), default=0) / MIB, 1),
+        "worker_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "worker"), default=0) / MIB, 1),
+        # Short-lived processes of the tree (shells, forks while Beam starts its worker) count in the tree's sum.
+        "other_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "other"), default=0) / MIB, 1),
+        "processes": len(monitor.peaks), "polls": monitor.samples, "examples": 0, "skipped": [],
+    }
+    reports = [os.path.join(root, "skip_report.json") for root, _, names in os.walk(data_dir) if "skip_report.json" in names]
+    if exit_code == 0 and reports:
+        with open(reports[0], encoding="utf-8") as f:
+            skip_report = json.load(f)
+        record["examples"] = sum(s["examples"] for s in skip_report["splits"].values())
+        record["skipped"] = [{"source": s["source"], "reason": s["reason"]} for s in skip_report["skipped"]
+                             if not s.get("example")]
+    else:
+        record["error"] = error
+    shutil.rmtree(data_dir, ignore_errors=True)
+    return record
+
+
 def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, timeout: float) -> dict[str, Any]:
     """`tfds build mri_volumes/128` in a subprocess (one Beam worker process) under a process-tree RSS monitor."""
     import fire_memory  # pylint: disable=g-import-not-at-top
@@ -153,25 +178,32 @@ def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, tim
             proc.wait()
         finally:
             monitor.stop()
-    peaks = monitor.peaks.values()
-    record: dict[str, Any] = {
-        "exit_code": proc.returncode, "wall_s": round(time.monotonic() - start, 1),
-        "tree_peak_mib": round(monitor.total_peak / MIB, 1),
-        "driver_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "driver"), default=0) / MIB, 1),
-        "worker_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "worker"), default=0) / MIB, 1),
-        "polls": monitor.samples, "examples": 0, "skipped": [], "log": log_path,
-    }
-    reports = [os.path.join(root, "skip_report.json") for root, _, names in os.walk(data_dir) if "skip_report.json" in names]
-    if proc.returncode == 0 and reports:
-        with open(reports[0], encoding="utf-8") as f:
-            skip_report = json.load(f)
-        record["examples"] = sum(s["examples"] for s in skip_report["splits"].values())
-        record["skipped"] = [{"source": s["source"], "reason": s["reason"]} for s in skip_report["skipped"]
-                             if not s.get("example")]
-    else:
-        record["error"] = jobs.tail(log_path, 1500)
-    shutil.rmtree(data_dir, ignore_errors=True)
+    record = _record(monitor, data_dir, proc.returncode, time.monotonic() - start, jobs.tail(log_path, 1500))
+    record["log"] = log_path
     return record
+
+
+def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, Any]:
+    """The same build in this process (Beam in memory), under a monitor of this process: quick mode's plumbing."""
+    import fire_memory  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+
+    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+    shutil.rmtree(data_dir, ignore_errors=True)
+    monitor = fire_memory.TreeMonitor(os.getpid(), interval)
+    monitor.start()
+    start, exit_code, error = time.monotonic(), 0, ""
+    try:
+        builder = tfds.builder(f"mri_volumes/{CONFIG}", data_dir=data_dir)
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=manual_dir, beam_options=PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])))
+    except Exception as e:  # pylint: disable=broad-except  (a dead build is this measurement's result)
+        exit_code, error = 1, f"{type(e).__name__}: {e}"[-1500:]
+    finally:
+        monitor.stop()
+    return _record(monitor, data_dir, exit_code, time.monotonic() - start, error)
 
 
 class VolumeMemory(section.Section):
@@ -181,7 +213,7 @@ class VolumeMemory(section.Section):
     label = "volume memory"
     summary = "MRI build peak RSS against source size, with a header bomb (volume_memory.py)"
     FULL = VolumeMemorySettings(mode="full", runs=1)
-    QUICK = VolumeMemorySettings(mode="quick", runs=1, sizes_mib=(1, 4), timeout_s=600.0)
+    QUICK = VolumeMemorySettings(mode="quick", runs=1, sizes_mib=(1, 4), isolate=False)
     method = [
         "Per source size: one int16 .nii.gz scan inflating to that size (header by nibabel, voxels gzip-streamed) and "
         "a 1.4 KB .nii whose header claims 20000^3 int16, built together by `tfds build mri_volumes/128` (128^3 "
@@ -196,19 +228,23 @@ class VolumeMemory(section.Section):
         for size in settings.sizes_mib:
             src = sources[size]
             print(f"[volume_memory] building {size} MiB source {tuple(src['shape'])} + header bomb", flush=True)
-            record = build(src["manual_dir"], os.path.join(work, f"data_{size}mib"),
-                           os.path.join(work, f"build_{size}mib.log"), interval=settings.interval,
-                           timeout=settings.timeout_s)
+            data_dir = os.path.join(work, f"data_{size}mib")
+            if settings.isolate:
+                record = build(src["manual_dir"], data_dir, os.path.join(work, f"build_{size}mib.log"),
+                               interval=settings.interval, timeout=settings.timeout_s)
+            else:
+                record = build_here(src["manual_dir"], data_dir, interval=settings.interval)
             rows.append({"size_mib": size, **{k: v for k, v in src.items() if k != "manual_dir"}, **record})
-        return {"mode": settings.mode, "config": CONFIG, "max_tree_gib": settings.max_tree_gib, "rows": rows}
+        return {"mode": settings.mode, "config": CONFIG, "max_tree_gib": settings.max_tree_gib,
+                "isolated": settings.isolate, "rows": rows}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Per row: inputs accounted for (examples + skips of 2); the peak's growth per GiB of source."""
+        """Per row: inputs accounted for (examples + skips, of 2); how the peak moved from the smallest source to the largest."""
         for row in doc["rows"]:
             row["accounted"] = row["examples"] + len(row["skipped"])
         lo, hi = doc["rows"][0], doc["rows"][-1]
-        span_gib = (hi["inflated_bytes"] - lo["inflated_bytes"]) / GIB
-        doc["mib_per_source_gib"] = round((hi["tree_peak_mib"] - lo["tree_peak_mib"]) / span_gib, 1) if span_gib > 0 else 0.0
+        doc["source_growth_mib"] = round((hi["inflated_bytes"] - lo["inflated_bytes"]) / MIB, 1)
+        doc["peak_growth_mib"] = round(hi["tree_peak_mib"] - lo["tree_peak_mib"], 1)
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -230,16 +266,20 @@ class VolumeMemory(section.Section):
         out = ["## MRI build memory against source size", "",
                f"`benchmarks/volume_memory.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
                f"`tfds build mri_volumes/{doc['config']}` over one int16 .nii.gz source and a 1.4 KB header bomb "
-               "claiming 20000^3 int16, one Beam worker process.", ""]
+               "claiming 20000^3 int16, " + ("one Beam worker process." if doc["isolated"] else
+                                              "built in the benchmark's process (quick mode: plumbing, not memory)."), ""]
         out += report.targets_table(doc["targets"], cpu=False) + report.misses(doc["targets"])
         out += report.table(
-            ["source inflates to", "shape", ".nii.gz", "tree peak", "driver", "worker", "examples", "skips", "wall"],
-            [[f"{r['inflated_bytes'] / MIB:.0f} MiB", "x".join(map(str, r["shape"])), f"{r['file_bytes'] / MIB:.1f} MiB",
+            ["source inflates to", "shape", ".nii.gz", "tree peak", "driver", "worker", "largest other", "examples",
+             "skips", "wall"],
+            [[f"{r['inflated_bytes'] / MIB:.0f} MiB", "x".join(map(str, r["shape"])), f"{r['file_bytes'] / MIB:.2f} MiB",
               f"{r['tree_peak_mib']:.0f} MiB", f"{r['driver_peak_mib']:.0f} MiB", f"{r['worker_peak_mib']:.0f} MiB",
-              r["examples"], len(r["skipped"]), f"{r['wall_s']:.0f} s"] for r in doc["rows"]])
-        reasons = sorted({s["reason"] for r in doc["rows"] for s in r["skipped"]})
-        out += [f"- Tree peak growth: {doc['mib_per_source_gib']:.0f} MiB per GiB of source."]
-        out += [f"- Skip reason: {reason}" for reason in reasons[:3]]
+              f"{r.get('other_peak_mib', 0):.0f} MiB", r["examples"], len(r["skipped"]), f"{r['wall_s']:.0f} s"]
+             for r in doc["rows"]])
+        out += [f"- From the smallest source to the largest (+{doc['source_growth_mib']:.0f} MiB inflated), the tree "
+                f"peak moved by {doc['peak_growth_mib']:+.0f} MiB."]
+        out += [f"- The header bomb's skip reason: {s['reason']}" for s in doc["rows"][-1]["skipped"][:2]]
+        out += [f"- Build error: {r['error'][-300:]}" for r in doc["rows"] if r.get("error")][:1]
         out += [f"- {line}" for line in doc.get("method", [])] + [""]
         return out
 

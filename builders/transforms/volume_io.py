@@ -58,6 +58,11 @@ class _BoundedReader(io.RawIOBase):
         self._pos = 0
         self.limit = int(limit)
 
+    @property
+    def consumed(self) -> int:
+        """How far the underlying stream has been read (decompressed): never past `limit`."""
+        return self._stream.tell()
+
     def readable(self) -> bool:
         return True
 
@@ -206,8 +211,10 @@ def _check_image(path: str, img: object, volume_index: int) -> tuple[int, ...]:
     return shape
 
 
-def _unreadable(path: str, err: BaseException) -> VolumeError:
-    return VolumeError(f"{path}: not a readable NIfTI/nibabel image ({type(err).__name__}: {err})")
+def _unreadable(path: str, err: BaseException, opened_as: str = "") -> VolumeError:
+    """The skip for bytes nibabel cannot parse (a temporary name it was given shown as the real one)."""
+    text = str(err).replace(opened_as, path) if opened_as else str(err)
+    return VolumeError(f"{path}: not a readable NIfTI/nibabel image ({type(err).__name__}: {text})")
 
 
 @contextlib.contextmanager
@@ -241,7 +248,7 @@ def open_image(path: str | bytes | os.PathLike, *, volume_index: int = 0,
                 try:
                     img = nib.load(safe)
                 except Exception as err:  # pylint: disable=broad-except  (any parse failure is this file's)
-                    raise _unreadable(name, err) from err
+                    raise _unreadable(name, err, safe) from err
                 shape = _check_image(name, img, volume_index)
                 dataobj = img.dataobj
                 offset = int(getattr(dataobj, "offset", 0))
