@@ -251,10 +251,11 @@ def open_image(path: str | bytes | os.PathLike, *, volume_index: int = 0,
                     raise _unreadable(name, err, safe) from err
                 shape = _check_image(name, img, volume_index)
                 dataobj = img.dataobj
-                offset = int(getattr(dataobj, "offset", 0))
-                gz = str(getattr(dataobj, "file_like", "")).endswith((".gz", ".mgz", ".bz2", ".zst"))
-                check_claim(name, shape, img.get_data_dtype(), offset, volume_index,
-                            file_bytes=file_bytes if type(dataobj) is ArrayProxy else None, compressed=gz,
+                data_file = getattr(dataobj, "file_like", None)  # the voxels' file (a pair's .img, not its .hdr)
+                sized = type(dataobj) is ArrayProxy and isinstance(data_file, str) and os.path.isfile(data_file)
+                check_claim(name, shape, img.get_data_dtype(), int(getattr(dataobj, "offset", 0)), volume_index,
+                            file_bytes=os.path.getsize(data_file) if sized else None,
+                            compressed=str(data_file).endswith((".gz", ".mgz", ".bz2", ".zst")),
                             max_source_bytes=max_source_bytes)
                 yield OpenedImage(img=img, path=name, shape=shape, volume_index=volume_index)
             return
