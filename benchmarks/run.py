@@ -34,6 +34,8 @@ Measured, each against its baseline in the same run on the same files (benchmark
     decord, PyAV, TorchCodec in a PyTorch DataLoader; TFDS's stock Video feature; MONAI and TorchIO),
     beside the headline's vidvol rows; the peers run in their own venv (OUT/peers_venv, made from
     setup.cfg's `bench` extra in a full run; a quick run without it records why they are missing).
+  - volume memory (`volume_memory.py`): `tfds build mri_volumes` peak RSS (process tree) against the size a
+    .nii.gz source inflates to (64 MiB ... 1.5 GiB), a 1.4 KB header bomb in every build.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import report
 import resume
 import section
 import suite
+import volume_memory
 from suite import CONTENDED_CORES
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/ of the source checkout
@@ -192,6 +195,7 @@ SECTIONS: tuple[section.Section, ...] = (
     random_access.SECTION,
     resume.SECTION,
     peers.SECTION,
+    volume_memory.SECTION,
 )
 
 

@@ -88,6 +88,11 @@ def test_quick_run_writes_every_section(quick):
     assert {r["label"] for r in rs["restore"]} == {"hmdb51", "fire_hrr", "mri_volumes"}
     assert all(0 < p["checkpoint_bytes"] < 64 << 10 for r in rs["restore"] for p in r["positions"].values())
     assert all(q["new"]["shard_tv"] > 0 for q in rs["quality"]) and "Stopping and resuming" in (out / "RESULTS.md").read_text()
+    vm = results["volume_memory"]  # MRI build peak RSS against source size, a header bomb beside every source
+    assert [r["size_mib"] for r in vm["rows"]] == [1, 4] and not vm["isolated"]
+    assert all(r["exit_code"] == 0 and r["examples"] == 1 and len(r["skipped"]) == 1 for r in vm["rows"])
+    assert all("16000000000352" in r["skipped"][0]["reason"] and "1376" in r["skipped"][0]["reason"] for r in vm["rows"])
+    assert len(vm["targets"]) == 2 and "MRI build memory against source size" in (out / "RESULTS.md").read_text()
     for name, r in results["read"].items():
         for key in ("loader", "baseline") if name not in DTYPE_ROWS else ("loader",):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]

@@ -11,31 +11,22 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import zlib
 from collections.abc import Sequence
 
 import nibabel as nib
 import numpy as np
-from nibabel.arrayproxy import ArrayProxy
-from nibabel.filebasedimages import ImageFileError
-from nibabel.spatialimages import SpatialImage
 from scipy import ndimage
 
 from vidvol.builders.sources import files
+from vidvol.builders.transforms import volume_io
+from vidvol.builders.transforms import volume_window
+from vidvol.builders.transforms.volume_io import DEFAULT_MAX_SOURCE_BYTES, VolumeError  # noqa: F401  (public here)
 
 logger = logging.getLogger(__name__)
 
 NORMALIZATION_MODES = ("none", "zscore", "minmax")
 # "crop": keep the voxel size, centre-crop/pad; "whole": shrink each scan isotropically until it fits, pad the rest.
 FIT_MODES = ("crop", "whole")
-
-# Exceptions nibabel (and gzip/zlib underneath it) raises for unreadable, truncated or foreign bytes.
-_READ_ERRORS = (ImageFileError, EOFError, zlib.error, OSError, ValueError)
-
-
-class VolumeError(ValueError):
-    """A volume file that cannot become an example; the message names the path and the problem."""
-
 
 @dataclasses.dataclass
 class Volume:
@@ -62,108 +53,92 @@ def _voxel_sizes(affine: np.ndarray) -> np.ndarray:
     return np.sqrt(np.sum(np.square(affine[:3, :3]), axis=0)).astype(np.float32)
 
 
-def _read_float32(dataobj: object, slicer: tuple) -> np.ndarray:
-    """Read ``dataobj[slicer]`` as native float32 with scl_slope/scl_inter applied, without a float64 copy."""
-    if type(dataobj) is ArrayProxy:
-        slope, inter = float(dataobj.slope), float(dataobj.inter)
-        # A twin proxy on the same bytes with unit scaling reads only the requested raw voxels;
-        # scaling is then applied in float32 (nibabel's own path upcasts to float64 first).
-        raw_proxy = ArrayProxy(
-            dataobj.file_like,
-            (dataobj.shape, dataobj.dtype, dataobj.offset, 1.0, 0.0),
-            order=dataobj.order,
-        )
-        raw = raw_proxy[slicer]
-        out = np.asarray(raw).astype(np.float32, order="C")  # native-endian C-order copy, also for '>f4'
-        del raw
-        if slope != 1.0:
-            out *= np.float32(slope)
-        if inter != 0.0:
-            out += np.float32(inter)
-        return out
-    # Other proxies (MINC, PAR/REC) and in-memory arrays: let nibabel scale, then cast.
-    return np.ascontiguousarray(np.asarray(dataobj[slicer]), dtype=np.float32)
+def _checked_affine(opened: volume_io.OpenedImage) -> np.ndarray:
+    """The image's voxel->world affine as float64; VolumeError when missing, singular or not finite."""
+    affine = opened.img.affine
+    if affine is None:
+        raise VolumeError(f"{opened.path}: image has no affine (voxel->world transform)")
+    affine = np.asarray(affine, dtype=np.float64)
+    if not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
+        raise VolumeError(f"{opened.path}: affine is singular or not finite:\n{affine}")
+    return affine
 
 
-def load_volume(path: str | os.PathLike, *, volume_index: int = 0) -> Volume:
-    """Read one 3-D volume (float32, scaled) from a NIfTI or other nibabel spatial image through its proxy."""
+def load_volume(path: str | os.PathLike, *, volume_index: int = 0,
+                max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Volume:
+    """Read one whole 3-D volume (float32, scaled) from a NIfTI or other nibabel spatial image through its proxy.
+
+    The header's claim is checked first (`volume_io.open_image`); the whole volume is then held in
+    memory (`preprocess_volume` reads only what its output needs).
+    """
     path = os.fspath(path)
     if files.is_url(path):  # nibabel reads local files: fetch one (keeping its .nii/.nii.gz suffix) for this call
         if not files.exists(path):
             raise FileNotFoundError(f"{path}: volume file does not exist")
         with files.local_copy(path) as local:
-            return load_volume(local, volume_index=volume_index)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: volume file does not exist")
-    if not os.path.isfile(path):
-        raise VolumeError(f"{path}: expected a NIfTI file (.nii/.nii.gz), found a directory or special file")
-    try:
-        img = nib.load(path)
-    except _READ_ERRORS as err:
-        raise VolumeError(
-            f"{path}: not a readable NIfTI/nibabel image ({type(err).__name__}: {err})"
-        ) from err
-    if not isinstance(img, SpatialImage):
-        raise VolumeError(f"{path}: expected a spatial image, nibabel opened it as {type(img).__name__}")
-    shape = tuple(int(n) for n in img.shape)
-    if len(shape) < 3:
-        raise VolumeError(f"{path}: expected a 3-D or 4-D image, got {len(shape)}-D shape {shape}")
-    if len(shape) > 4:
-        raise VolumeError(f"{path}: expected a 3-D or 4-D image, got {len(shape)}-D shape {shape}")
-    if min(shape) < 1:
-        raise VolumeError(f"{path}: image has an empty dimension, shape {shape}")
-    num_volumes = shape[3] if len(shape) == 4 else 1
-    if not 0 <= volume_index < num_volumes:
-        raise VolumeError(
-            f"{path}: volume_index {volume_index} out of range for {num_volumes} volume(s) (shape {shape})"
-        )
-    affine = img.affine
-    if affine is None:
-        raise VolumeError(f"{path}: image has no affine (voxel->world transform)")
-    affine = np.asarray(affine, dtype=np.float64)
-    if not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
-        raise VolumeError(f"{path}: affine is singular or not finite:\n{affine}")
-    on_disk = img.get_data_dtype()
-    if on_disk.kind not in "biuf":
-        raise VolumeError(f"{path}: unsupported voxel data type {on_disk} (expected integer or real float)")
-    slicer = (..., volume_index) if len(shape) == 4 else (...,)
-    try:
-        data = _read_float32(img.dataobj, slicer)
-    except _READ_ERRORS as err:
-        raise VolumeError(
-            f"{path}: voxel data cannot be read, file truncated or corrupt ({type(err).__name__}: {err})"
-        ) from err
-    del img
-    if data.shape != shape[:3]:
-        raise VolumeError(f"{path}: read data shape {data.shape}, expected {shape[:3]}")
-    finite = np.isfinite(data)
-    num_nonfinite = int(data.size - np.count_nonzero(finite))
-    if num_nonfinite:
-        data[~finite] = 0.0
-        logger.debug("%s: replaced %d NaN/Inf voxels by 0", path, num_nonfinite)
-    del finite
+            return load_volume(local, volume_index=volume_index, max_source_bytes=max_source_bytes)
+    with volume_io.open_image(path, volume_index=volume_index, max_source_bytes=max_source_bytes) as opened:
+        affine = _checked_affine(opened)
+        shape = opened.shape
+        reader = volume_window.RasReader(opened, None)
+        data = reader.read([(0, n) for n in shape[:3]])
+    if reader.num_nonfinite:
+        logger.debug("%s: replaced %d NaN/Inf voxels by 0", opened.path, reader.num_nonfinite)
     return Volume(
         data=data,
         affine=affine,
         spacing=_voxel_sizes(affine),
         original_shape=(shape[0], shape[1], shape[2]),
-        num_nonfinite=num_nonfinite,
+        num_nonfinite=reader.num_nonfinite,
     )
+
+
+def _ras_orientation(affine: np.ndarray) -> np.ndarray | None:
+    """nibabel's orientation (axis, flip) per voxel axis to reach RAS+, or None when the axes already are RAS+."""
+    ornt = nib.orientations.io_orientation(affine)
+    if np.any(np.isnan(ornt)):
+        raise ValueError(f"cannot determine orientation of affine:\n{affine}")
+    identity = np.column_stack([np.arange(3), np.ones(3)])
+    return None if np.array_equal(ornt, identity) else ornt
+
+
+def _reoriented(ornt: np.ndarray, shape: Sequence[int], affine: np.ndarray,
+                spacing: np.ndarray) -> tuple[tuple[int, int, int], np.ndarray, np.ndarray]:
+    """Shape, affine and voxel size after `ornt` (what `reorient_to_ras` gives, from the header alone)."""
+    axes = ornt[:, 0].astype(int)
+    new_shape = [0, 0, 0]
+    for axis, n in zip(axes, shape):
+        new_shape[axis] = int(n)
+    new_spacing = np.empty(3, dtype=np.float32)
+    new_spacing[axes] = spacing
+    return tuple(new_shape), affine @ nib.orientations.inv_ornt_aff(ornt, tuple(shape)), new_spacing
 
 
 def reorient_to_ras(volume: Volume) -> Volume:
     """Flip/permute voxel axes to the closest canonical RAS+ order; every voxel keeps its world position."""
-    ornt = nib.orientations.io_orientation(volume.affine)
-    if np.any(np.isnan(ornt)):
-        raise ValueError(f"cannot determine orientation of affine:\n{volume.affine}")
-    identity = np.column_stack([np.arange(3), np.ones(3)])
-    if np.array_equal(ornt, identity):
+    ornt = _ras_orientation(volume.affine)
+    if ornt is None:
         return volume
     data = np.ascontiguousarray(nib.orientations.apply_orientation(volume.data, ornt))
-    affine = volume.affine @ nib.orientations.inv_ornt_aff(ornt, volume.data.shape)
-    spacing = np.empty(3, dtype=np.float32)
-    spacing[ornt[:, 0].astype(int)] = volume.spacing
+    _, affine, spacing = _reoriented(ornt, volume.data.shape, volume.affine, volume.spacing)
     return dataclasses.replace(volume, data=data, affine=affine, spacing=spacing)
+
+
+def _resample_grid(shape: Sequence[int], spacing: np.ndarray, pixdim: Sequence[float] | None
+                   ) -> tuple[tuple[int, ...], np.ndarray, np.ndarray] | None:
+    """(new shape, old voxel steps per new voxel, new spacing) of `resample_to_spacing`, or None when it keeps the grid."""
+    if pixdim is None:
+        return None
+    target = np.asarray(pixdim, dtype=np.float64)
+    if target.shape != (3,) or not np.all(np.isfinite(target)) or np.any(target <= 0):
+        raise ValueError(f"pixdim must be 3 positive finite numbers (mm), got {pixdim!r}")
+    old_spacing = spacing.astype(np.float64)
+    old_shape = np.asarray(shape, dtype=np.float64)
+    new_shape = tuple(int(n) for n in np.maximum(np.round(old_shape * old_spacing / target), 1))
+    scale = target / old_spacing  # old voxel steps per new voxel
+    if new_shape == tuple(shape) and np.allclose(scale, 1.0, rtol=1e-6, atol=0.0):
+        return None
+    return new_shape, scale, target
 
 
 def resample_to_spacing(
@@ -178,19 +153,12 @@ def resample_to_spacing(
     ``scipy.ndimage.zoom``'s interpolation with exact spacing (``affine_transform`` with a diagonal
     matrix runs the same zoom/shift kernel); ``order`` is the spline order (0 nearest, 1 linear, 3 cubic).
     """
-    if pixdim is None:
-        return volume
-    target = np.asarray(pixdim, dtype=np.float64)
-    if target.shape != (3,) or not np.all(np.isfinite(target)) or np.any(target <= 0):
-        raise ValueError(f"pixdim must be 3 positive finite numbers (mm), got {pixdim!r}")
     if not 0 <= order <= 5:
         raise ValueError(f"order must be a spline order in 0..5, got {order}")
-    old_spacing = volume.spacing.astype(np.float64)
-    old_shape = np.asarray(volume.data.shape, dtype=np.float64)
-    new_shape = tuple(int(n) for n in np.maximum(np.round(old_shape * old_spacing / target), 1))
-    scale = target / old_spacing  # old voxel steps per new voxel
-    if new_shape == volume.data.shape and np.allclose(scale, 1.0, rtol=1e-6, atol=0.0):
+    grid = _resample_grid(volume.data.shape, volume.spacing, pixdim)
+    if grid is None:
         return volume
+    new_shape, scale, target = grid
     data = volume.data
     if order > 1:
         # Prefilter in float32 ourselves; ndimage would otherwise build a float64 coefficient copy.
@@ -250,8 +218,13 @@ def fit_spacing(volume: Volume, spatial_size: Sequence[int]) -> tuple[float, flo
     The axis whose physical extent (``shape * spacing``) is largest relative to its output size sets
     it, so the aspect ratio is kept and the other axes are padded (and masked) rather than cut.
     """
+    return _fit_step(volume.data.shape, volume.spacing, spatial_size)
+
+
+def _fit_step(shape: Sequence[int], spacing: np.ndarray, spatial_size: Sequence[int]) -> tuple[float, float, float]:
+    """`fit_spacing` from a shape and a voxel size (the header's, reoriented)."""
     size = np.asarray([int(n) for n in spatial_size], dtype=np.float64)
-    extent = np.asarray(volume.data.shape, dtype=np.float64) * volume.spacing.astype(np.float64)
+    extent = np.asarray(shape, dtype=np.float64) * spacing.astype(np.float64)
     step = float(np.max(extent / size))
     return (step, step, step)
 
@@ -297,6 +270,8 @@ def preprocess_volume(
     volume_index: int = 0,
     normalization: str = "none",
     fit: str = "crop",
+    max_source_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+    window_bytes: int = volume_window.WINDOW_BYTES,
 ) -> tuple[CroppedVolume, Volume]:
     """Run load -> RAS -> resample -> crop/pad -> normalize on one file for the mri_volumes builder.
 
@@ -304,25 +279,63 @@ def preprocess_volume(
     ``fit="whole"`` resamples each scan to the isotropic voxel size at which its whole field of view
     fits ``spatial_size`` (:func:`fit_spacing`), then pads the shorter axes (mask 0 there).
 
+    The output grid is worked out from the header (:func:`reorient_to_ras`, :func:`resample_to_spacing`
+    and :func:`crop_or_pad` on the header's geometry) and only the source voxels it needs are read,
+    ``window_bytes`` of them at a time (`volume_window`): the result equals those stages run on the
+    whole volume, bit for bit, while memory follows the output, not the file. The header's claim is
+    checked against the file and ``max_source_bytes`` first (`volume_io.open_image`).
+
     Returns the fixed-shape output and the metadata of the reoriented, resampled :class:`Volume`
-    (``affine``, ``spacing``, ``original_shape``, ``num_nonfinite``); its ``data`` is released (an empty
-    (0, 0, 0) array) so that only the output volume stays in memory.
+    (``affine``, ``spacing``, ``original_shape``, ``num_nonfinite``: NaN/Inf among the voxels read,
+    set to 0); its ``data`` is an empty (0, 0, 0) array.
     """
     if normalization not in NORMALIZATION_MODES:
         raise ValueError(
             f"unknown normalization mode {normalization!r}, expected one of {NORMALIZATION_MODES}"
         )
-    volume = load_volume(path, volume_index=volume_index)
-    volume = reorient_to_ras(volume)
-    if fit not in FIT_MODES:
-        raise ValueError(f"unknown fit mode {fit!r}, expected one of {FIT_MODES}")
-    if fit == "whole":
-        if pixdim is not None:
-            raise ValueError("fit='whole' chooses each scan's voxel size; leave pixdim unset")
-        pixdim = fit_spacing(volume, spatial_size)
-    volume = resample_to_spacing(volume, pixdim)
-    cropped = crop_or_pad(volume, spatial_size)
-    metadata = dataclasses.replace(volume, data=np.empty((0, 0, 0), dtype=np.float32))
-    del volume
-    cropped.data = normalize_intensity(cropped.data, cropped.mask, mode=normalization)
+    path = os.fspath(path)
+    if files.is_url(path):
+        if not files.exists(path):
+            raise FileNotFoundError(f"{path}: volume file does not exist")
+        with files.local_copy(path) as local:
+            return preprocess_volume(local, spatial_size=spatial_size, pixdim=pixdim, volume_index=volume_index,
+                                     normalization=normalization, fit=fit, max_source_bytes=max_source_bytes,
+                                     window_bytes=window_bytes)
+    size = tuple(int(n) for n in spatial_size)
+    if len(size) != 3 or min(size) < 1:
+        raise ValueError(f"spatial_size must be 3 positive ints, got {spatial_size!r}")
+    with volume_io.open_image(path, volume_index=volume_index, max_source_bytes=max_source_bytes) as opened:
+        affine = _checked_affine(opened)
+        shape = tuple(opened.shape[:3])
+        ras_shape, spacing, ornt = shape, _voxel_sizes(affine), _ras_orientation(affine)
+        if ornt is not None:
+            ras_shape, affine, spacing = _reoriented(ornt, shape, affine, spacing)
+        if fit not in FIT_MODES:
+            raise ValueError(f"unknown fit mode {fit!r}, expected one of {FIT_MODES}")
+        if fit == "whole":
+            if pixdim is not None:
+                raise ValueError("fit='whole' chooses each scan's voxel size; leave pixdim unset")
+            pixdim = _fit_step(ras_shape, spacing, size)
+        grid = _resample_grid(ras_shape, spacing, pixdim)
+        grid_shape = ras_shape if grid is None else grid[0]
+        src, dst, offset = zip(*(_crop_pad_offsets(n, s) for n, s in zip(grid_shape, size)))
+        data = np.zeros(size, dtype=np.float32)
+        mask = np.zeros(size, dtype=np.uint8)
+        mask[dst] = 1
+        reader = volume_window.RasReader(opened, ornt)
+        if grid is None:
+            volume_window.copy_window(reader, src, data[dst], window_bytes=window_bytes)
+        else:
+            new_shape, scale, target = grid
+            volume_window.resample_window(reader, ras_shape, scale, src, data[dst], window_bytes=window_bytes)
+            affine = affine @ np.diag([*scale, 1.0])
+            spacing = target.astype(np.float32)
+    if reader.num_nonfinite:
+        logger.debug("%s: replaced %d NaN/Inf voxels by 0", opened.path, reader.num_nonfinite)
+    shift = np.eye(4)
+    shift[:3, 3] = offset
+    cropped = CroppedVolume(data=normalize_intensity(data, mask, mode=normalization), mask=mask,
+                            affine=affine @ shift)
+    metadata = Volume(data=np.empty((0, 0, 0), dtype=np.float32), affine=affine, spacing=spacing,
+                      original_shape=shape, num_nonfinite=reader.num_nonfinite)
     return cropped, metadata

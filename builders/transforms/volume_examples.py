@@ -12,6 +12,8 @@ from vidvol.builders import example_io
 from vidvol.builders.sources import files
 from vidvol.builders.transforms import volume
 
+DEFAULT_MAX_SOURCE_BYTES = volume.DEFAULT_MAX_SOURCE_BYTES  # 4 GiB
+
 
 @dataclasses.dataclass(frozen=True)
 class VolumeSpec:
@@ -22,6 +24,8 @@ class VolumeSpec:
     volume_index: int = 0  # which volume of a 4-D file
     normalization: str = "none"  # "none", "zscore" or "minmax" (statistics inside the mask)
     fit: str = "crop"  # "crop": keep the voxel size, centre-crop/pad; "whole": the whole field of view, padded
+    # The most voxel bytes a header may claim (up to the volume read); a larger claim is a skip, unread.
+    max_source_bytes: int = volume.DEFAULT_MAX_SOURCE_BYTES
 
     def __post_init__(self):
         size = tuple(int(n) for n in self.spatial_size)
@@ -40,6 +44,10 @@ class VolumeSpec:
         if self.fit == "whole" and self.pixdim is not None:
             raise ValueError("fit='whole' chooses each scan's voxel size (the whole field of view in the grid): "
                              "leave pixdim unset, or use fit='crop' with pixdim")
+        if isinstance(self.max_source_bytes, bool) or int(self.max_source_bytes) != self.max_source_bytes \
+                or self.max_source_bytes < 1:
+            raise ValueError(f"max_source_bytes must be a positive whole number of bytes, got {self.max_source_bytes!r}")
+        object.__setattr__(self, "max_source_bytes", int(self.max_source_bytes))
         if self.normalization not in volume.NORMALIZATION_MODES:
             raise ValueError(
                 f"normalization must be one of {volume.NORMALIZATION_MODES}, got {self.normalization!r}"
@@ -90,6 +98,7 @@ def volume_example(
             volume_index=spec.volume_index,
             normalization=spec.normalization,
             fit=spec.fit,
+            max_source_bytes=spec.max_source_bytes,
         )
     if metadata.num_nonfinite:
         yield example_io.Skip(source=source.key, reason=nonfinite_reason(metadata.num_nonfinite), example=source.key)

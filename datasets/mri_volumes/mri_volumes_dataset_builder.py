@@ -25,6 +25,8 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
     volume_index: int = 0  # which volume of a 4-D file
     normalization: str = "none"  # "none", "zscore" or "minmax" (statistics inside the mask)
     fit: str = "crop"  # "crop": voxel size kept, centre crop/pad; "whole": whole field of view, isotropic, padded
+    # The most voxel bytes a scan's header may claim (up to the volume read; 3-D: shape x itemsize): larger is a skip.
+    max_source_bytes: int = volume_examples.DEFAULT_MAX_SOURCE_BYTES
     label_column: str = layout.DEFAULT_LABEL_COLUMN
     label_names: tuple[str, ...] | None = None  # None: the CSV's distinct labels, sorted
 
@@ -39,6 +41,7 @@ class MriVolumesConfig(tfds.core.BuilderConfig):
         return volume_examples.VolumeSpec(
             spatial_size=tuple(self.spatial_size), pixdim=self.pixdim,
             volume_index=self.volume_index, normalization=self.normalization, fit=self.fit,
+            max_source_bytes=self.max_source_bytes,
         )
 
 
