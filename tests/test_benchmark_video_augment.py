@@ -35,6 +35,7 @@ def test_costs_pair_each_round_and_targets_hold_training_augmentation_to_ten_per
     runs = {"off": [_run(1000, 1100), _run(800, 1000), _run(1200, 1200)],  # the machine drifts between rounds
             "random_resized_crop": [_run(950, 1000), _run(700, 900), _run(1100, 1080)],
             "random_crop": [_run(1020, 1150), _run(820, 1040), _run(1230, 1260)],
+            "random_resized_crop_stored_size": [_run(850, 900), _run(650, 800), _run(1000, 1000)],
             "eval_multi_crop": [_run(600, 700), _run(500, 600), _run(700, 800)]}
     doc = {"mode": "full", "dataset": "hmdb51/split1_20x64x64", "split": "train", "examples": 80, "batch_size": 32,
            "crop_size": 64, "small_crop": 56, "rounds": 3, "cores": 2, "runs": runs,
@@ -53,9 +54,11 @@ def test_costs_pair_each_round_and_targets_hold_training_augmentation_to_ten_per
     assert r["off"]["cost"] == 0
     names = [t["name"] for t in out["targets"]]
     assert names == [
-        "hmdb51 (batch 32): vidvol.load with VideoAugment(64): random resized crop + flip costs vs without",
+        "hmdb51 (batch 32): vidvol.load with VideoAugment(56): random resized crop + flip costs vs without",
         "hmdb51 (batch 32): vidvol.load with VideoAugment(56, training_crop='random_short_side_scale'): random crop "
         "+ flip costs vs without"]
     assert all(t["target"] == 0.1 and t["op"] == "<=" and t["pass"] for t in out["targets"])
     text = (tmp_path / "VIDEO_AUGMENT.md").read_text()
+    assert r["random_resized_crop_stored_size"]["cost"] == pytest.approx(1 - 1000 / 1200, abs=1e-4)  # no target: the peers' row
     assert "## Video augmentation" in text and "3 crops per clip" in text and all(n in text for n in names)
+    assert "VideoAugment(64): random resized crop to the stored size + flip | 850 |" in text
