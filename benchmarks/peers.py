@@ -85,9 +85,10 @@ METHOD = [
     "RandomFlip(axis 0, p=0.5) + RandomGamma(log_gamma +-0.1), the nearest stock set without affine (TorchIO has no "
     "random crop outside its patch Queue, nor intensity scale/shift).",
     "vidvol rows are the headline's own measurements on the same builds (reads.py jobs), or the same ReadJob at the peers' "
-    "MRI batch; the augmented video row is the video_augment section's random resized crop + flip (56x56 crops of the "
-    "64x64 frames), against the peers' plain decode (which augmenting would only slow down). Ratios: vidvol.load examples/s over the peer's, at the same batch size; `best read-time video peer` is "
-    "the fastest decoder whose first batch passed the check.",
+    "MRI batch; the augmented video row is the video_augment section's random resized crop + flip back to 64x64 (the "
+    "peers' output size), against the peers' plain decode (which augmenting would only slow down). Ratios: vidvol.load "
+    "examples/s over the peer's, at the same batch size; `best read-time video peer` is the fastest decoder whose first "
+    "batch passed the check.",
 ]
 
 

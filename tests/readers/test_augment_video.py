@@ -169,10 +169,10 @@ def test_evaluation_crops_are_the_centre_or_three_along_the_long_side():
     tall = _coordinates(80, 48)
     out = VideoAugment(40, multi_crop=True).geometry((80, 48, 3), training=False).crop(tall, (2,), None)
     assert [tuple(out[0, k, 0, 0, 0, :2]) for k in range(3)] == [(4, 0), (4, 20), (4, 40)]  # top, centre, bottom
-    clips = np.concatenate([wide] * 2, axis=1).reshape(1, 2, 2, 48, 80, 3)  # eval clips: (N, T) lead dims
-    out = three.crop(clips, (2, 2), None)
-    assert out.shape == (1, 6, 2, 40, 40, 3)  # N * 3 views, clip-major
-    assert [int(out[0, v, 0, 0, 0, 0]) for v in range(6)] == [0, 20, 40, 0, 20, 40]
+    clips = np.concatenate([wide, wide + np.array([0, 0, 10], np.uint8)], axis=1).reshape(1, 2, 2, 48, 80, 3)
+    out = three.crop(clips, (2, 2), None)  # eval clips: (N, T) lead dims, the second clip's frames numbered 10, 11
+    assert out.shape == (1, 6, 2, 40, 40, 3)  # N * 3 views, clip-major: view v is clip v // 3, crop v % 3
+    assert [tuple(out[0, v, 1, 0, 0, [0, 2]]) for v in range(6)] == [(0, 1), (20, 1), (40, 1), (0, 11), (20, 11), (40, 11)]
     scaled = VideoAugment(32, min_size=40).geometry((48, 80, 3), training=False)  # short side 48 -> 40: a 38.4 box
     np.testing.assert_array_equal(scaled.eval_boxes(), [[5, 21, 38, 38]])
     want = cv2.resize(wide[0, 1, 5:43, 21:59], (32, 32), interpolation=cv2.INTER_LINEAR)
