@@ -200,7 +200,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         rows.append(_row(f"vidvol.load float32 (`{raw['config']}`, stored raw, unseeded)", raw, "", ""))
     if doc["vidvol"].get("augmented"):
         aug = doc["vidvol"]["augmented"]
-        rows.append(_row(f"vidvol.load float32 (`{aug['config']}`, seed=0) + `{aug['augment']}`", aug, "", ""))
+        rows.append(_row(f"vidvol.load float32 (`{aug['config']}`, seed=0), {aug['augment']}", aug, "", ""))
     rows += [_row(LABELS[r["pipeline"]], r, _check(r), _x(r))
              for r in sorted(doc["video"], key=lambda r: (r["batch_size"], r["pipeline"] != "tfds_video"))]
     out += report.table(HEAD + ["first batch vs vidvol's stored frames", "vidvol.load float32 / this (cpu)"], rows)

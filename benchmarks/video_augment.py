@@ -218,7 +218,7 @@ def vidvol_row(doc: dict[str, Any] | None, pipeline: str = "random_resized_crop_
         return None
     r = doc["results"][pipeline]
     return {"pipeline": "vidvol.load", "config": doc["dataset"].split("/", 1)[1], "batch_size": doc["batch_size"],
-            "seed": 0, "augment": doc["augments"][pipeline], **{k: r[k] for k in (
+            "seed": 0, "augment": _label(doc, pipeline), **{k: r[k] for k in (
                 "examples_per_s", "examples_per_s_runs", "cpu_examples_per_s", "cores_used", "other_cores_busy")}}
 
 

@@ -206,10 +206,13 @@ class DataSource:
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self._state)
+        return {**self._state, "epoch": self.epoch[0]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        epoch = state.pop("epoch", 0)
         self.__init__(**state)
+        self.epoch[0] = epoch
 
     def __repr__(self) -> str:
         return f"vidvol.DataSource({self.info.full_name!r}, split={self.split!r}, {len(self)} examples)"

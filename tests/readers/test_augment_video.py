@@ -268,6 +268,8 @@ def test_all_four_readers_give_the_same_training_crops(hmdb_dirs):
         for example in source.__getitems__(range(len(source))):
             assert example["video"].shape == (20, 48, 48, 3) and example["video"].dtype == np.uint8
             np.testing.assert_array_equal(example["video"], loaded[(epoch, example["video_id"])])
+    copy = pickle.loads(pickle.dumps(source))  # a worker process's copy: the same epoch, the same crops
+    np.testing.assert_array_equal(copy[2]["video"], source[2]["video"])
     # Grain and PyTorch under the key read vidvol.load's order, and the same crops: float32 batches alike.
     floats = list(tfds.as_numpy(_load(hmdb_dirs, "train", 2, seed=seed, repeat=True, spec=ReadSpec(augment=augment)).take(6)))
     grain = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=key, num_epochs=2,
