@@ -88,6 +88,12 @@ def test_quick_run_writes_every_section(quick):
     assert {r["label"] for r in rs["restore"]} == {"hmdb51", "fire_hrr", "mri_volumes"}
     assert all(0 < p["checkpoint_bytes"] < 64 << 10 for r in rs["restore"] for p in r["positions"].values())
     assert all(q["new"]["shard_tv"] > 0 for q in rs["quality"]) and "Stopping and resuming" in (out / "RESULTS.md").read_text()
+    va = results["video_augment"]  # vidvol.load with VideoAugment on vs off, paired rounds
+    assert set(va["results"]) == {"off", "random_resized_crop", "random_crop", "random_resized_crop_stored_size",
+                                  "eval_multi_crop"}
+    assert all(r["examples_per_s"] > 0 for r in va["results"].values()) and va["results"]["off"]["cost"] == 0
+    assert len(va["targets"]) == 2 and "Video augmentation" in (out / "RESULTS.md").read_text()
+    assert results["peers"]["vidvol"]["augmented"]["batch_size"] == va["batch_size"]  # the peers' augmented row
     for name, r in results["read"].items():
         for key in ("loader", "baseline") if name not in DTYPE_ROWS else ("loader",):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]
