@@ -288,6 +288,7 @@ def test_all_four_readers_give_the_same_training_crops(hmdb_dirs):
         assert y == ly[i % 2] and np.abs(x - lx[i % 2]).max() <= 1e-6
 
 
+@pytest.mark.slow  # several pipelines over a real build (> 5 s)
 def test_evaluation_crops_are_fixed_and_the_same_in_every_reader(hmdb_dirs):
     clips = Clips(length=8, stride=2, eval_clips=2)
     as_u8 = Output(features=["video", "mask", "label"], dtype="uint8")
@@ -322,6 +323,7 @@ def test_evaluation_crops_are_fixed_and_the_same_in_every_reader(hmdb_dirs):
         np.testing.assert_array_equal(example["video"], source[i]["video"])
 
 
+@pytest.mark.slow  # several pipelines over a real build (> 5 s)
 def test_float_uint8_and_normalize_outputs_hold_the_same_crops(hmdb_dirs):
     augment = VideoAugment(48, training_crop="random_short_side_scale", min_size=56, max_size=72)
     read = lambda **spec: next(iter(tfds.as_numpy(_load(hmdb_dirs, "train", 3, seed=4, spec=ReadSpec(  # noqa: E731
