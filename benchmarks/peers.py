@@ -85,8 +85,10 @@ METHOD = [
     "RandomFlip(axis 0, p=0.5) + RandomGamma(log_gamma +-0.1), the nearest stock set without affine (TorchIO has no "
     "random crop outside its patch Queue, nor intensity scale/shift).",
     "vidvol rows are the headline's own measurements on the same builds (reads.py jobs), or the same ReadJob at the peers' "
-    "MRI batch. Ratios: vidvol.load examples/s over the peer's, at the same batch size; `best read-time video peer` is "
-    "the fastest decoder whose first batch passed the check.",
+    "MRI batch; the augmented video row is the video_augment section's random resized crop + flip back to 64x64 (the "
+    "peers' output size), against the peers' plain decode (which augmenting would only slow down). Ratios: vidvol.load "
+    "examples/s over the peer's, at the same batch size; `best read-time video peer` is the fastest decoder whose first "
+    "batch passed the check.",
 ]
 
 
@@ -100,10 +102,8 @@ def _keep(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def vidvol_rows(headline: dict[str, Any], settings: PeersSettings) -> dict[str, Any]:
-    """vidvol's video rows as the headline measured them: float32 seed=0 per batch size, and the stored-raw config.
-
-    (vidvol's augmented rows will join these once vidvol augments: against the `augment` peer rows.)
-    """
+    """vidvol's video rows as the headline measured them: float32 seed=0 per batch size, the stored-raw config, and
+    (from the video_augment section) float32 with read-time augmentation (random resized crop + flip)."""
     out: dict[str, Any] = {"video": []}
     for r in (headline.get("hmdb51_paths") or {}).get("rows", []):
         if r["pipeline"] == "vidvol.load" and r["seed"] == 0 and r["batch_size"] in settings.video_batches:
@@ -111,6 +111,11 @@ def vidvol_rows(headline: dict[str, Any], settings: PeersSettings) -> dict[str, 
     raw = headline.get("read", {}).get("hmdb51_raw")
     if raw:
         out["raw"] = {"pipeline": "vidvol.load", "config": raw["config"], **_keep(raw["loader"])}
+    import video_augment  # pylint: disable=g-import-not-at-top
+
+    augmented = video_augment.vidvol_row(headline.get("video_augment"))
+    if augmented:
+        out["augmented"] = augmented
     return out
 
 
@@ -371,7 +376,7 @@ class Peers(section.Section):
                 "hmdb51_config": s.hmdb51_config, "mri_root": os.path.join(ctx.inputs_dir, f"mri_{tag}"),
                 "mri_data": ctx.path("data", f"mri_{tag}"), "mri_config": s.mri_config, "mri_key": f"mri_volumes_{tag}",
                 "venv": ctx.path("peers_venv"),
-                "headline": {k: ctx.results.get(k) for k in ("read", "hmdb51_paths")}}
+                "headline": {k: ctx.results.get(k) for k in ("read", "hmdb51_paths", "video_augment")}}
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--peers-venv", default=None, help="the peers venv (default OUT/peers_venv); made there "

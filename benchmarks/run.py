@@ -30,6 +30,8 @@ Measured, each against its baseline in the same run on the same files (benchmark
   - resume (`resume.py`): iterator checkpoint size and the time to the first batch after a restore at
     10 % and 90 % of an epoch, on the run's hmdb51, fire_hrr and mri_volumes builds; the training
     order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
+  - video augmentation (`video_augment.py`): `vidvol.load` hmdb51 at batch 32 with `VideoAugment` (random
+    resized crop, random crop, evaluation 3 crops) vs without, paired per round: what augmenting costs;
   - peers (`peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
     decord, PyAV, TorchCodec in a PyTorch DataLoader; TFDS's stock Video feature; MONAI and TorchIO),
     beside the headline's vidvol rows; the peers run in their own venv (OUT/peers_venv, made from
@@ -63,6 +65,7 @@ import report
 import resume
 import section
 import suite
+import video_augment
 import volume_memory
 from suite import CONTENDED_CORES
 
@@ -194,6 +197,7 @@ SECTIONS: tuple[section.Section, ...] = (
     cluster.SECTION,
     random_access.SECTION,
     resume.SECTION,
+    video_augment.SECTION,  # before peers: its augmented row joins the peers' table
     peers.SECTION,
     volume_memory.SECTION,
 )

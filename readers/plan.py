@@ -1,7 +1,7 @@
 """What a read pipeline reads and decides, before it reads anything.
 
-`ReadPlan`: the features read, the videos decoded, the clip window and where frames decode (shared
-by `vidvol.load` and the random-access readers). `plan_load`: every decision of one `vidvol.load`
+`ReadPlan`: the features read, the videos decoded, the clip window, where frames decode and their
+augmentation (shared by `vidvol.load` and the random-access readers). `plan_load`: every decision of one `vidvol.load`
 pipeline (output structure, per-batch parse, direct volume reads, lean mode, buffer sizes,
 parallelism), from the builder's info, a few facts of the split (`SplitFacts`) and the spec, so
 `load` itself is its stages and the decisions can be tested on builder infos without data.
@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.readers import augment_video
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
 from vidvol.readers import order
@@ -109,7 +110,7 @@ def output_names(
 
 @dataclasses.dataclass(frozen=True)
 class ReadPlan:
-    """The features read, the videos decoded here, the clip window, and whether frames decode per batch."""
+    """The features read, the videos decoded here, the clip window, whether frames decode per batch, their crops."""
 
     features: tfds.features.FeaturesDict
     names: tuple[str, ...]  # features read, in output order for dict outputs
@@ -121,6 +122,8 @@ class ReadPlan:
     # Decoders replacing some non-video features' own (volumes to the output dtype, masks to the mask dtype).
     feature_decoders: Mapping[str, tfds.decode.Decoder] = dataclasses.field(default_factory=dict)
     raw: tuple[str, ...] = ()  # the videos stored as raw uint8 (parsed, never decoded)
+    # `ReadSpec.augment` on each video's frames (crops and flips of the uint8 frames, after decoding).
+    augments: Mapping[str, augment_video.Geometry] = dataclasses.field(default_factory=dict)
 
     @property
     def encoded(self) -> tuple[str, ...]:
@@ -135,8 +138,9 @@ class ReadPlan:
         clip: clip_sampling.ClipWindow | None,
         training: bool,
         static_batch: int | None,
+        augment: augment_video.VideoAugment | None = None,
     ) -> "ReadPlan":
-        """Checks the requested features against the builder and decides what is decoded where."""
+        """Checks the requested features against the builder and decides what is decoded where (and cropped how)."""
         features = info.features
         raw = tuple(n for n in names if frames.is_raw_video(features[n]))
         videos = tuple(n for n in names if frames.is_encoded_video(features[n]) or n in raw)
@@ -150,7 +154,12 @@ class ReadPlan:
                     f"(shape {features[v].shape}); pass spec=vidvol.ReadSpec(clips=vidvol.Clips(length=T)) (e.g. T=16) "
                     "to sample fixed-length clips"
                 )
-        plan = cls(features, tuple(names), videos, per_frame, clip, training, decode_in_batch=False, raw=raw)
+        if augment is not None and not videos:
+            raise ValueError(f"{info.full_name}: VideoAugment crops video frames, and none of {list(names)} is a video "
+                             "feature; leave ReadSpec.augment None")
+        augments = {v: augment.geometry(features[v].shape[1:], training, v) for v in videos} if augment else {}
+        plan = cls(features, tuple(names), videos, per_frame, clip, training, decode_in_batch=False, raw=raw,
+                   augments=augments)
         if static_batch and videos:
             count = static_batch * sum(int(np.prod(plan.frame_dims(v))) for v in plan.encoded)
             plan = dataclasses.replace(plan, decode_in_batch=count <= frames.MAX_UNROLLED_FRAMES)
@@ -169,6 +178,24 @@ class ReadPlan:
         """Leading (time) dims of one decoded example of `video`."""
         return self.clip_shape or (self.features[video].shape[0],)
 
+    def out_dims(self, video: str) -> tuple[int, ...]:
+        """Leading (view, time) dims of one output example of `video`: `frame_dims`, times multi_crop's views."""
+        g = self.augments.get(video)
+        return g.out_lead(self.frame_dims(video)) if g else self.frame_dims(video)
+
+    def out_frame(self, video: str) -> tuple[int, int]:
+        """(height, width) of `video`'s output frames before `Normalize.resize`: the crop size, or as stored."""
+        g = self.augments.get(video)
+        return g.out_size if g else tuple(self.features[video].shape[1:3])
+
+    def augment(self, batch: Mapping[str, tf.Tensor], keys: tf.Tensor | None) -> dict[str, tf.Tensor]:
+        """Per batch (uint8 frames decoded): each video's crops (training: from `keys`, (B, 2)); per-frame values
+        repeated for multi_crop's views (`augment_video.augment_batch`)."""
+        if not self.augments:
+            return dict(batch)
+        leads = {v: self.frame_dims(v) for v in self.augments}
+        return augment_video.augment_batch(batch, self.augments, leads, self.per_frame, keys)
+
     def decoded_bytes(self) -> int:
         """Bytes of one decoded example (frames uint8, other tensors as stored)."""
         total = 0
@@ -186,8 +213,8 @@ class ReadPlan:
         for name in self.names:
             feature = self.features[name]
             if name in self.videos:
-                h, w = resize if resize else feature.shape[1:3]
-                total += static_bytes(self.frame_dims(name) + (h, w, feature.shape[3]), np.float32)
+                h, w = resize if resize else self.out_frame(name)
+                total += static_bytes(self.out_dims(name) + (h, w, feature.shape[3]), np.float32)
             elif isinstance(feature, tfds.features.Tensor):
                 total += static_bytes(feature.shape, np.float32)
         return total
@@ -374,6 +401,7 @@ class LoadPlan:
         return (f"{self.info.full_name} {self.split.name}: {self.split.examples} examples in {self.files} files, "
                 f"{share}, order: {shuffle}, parse per {parse}, decode {decode}, batch {self.batch_size} "
                 f"({self.float_batch_bytes / 2**20:.0f} MiB as float32){', lean memory mode' if self.lean else ''}"
+                f"{', augmented ' + str(self.spec.augment) if self.read.augments else ''}"
                 f"{', training' if self.training else ''}")
 
 
@@ -417,7 +445,8 @@ def plan_load(
     if omit_mask and len(inputs) == 1:
         raise ValueError(f"{info.full_name}: Output(mask_dtype=None) leaves the mask out, and it is the only input; "
                          "pass Output(mask_dtype='uint8') (or another dtype), or other Output.inputs")
-    read = ReadPlan.make(info, names, spec.clips.window(), training, batch_size if drop_remainder else None)
+    read = ReadPlan.make(info, names, spec.clips.window(), training, batch_size if drop_remainder else None,
+                         spec.augment)
     if spec.normalize != Normalize() and not read.videos:
         raise ValueError(f"{info.full_name}: Normalize (mean, std, resize) applies to video frames, and none of "
                          f"{list(names)} is one; use Normalize() (volumes come out as stored)")

@@ -9,8 +9,9 @@
   supervised `(inputs, target)` features, read-time clips with the same `Clips` rules
   (`clip_sampling`, shared with `vidvol.load`; only the clip's frames are decoded), frames to
   float32 in [0, 1] then `(x - mean) / std`, masks to `Output.mask_dtype`: `((x, mask), y)` per
-  example. What they cannot do (resize, integer or half outputs, dicts, leaving the mask out) is
-  an error naming it (`ReadSpec.check_supported`), not ignored.
+  example, and `ReadSpec.augment`'s crops of the uint8 frames before it (`augment_video`: the same
+  crops as `vidvol.load` for the same key, epoch and index). What they cannot do (resize, integer or
+  half outputs, dicts, leaving the mask out) is an error naming it (`ReadSpec.check_supported`), not ignored.
 - `grain_dataset(...)`: a Grain `MapDataset` of `((x, mask), y)` NumPy batches over them (shuffled
   per epoch, random clips drawn by Grain's per-element RNG); `torch_dataset(...)`: the same
   examples as a map-style dataset a `torch.utils.data.DataLoader` batches (torch is not needed to
@@ -36,6 +37,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core import file_adapters
 
 from vidvol.readers import api
+from vidvol.readers import augment_video
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
 from vidvol.readers import legacy
@@ -45,6 +47,7 @@ from vidvol.readers import rng
 from vidvol.readers import shards
 from vidvol.readers.plan import ReadPlan
 from vidvol.readers.plan import is_training
+from vidvol.readers.plan import per_frame_features
 from vidvol.readers.plan import supervised_keys
 from vidvol.readers.spec import ReadSpec
 
@@ -109,11 +112,16 @@ class DataSource:
     child forked after TensorFlow and ArrayRecord started their threads crashes the child with a
     segmentation fault), so its first access raises `RandomAccessError` saying to use
     `multiprocessing_context="spawn"` (or "forkserver"), where the copy arrives pickled.
+
+    `augment` (a `VideoAugment`): the decoded frames cropped as `vidvol.load` crops them; in
+    `training`, drawn from (`seed`, epoch, index): `set_epoch(e)` sets the epoch (an index from a
+    `resumable.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones.
     """
 
     def __init__(
         self, name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
         features: Sequence[str] | None = None, decode_frames: bool = True, num_threads: int | None = None,
+        augment: augment_video.VideoAugment | None = None, training: bool = False, seed: int | None = None,
     ):
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
@@ -122,7 +130,8 @@ class DataSource:
         self._state = dict(name=f"{builder.name}{config}:{builder.version}", split=split,
                            data_dir=os.fspath(builder.data_path.parents[2 if config else 1]),  # DATA_DIR/NAME[/CONFIG]/VERSION
                            features=None if features is None else tuple(features),
-                           decode_frames=decode_frames, num_threads=num_threads)
+                           decode_frames=decode_frames, num_threads=num_threads, augment=augment, training=training,
+                           seed=seed)
         info = builder.info
         names = tuple(info.features.keys()) if features is None else tuple(features)
         unknown = [n for n in names if n not in info.features]
@@ -133,6 +142,14 @@ class DataSource:
         self.names = names
         self.videos = tuple(n for n in names if frames.is_encoded_video(info.features[n]))
         self.decode_frames = decode_frames
+        self.training, self.seed, self.epoch = bool(training), seed, [0]
+        frame_features = tuple(n for n in names if n in self.videos or frames.is_raw_video(info.features[n]))
+        if augment is not None and not (frame_features and decode_frames):
+            raise ValueError(f"{info.full_name}: VideoAugment crops decoded video frames, and none of {list(names)} is "
+                             "a video feature (or frames are left encoded); leave ReadSpec.augment None")
+        self._augments = {v: augment.geometry(info.features[v].shape[1:], self.training, v)
+                          for v in frame_features} if augment is not None else {}
+        self._per_frame = per_frame_features(info.features, frame_features[0], names) if self._augments else ()
         self._features = tfds.features.FeaturesDict({n: info.features[n] for n in names})
         self._decoders = {v: frames.KeepEncoded() for v in self.videos} or None
         self._records = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
@@ -159,17 +176,30 @@ class DataSource:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._in_this_process()
-        return self.decode(self._records[self._index(index)])
+        return self._decode_at(self._records[self._index(index)], index)
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Several examples: records read together, decoded in a thread pool."""
         self._in_this_process()
         records = self._records.__getitems__([self._index(i) for i in indices])
         if len(records) <= 1:
-            return [self.decode(r) for r in records]
+            return [self._decode_at(r, i) for r, i in zip(records, indices)]
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="vidvol-decode")
-        return list(self._pool.map(self.decode, records))
+        return list(self._pool.map(self._decode_at, records, indices))
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the training crops of plain indices (`augment`; call before each epoch)."""
+        self.epoch[0] = int(epoch)
+
+    def _decode_at(self, record: bytes, index: Any) -> dict[str, Any]:
+        """`decode`, then `augment`'s crops of example `index` (training: keyed by seed, epoch and index)."""
+        example = self.decode(record)
+        if not self._augments:
+            return example
+        key = _augment_key(index, self.seed, self.epoch[0]) if self.training else None
+        leads = {v: np.shape(example[v])[:-3] for v in self._augments}
+        return augment_video.augment_example(example, self._augments, leads, self._per_frame, key)
 
     def __iter__(self):
         for i in range(len(self)):
@@ -196,10 +226,13 @@ class DataSource:
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self._state)
+        return {**self._state, "epoch": self.epoch[0]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        epoch = state.pop("epoch", 0)
         self.__init__(**state)
+        self.epoch[0] = epoch
 
     def __repr__(self) -> str:
         return f"vidvol.DataSource({self.info.full_name!r}, split={self.split!r}, {len(self)} examples)"
@@ -208,31 +241,37 @@ class DataSource:
 @legacy.old_keywords("features")
 def data_source(
     name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
-    spec: ReadSpec | None = None, num_threads: int | None = None,
+    spec: ReadSpec | None = None, num_threads: int | None = None, training: bool | None = None,
+    seed: int | None = None,
 ) -> DataSource:
     """Random access to a split of a dataset built with `--file_format array_record`: `ds[i]` -> decoded example.
 
     The examples are those of `tfds.data_source(name, split=split, data_dir=data_dir)` in the same
     order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars) and JPEG pixels
-    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`: only
-    `Output(features=[...])` (the features decoded; default all) applies, since the examples are
-    the stored ones; anything else is a ValueError pointing to `grain_dataset` / `torch_dataset`.
-    `num_threads`: threads decoding one `__getitems__` batch (default two per core, at most 8).
+    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`:
+    `Output(features=[...])` (the features decoded; default all) and `augment` (`VideoAugment`: the
+    uint8 frames cropped as `vidvol.load` crops them, per-frame values repeated for multi_crop's
+    views) apply, since the examples are otherwise the stored ones; anything else is a ValueError
+    pointing to `grain_dataset` / `torch_dataset`. `training` (default: the split's name starts with
+    "train") and `seed` choose the crops as `vidvol.load`'s do: random ones from (seed, epoch, index)
+    (`ds.set_epoch(e)`), else evaluation's. `num_threads`: threads decoding one `__getitems__` batch
+    (default two per core, at most 8).
     """
     spec = spec or ReadSpec()
-    spec.check_supported("vidvol.data_source", ("output.features",),
+    spec.check_supported("vidvol.data_source", ("output.features", "augment"),
                          "it returns the stored examples as tfds.load decodes them; grain_dataset and torch_dataset "
                          "take clips, normalization and the supervised output")
-    return DataSource(name, split, data_dir=data_dir, features=spec.output.features, num_threads=num_threads)
+    return DataSource(name, split, data_dir=data_dir, features=spec.output.features, num_threads=num_threads,
+                      augment=spec.augment, training=is_training(split, training), seed=seed)
 
 
 @dataclasses.dataclass(frozen=True)
 class SupervisedExamples:
     """`vidvol.load`'s per-example steps in NumPy: `((x, mask), y)` of one example, by index.
 
-    `ds[i]` (evaluation clips, or a random clip from fresh entropy) and `ds.example(i, rng)` (the
-    random clip drawn by `rng`) give one example; `ds.transform(example, rng)` is the step alone,
-    on an example of `source` (frames still encoded), which Grain maps.
+    `ds[i]` (evaluation clips, or a random clip from fresh entropy) and `ds.example(i, rng, key)` (the
+    random clip drawn by `rng`, the random crops by `key`) give one example; `ds.transform(example,
+    rng, key)` is the step alone, on an example of `source` (frames still encoded), which Grain maps.
     """
 
     source: DataSource
@@ -254,14 +293,14 @@ class SupervisedExamples:
     ) -> "SupervisedExamples":
         """Checks the arguments as `vidvol.load` does (same names, same defaults, same spec) and opens the split.
 
-        `spec`: clips, `Normalize(mean, std)` and `Output(mask_dtype, inputs, target)` apply; resize, a
+        `spec`: clips, `Normalize(mean, std)`, `Output(mask_dtype, inputs, target)` and `augment` apply; resize, a
         dtype other than float32, dicts and a left-out mask are a ValueError (NumPy readers of model-ready
         float32 examples: resize with the model's own transform).
         """
         spec = spec or ReadSpec()
         where = "vidvol.grain_dataset / vidvol.torch_dataset"
         spec.check_supported(where, ("clips", "normalize.mean", "normalize.std", "output.mask_dtype", "output.inputs",
-                                     "output.target"), "they give float32 NumPy examples of the supervised tuple")
+                                     "output.target", "augment"), "they give float32 NumPy examples of the supervised tuple")
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
         info = builder.info
@@ -271,7 +310,7 @@ class SupervisedExamples:
             raise ValueError(f"{where} cannot leave the mask out (Output(mask_dtype=None)); pass another "
                              "Output.mask_dtype, or Output.inputs without the mask")
         names = tuple(dict.fromkeys(in_names + (tgt,)))
-        plan = ReadPlan.make(info, names, spec.clips.window(), training, None)
+        plan = ReadPlan.make(info, names, spec.clips.window(), training, None, spec.augment)
         source = DataSource(builder, split, data_dir=data_dir, features=names, decode_frames=False, num_threads=num_threads)
         mask_dtype = np.dtype(tf.as_dtype(spec.output.mask_dtype or "float32").as_numpy_dtype)
         return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed)
@@ -298,12 +337,23 @@ class SupervisedExamples:
             return np.random.default_rng()
         return rng.example_rng(int(seed), int(epoch), int(index), rng.CLIP)
 
+    def key_for(self, index: int) -> np.ndarray | None:
+        """The crop key of example `index` in training with `augment` (`augment_video.example_key`), else None.
+
+        Keyed like `rng_for`: a `resumable.Draw` carries its epoch and seed, a plain index takes
+        `set_epoch`'s epoch and this dataset's seed (None: fresh entropy).
+        """
+        if not (self.training and self.plan.augments):
+            return None
+        return _augment_key(index, self.seed, self.epoch[0])
+
     def __getitem__(self, index: int):
-        return self._padded(index, self.example(int(index), self.rng_for(index) if self.training else None))
+        return self._padded(index, self.example(int(index), self.rng_for(index) if self.training else None,
+                                                self.key_for(index)))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         examples = self.source.__getitems__([int(i) for i in indices])
-        return [self._padded(i, self.transform(ex, self.rng_for(i) if self.training else None))
+        return [self._padded(i, self.transform(ex, self.rng_for(i) if self.training else None, self.key_for(i)))
                 for ex, i in zip(examples, indices)]
 
     def _padded(self, index: Any, example):
@@ -320,17 +370,25 @@ class SupervisedExamples:
 
         return resumable.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
 
-    def example(self, index: int, rng: np.random.Generator | None = None):
-        """`((x, mask), y)` of example `index`; `rng` draws the training clip."""
-        return self.transform(self.source[index], rng)
+    def example(self, index: int, rng: np.random.Generator | None = None, key: np.ndarray | None = None):
+        """`((x, mask), y)` of example `index`; `rng` draws the training clip, `key` the training crops (`key_for`)."""
+        return self.transform(self.source[index], rng, key)
 
-    def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None):
+    def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None,
+                  key: np.ndarray | None = None):
         """One example of `source` (frames encoded) -> `((x, mask), y)` (or `(x, y)` for a single input)."""
-        return self.finish(self.select(example, rng))
+        return self.finish(self.select(example, rng, key))
 
-    def select(self, example: Mapping[str, Any], rng: np.random.Generator | None = None) -> dict[str, Any]:
-        """The step before `finish`: the supervised features, clip frames decoded (uint8), per-frame values gathered."""
+    def select(self, example: Mapping[str, Any], rng: np.random.Generator | None = None,
+               key: np.ndarray | None = None) -> dict[str, Any]:
+        """The step before `finish`: the supervised features, clip frames decoded (uint8) and cropped (`augment`: training
+        crops from `key`), per-frame values gathered."""
         out = self._select(example, rng)
+        if self.plan.augments:
+            if self.training and key is None:
+                raise ValueError("a training example with ReadSpec.augment needs a key for its random crops (key_for)")
+            leads = {v: self.plan.frame_dims(v) for v in self.plan.augments}
+            out = augment_video.augment_example(out, self.plan.augments, leads, self.plan.per_frame, key)
         return {n: out[n] for n in dict.fromkeys(self.inputs + (self.target,))}
 
     def finish(self, selected: Mapping[str, Any]):
@@ -374,6 +432,11 @@ class SupervisedExamples:
             return y
         value = np.asarray(value)
         return value if value.dtype.kind in "SUO" else value.astype(self.mask_dtype)
+
+
+def _augment_key(index: Any, seed: int | None, epoch: int) -> np.ndarray:
+    """The crop key of example `index`: a `resumable.Draw`'s own epoch and seed, else `seed` and `epoch`."""
+    return augment_video.example_key(getattr(index, "seed", seed), getattr(index, "epoch", epoch), int(index))
 
 
 def _gather_valid(values: np.ndarray, indices: np.ndarray, valid: np.ndarray) -> np.ndarray:

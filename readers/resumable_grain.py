@@ -2,7 +2,8 @@
 
 `Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
 example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
-index, rng.CLIP)`. `Resumable` wraps the batched dataset so that its iterators' state carries the
+index, rng.CLIP)`, its crops (`ReadSpec.augment`) from `rng.example_seed(seed, epoch, index,
+rng.VIDEO_AUGMENT)`. `Resumable` wraps the batched dataset so that its iterators' state carries the
 seed and the data's fingerprint beside Grain's own position.
 """
 
@@ -36,7 +37,7 @@ class Epochs(grain.MapDataset):
         example = self.examples.source[int(draw)]
         clip_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.CLIP)
                     if self.examples.training and self.examples.plan.clip is not None else None)
-        return self.examples.select(example, clip_rng), draw.valid
+        return self.examples.select(example, clip_rng, self.examples.key_for(draw)), draw.valid
 
     def _getitems(self, i):
         raise TypeError(f"{type(self).__name__} takes one integer index, got {i!r}")

@@ -1,4 +1,4 @@
-"""What every vidvol reader reads and hands out, as values: `ReadSpec(clips, normalize, output)`, and `Tuning`.
+"""What every vidvol reader reads and hands out, as values: `ReadSpec(clips, normalize, output, augment)`, and `Tuning`.
 
 `vidvol.load`, `vidvol.grain_dataset`, `vidvol.torch_dataset`, `SupervisedExamples.make` and
 `vidvol.data_source` take the same `spec=ReadSpec(...)`, so a clip, normalization or output choice
@@ -13,8 +13,9 @@ clip sampler object and a transform; `tfds.load` its output options (`as_supervi
 `decoders`) beside its read options (`read_config`). The
 spec is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a
 spec can be compared and stored with an experiment while the tuning follows the machine.
-Later parts (augmentation of the uint8 frames before `normalize`) join as further fields of
-`ReadSpec`, each with its own frozen dataclass; iteration state belongs to the readers, not here.
+Augmentation of the uint8 frames before `normalize` is the `augment` part (`VideoAugment`:
+`readers.augment_video`), a frozen dataclass like the others but None by default (nothing
+augmented); iteration state belongs to the readers, not here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Collection, Sequence
 import numpy as np
 
 from vidvol.readers import clip_sampling
+from vidvol.readers.augment_video import VideoAugment
 from vidvol.readers import output
 from vidvol.readers import sizing
 
@@ -105,7 +107,7 @@ class Normalize:
     `resize`: `(height, width)`, bilinear, on the normalized floats. It lives here, not in
     `Output`, because it is the same kind of step as mean/std: host float work on frames that an
     integer `Output.dtype` leaves to the device, so "an integer dtype takes `Normalize()`" is one
-    rule; and augmentation (crops of the uint8 frames) will run before all of it.
+    rule; and augmentation (`ReadSpec.augment`: crops of the uint8 frames) runs before all of it.
     """
 
     mean: float | tuple[float, ...] = 0.0
@@ -170,21 +172,25 @@ _PARTS = {"clips": Clips, "normalize": Normalize, "output": Output}
 
 @dataclasses.dataclass(frozen=True)
 class ReadSpec:
-    """The options every reader shares: which clips, how frames are normalized, what comes out.
+    """The options every reader shares: which clips, how frames are normalized, what comes out, how frames are augmented.
 
     Defaults read every stored frame, frames float32 in [0, 1], the supervised `((x, mask), y)`
-    tuple, as `vidvol.load(name, split, batch_size)` always has.
+    tuple, as `vidvol.load(name, split, batch_size)` always has, and augment nothing
+    (`augment=vidvol.VideoAugment(...)`: crops and flips of the uint8 frames, before `normalize`).
     """
 
     clips: Clips = Clips()
     normalize: Normalize = Normalize()
     output: Output = Output()
+    augment: VideoAugment | None = None
 
     def __post_init__(self):
         for name, cls in _PARTS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
                 raise ValueError(f"ReadSpec.{name} must be a vidvol.{cls.__name__}, got {value!r}")
+        if self.augment is not None and not isinstance(self.augment, VideoAugment):
+            raise ValueError(f"ReadSpec.augment must be None or a vidvol.VideoAugment, got {self.augment!r}")
         if self.output.dtype in output.INTEGER_DTYPES:
             if self.normalize.resize is not None:
                 raise ValueError(
@@ -197,12 +203,12 @@ class ReadSpec:
                     "pass mean= and std= to vidvol.dequantize_params(...) instead, whose scale and offset include them")
 
     def changed(self) -> tuple[str, ...]:
-        """The fields set away from their defaults, as "part.field" ("clips.length", "output.dtype")."""
+        """The fields set away from their defaults, as "part.field" ("clips.length", "output.dtype"; "augment" when set)."""
         out = []
         for name, cls in _PARTS.items():
             part, default = getattr(self, name), cls()
             out += [f"{name}.{f.name}" for f in dataclasses.fields(cls) if getattr(part, f.name) != getattr(default, f.name)]
-        return tuple(out)
+        return tuple(out) + (("augment",) if self.augment is not None else ())
 
     def check_supported(self, reader: str, supported: Collection[str], why: str) -> None:
         """ValueError naming the fields `reader` cannot honour (those changed and not in `supported`)."""

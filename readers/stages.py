@@ -3,8 +3,8 @@
 `order.draws` gives batches of draws (which examples, in which order: the iterator's checkpointed
 state); `read` turns a batch of draws into parsed features (one Python read of the batch's records,
 one parse per batch, or direct volume reads), or into records for TFDS's per-example parse and the
-clip selection (`examples`); `finish_batches` decodes the batch's frames, zeroes evaluation pads and
-finishes (frames to the output dtype, the output structure). Each follows the pipeline's
+clip selection (`examples`); `finish_batches` decodes the batch's frames, crops them (`ReadSpec.augment`),
+zeroes evaluation pads and finishes (frames to the output dtype, the output structure). Each follows the pipeline's
 `plan.LoadPlan`, so `load` reads as the sequence of them.
 """
 
@@ -164,7 +164,7 @@ def finisher(plan: LoadPlan) -> Callable[[Mapping[str, tf.Tensor]], Any]:
 
 
 def finish_batches(ds: tf.data.Dataset, plan: LoadPlan, batch_read: BatchRead, finish: Callable) -> tf.data.Dataset:
-    """Per batch: read and parse (draws in), decode every frame, zero pads, finish; then prefetch.
+    """Per batch: read and parse (draws in), decode every frame, augment (uint8), zero pads, finish; then prefetch.
 
     `ds` holds batches of draws (when `batch_read.parse` reads them) or `(features, draws)` batches
     from `examples`. Everything runs in one parallel map (lean mode: the finish last, in the
@@ -173,8 +173,10 @@ def finish_batches(ds: tf.data.Dataset, plan: LoadPlan, batch_read: BatchRead, f
     def uint8_batch(*element):
         batch, draw = (batch_read.parse(element[0]), element[0]) if len(element) == 1 else element
         batch = plan.read.decode_batch(batch)
-        # Here a batch is uint8 frames (or stored volumes) with its draws: where a per-batch transform keyed by
-        # order.draw_seed(draw, rng.VIDEO_AUGMENT) (or rng.VOLUME_AUGMENT) goes, before pads are zeroed.
+        # Here a batch is uint8 frames (or stored volumes) with its draws: its crops are keyed by
+        # order.draw_seed(draw, rng.VIDEO_AUGMENT) (a volume transform would take rng.VOLUME_AUGMENT), before pads are zeroed.
+        if plan.read.augments:
+            batch = plan.read.augment(batch, order.draw_seed(draw, rng.VIDEO_AUGMENT) if plan.training else None)
         return zero_pads(plan, batch, draw["valid"]) if plan.pads else batch
 
     uint8_batch = tf.autograph.experimental.do_not_convert(uint8_batch)

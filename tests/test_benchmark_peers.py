@@ -170,6 +170,21 @@ def test_ratios_winners_and_targets_from_a_stored_document(tmp_path):
         assert t["name"] in text
 
 
+def test_the_augmented_vidvol_row_is_held_against_the_best_video_peer(tmp_path):
+    doc = stored_document()
+    doc["vidvol"]["augmented"] = _rate(250, 540, 32, pipeline="vidvol.load", config="split1_20x64x64", seed=0,
+                                       augment="VideoAugment(64): random resized crop to the stored size + flip")
+    out, text = _resummarize(tmp_path, doc)
+    x = out["ratios"]["video_augmented"]
+    assert x["against"] == "torchcodec" and x["value"] == pytest.approx(250 / 28) and x["cpu"] == pytest.approx(540 / 60)
+    row = next(t for t in out["targets"] if "with augmentation" in t["name"])
+    assert row["name"] == ("hmdb51: vidvol.load float32 with augmentation (batch 32, seed=0, random resized crop + flip) "
+                           "vs best read-time video peer (TorchCodec (exact seek))")
+    assert (row["target"], row["pass"]) == (12, False) and len(out["targets"]) == 6
+    assert "(`split1_20x64x64`, seed=0), VideoAugment(64): random resized crop to the stored size + flip |" in text
+    assert row["name"] in text
+
+
 def test_a_document_without_the_peers_has_no_targets(tmp_path):
     doc = stored_document()
     doc["video"] = [x for x in doc["video"] if x["pipeline"] == "tfds_video"]

@@ -93,6 +93,12 @@ def test_quick_run_writes_every_section(quick):
     assert all(r["exit_code"] == 0 and r["examples"] == 1 and len(r["skipped"]) == 1 for r in vm["rows"])
     assert all("16000000000352" in r["skipped"][0]["reason"] and "1376" in r["skipped"][0]["reason"] for r in vm["rows"])
     assert len(vm["targets"]) == 2 and "MRI build memory against source size" in (out / "RESULTS.md").read_text()
+    va = results["video_augment"]  # vidvol.load with VideoAugment on vs off, paired rounds
+    assert set(va["results"]) == {"off", "random_resized_crop", "random_crop", "random_resized_crop_stored_size",
+                                  "eval_multi_crop"}
+    assert all(r["examples_per_s"] > 0 for r in va["results"].values()) and va["results"]["off"]["cost"] == 0
+    assert len(va["targets"]) == 2 and "Video augmentation" in (out / "RESULTS.md").read_text()
+    assert results["peers"]["vidvol"]["augmented"]["batch_size"] == va["batch_size"]  # the peers' augmented row
     for name, r in results["read"].items():
         for key in ("loader", "baseline") if name not in DTYPE_ROWS else ("loader",):
             assert r[key]["examples_per_s"] > 0 and len(r[key]["examples_per_s_runs"]) == results["settings"]["runs"]

@@ -1,7 +1,8 @@
 """Stopping and resuming `vidvol.load`: an iterator checkpoint is a few KiB of state, restored exactly in a fresh process.
 
 Every kind of pipeline (batch parse, per-example parse with random clips, evaluation multi-clips,
-host JPEG decode, fire_hrr windows, direct MRI volume reads, lean mode, raw frames, video_folder;
+host JPEG decode, fire_hrr windows, direct MRI volume reads, lean mode, raw frames, video_folder,
+read-time augmentation;
 seeded and unseeded; `repeat` or not) is read for a while in this process, checkpointed with
 `tf.train.Checkpoint(iterator=it)`, and read on; one fresh Python process then restores every
 checkpoint into a pipeline made anew (with another seed, or none) and must give exactly the same
@@ -85,6 +86,15 @@ CASES = {
     "mri_direct_reads_seeded_repeat": ("mri", "train", 2, {"seed": 6, "repeat": True}, None),
     "mri_direct_reads_eval": ("mri", "train", 2, {"training": False}, None),
     "video_folder_seeded_repeat": ("folder", "train", 2, {"seed": 8, "repeat": True}, None),
+    # Read-time augmentation: crops and flips drawn per (key, epoch, index), so a restore continues them exactly.
+    "hmdb_augment_random_clips_seeded_repeat": ("split1_20x64x64", "train", 2, {
+        "seed": 7, "repeat": True, "spec": "ReadSpec(clips=Clips(length=8), augment=VideoAugment(48))"}, None),
+    "hmdb_augment_raw_frames_unseeded_repeat": ("split1_20x64x64_raw", "train", 2, {
+        "repeat": True, "spec": "ReadSpec(augment=VideoAugment(40, training_crop='random_short_side_scale', min_size=48, "
+                                "max_size=64))"}, None),
+    "hmdb_augment_eval_multi_crop": ("split1_all_112x112", "test", 2, {
+        "spec": "ReadSpec(clips=Clips(length=4, eval_clips=2), augment=VideoAugment(96, min_size=100, multi_crop=True))"},
+        None),
 }
 
 

@@ -1,0 +1,228 @@
+"""What read-time video augmentation costs: `vidvol.load` hmdb51 with `ReadSpec(augment=VideoAugment(...))` on vs off.
+
+    python benchmarks/video_augment.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
+    python benchmarks/video_augment.py --quick --out DIR    # tiny inputs, one round (smoke)
+
+`make bench` runs it as the "video_augment" section of `run.py` (`SECTION`, on the hmdb51 inputs and
+TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`,
+reused when `--inputs` points at a benchmark run's inputs folder), builds the default config
+(`split1_20x64x64`) and writes DIR/video_augment.json + VIDEO_AUGMENT.md.
+
+In this process, `rounds` rounds each time these `vidvol.load(..., "train", batch_size=32, seed=0,
+repeat=True)` pipelines, one after the other (so a machine that gets busier hits them all alike):
+
+- off: model-ready float32 batches of the stored 64x64 frames, no augmentation (the headline's seeded row);
+- random resized crop: `VideoAugment(56)` (pytorchvideo's RandomResizedCrop defaults: a box of
+  8-100 % of the frame, aspect 3/4-4/3, resized to 56x56, 7/8 of the stored side as 224 of 256; and
+  a flip with probability 0.5);
+- random crop: `VideoAugment(56, training_crop="random_short_side_scale")` (DMVR's crop at
+  `min_resize` = the stored short side: a 56x56 crop copied, no resize, and the flip);
+- random resized crop to the stored size: `VideoAugment(64)`, the output size of `off` and of the
+  peers' rows (every output pixel resampled, and as many converted to float as without): no target
+  of its own, it is the augmented row the peers section compares;
+- evaluation 3 crops: `VideoAugment(56, multi_crop=True)` with `training=False` (three 56x56 views per
+  clip): shown for what it costs per clip, no target.
+
+The cost of a pipeline is `1 - rate / off's rate` in each round (paired), median over the rounds;
+also cpu-normalized (examples per CPU-second of this process, times the cores). Target: each
+training augmentation costs at most 10 % of the read rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import sys
+from typing import Any
+
+import report
+import section
+
+TARGET_COST = 0.10
+PIPELINES = ("off", "random_resized_crop", "random_crop", "random_resized_crop_stored_size", "eval_multi_crop")
+TRAINING = ("random_resized_crop", "random_crop")
+LABELS = {"off": "vidvol.load (no augmentation)",
+          "random_resized_crop": "VideoAugment({s}): random resized crop + flip",
+          "random_resized_crop_stored_size": "VideoAugment({c}): random resized crop to the stored size + flip",
+          "random_crop": "VideoAugment({s}, training_crop='random_short_side_scale'): random crop + flip",
+          "eval_multi_crop": "VideoAugment({s}, multi_crop=True), training=False: 3 crops per clip"}
+METHOD = [
+    "One process, every pipeline timed in each round (rounds alternate pipelines, so load changes hit all alike): "
+    "vidvol.load over the hmdb51 train split (TFRecord), seed=0, repeat=True, float32 model-ready batches; at least "
+    "min_seconds per pipeline and round after warm-up batches.",
+    "Cost: 1 - (rate with augmentation / rate without) within a round, median over rounds; cpu: the same on examples per "
+    "CPU-second of this process times the cores. Augmentation runs on the decoded uint8 frames in the batch's decode "
+    "stage (one Python call per batch: OpenCV resize and flip), before the float conversion, which then converts the "
+    "smaller crops.",
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VideoAugmentSettings(section.Settings):
+    """Sizes of one mode (`runs`: timed rounds, every pipeline once per round)."""
+
+    hmdb51: dict[str, Any]  # inputs.hmdb51_plan arguments (standalone runs)
+    config: str = "split1_20x64x64"
+    min_seconds: float = 2.0
+    batch_size: int = 32
+    crop_size: int = 64  # the stored frame size: the output of `off`, of the peers' rows and of one augmented row
+    small_crop: int = 56  # the crops of the other augmented rows (7/8 of the stored side)
+
+
+def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
+    """{pipeline: (VideoAugment or None, training)}."""
+    from vidvol import VideoAugment  # pylint: disable=g-import-not-at-top
+
+    return {"off": (None, True), "random_resized_crop": (VideoAugment(small), True),
+            "random_crop": (VideoAugment(small, training_crop="random_short_side_scale"), True),
+            "random_resized_crop_stored_size": (VideoAugment(crop), True),
+            "eval_multi_crop": (VideoAugment(small, multi_crop=True), False)}
+
+
+def build(manual_dir: str, data_dir: str, config: str) -> None:
+    """The TFRecord build of hmdb51/`config` from `manual_dir` (skipped when prepared)."""
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+
+    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+    builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir)
+    if not builder.is_prepared():
+        workers = len(os.sched_getaffinity(0))
+        options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir,
+                                                                                  beam_options=options))
+
+
+NOTES = {"random_resized_crop": "every frame resampled (OpenCV bilinear, uint8); the float pass then converts the "
+                                 "smaller frames",
+         "random_crop": "a copy of the crop, no resize; the float pass then converts the smaller frames"}
+
+
+def _label(doc: dict[str, Any], pipeline: str) -> str:
+    return LABELS[pipeline].format(c=doc["crop_size"], s=doc["small_crop"])
+
+
+class VideoAugmentCost(section.Section):
+    """vidvol.load with read-time video augmentation vs without, on the same data and batches."""
+
+    key = "video_augment"
+    label = "video augmentation"
+    summary = "video augmentation section (video_augment.py: vidvol.load with VideoAugment on vs off)"
+    FULL = VideoAugmentSettings(mode="full", runs=3, hmdb51=dict(num_classes=8, videos_per_class=30,
+                                                                  num_frames=(60, 300), height=240, width=320))
+    QUICK = VideoAugmentSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=3,
+                                                                    num_frames=(20, 40), height=120, width=160),
+                                 min_seconds=0.3, batch_size=2)
+    method = METHOD
+
+    def measure(self, work: str, settings: VideoAugmentSettings, *, manual_dir: str,
+                tfrecord_dir: str | None = None) -> dict[str, Any]:
+        """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
+        import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+        import vidvol  # pylint: disable=g-import-not-at-top
+        from random_access import summarize_rounds, timed  # pylint: disable=g-import-not-at-top
+
+        name = f"hmdb51/{settings.config}"
+        data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")
+        build(manual_dir, data_dir, settings.config)
+        examples = tfds.builder(name, data_dir=data_dir).info.splits["train"].num_examples
+        made = augments(settings.crop_size, settings.small_crop)
+
+        def factory(pipeline: str):
+            augment, training = made[pipeline]
+            ds = vidvol.load(name, "train", settings.batch_size, data_dir=data_dir, seed=0, repeat=True,
+                             training=training, drop_remainder=True, spec=vidvol.ReadSpec(augment=augment))
+            batches = iter(tfds.as_numpy(ds))
+            return lambda: len(next(batches)[1])
+
+        runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
+        for _ in range(settings.runs):
+            for pipeline in PIPELINES:
+                runs[pipeline].append(timed(factory(pipeline), min_seconds=settings.min_seconds))
+                last = runs[pipeline][-1]
+                print(f"[video_augment] {pipeline}: {last['examples_per_s']:.0f} clips/s ({last['cores_used']:.2f} "
+                      f"cores, others {last['other_cores_busy']:.2f})", flush=True)
+        return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
+                "batch_size": settings.batch_size, "crop_size": settings.crop_size, "small_crop": settings.small_crop,
+                "rounds": settings.runs,
+                "cores": len(os.sched_getaffinity(0)), "runs": runs,
+                "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "augments": {p: repr(a) for p, (a, _) in made.items()}}
+
+    def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Each pipeline's cost against `off`, paired per round (wall and cpu-normalized), and the notes."""
+        off = doc["runs"]["off"]
+        for p, r in doc["results"].items():
+            pairs = list(zip(doc["runs"][p], off))
+            r["cost"] = round(statistics.median(1 - a["examples_per_s"] / b["examples_per_s"] for a, b in pairs), 4)
+            r["cost_cpu"] = round(statistics.median(1 - a["cpu_examples_per_s"] / b["cpu_examples_per_s"]
+                                                    for a, b in pairs), 4)
+        others = max(x["other_cores_busy"] for x in doc["results"].values())
+        doc["notes"] = [
+            f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
+            + (": wall-clock rates are understated and noisy; the cpu-normalized costs are steadier."
+               if others > 0.25 else " (effectively a quiet machine).")]
+        if doc["mode"] == "quick":
+            doc["notes"].append("Quick mode: tiny inputs and batches, one round; it checks the plumbing, not speed.")
+        return doc
+
+    def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each training augmentation's cost, at most 10 % of the read rate."""
+        r = doc["results"]
+        return [section.target(
+            f"hmdb51 (batch {doc['batch_size']}): vidvol.load with {_label(doc, p)} costs vs without", r[p]["cost"],
+            TARGET_COST, op="<=", unit="%", cpu_value=r[p]["cost_cpu"], note=NOTES[p]) for p in TRAINING]
+
+    def markdown(self, doc: dict[str, Any]) -> list[str]:
+        """Targets, then every pipeline's rate and cost."""
+        out = ["## Video augmentation: vidvol.load with VideoAugment on vs off", "",
+               f"`benchmarks/video_augment.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): "
+               f"`{doc['dataset']}` {doc['split']} ({doc['examples']} clips), batches of {doc['batch_size']}, "
+               f"{doc['rounds']} round(s) on {doc['cores']} cores.", ""]
+        out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
+        out += report.table(
+            ["pipeline", "clips/s", "rounds", "cost", "cpu clips/s", "cost (cpu)", "cores busy (others)"],
+            [[_label(doc, p), report.rate(r["examples_per_s"]),
+              ", ".join(report.rate(x) for x in r["examples_per_s_runs"]),
+              "" if p == "off" else f"{100 * r['cost']:.1f}%", report.rate(r["cpu_examples_per_s"]),
+              "" if p == "off" else f"{100 * r['cost_cpu']:.1f}%", f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"]
+             for p, r in doc["results"].items()])
+        out += [f"- {line}" for line in doc.get("notes", []) + doc.get("method", [])] + [""]
+        return out
+
+    def run_settings(self, ctx: section.Context) -> VideoAugmentSettings:
+        """The run's hmdb51 inputs, default config, timed runs and hmdb51 batch size."""
+        s = ctx.settings
+        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
+                                   runs=s.runs, min_seconds=s.min_seconds, batch_size=s.hmdb51_batch)
+
+    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
+        """The run's hmdb51 inputs and its TFRecord build of them."""
+        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
+
+    def standalone_inputs(self, out: str, settings: VideoAugmentSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
+        """The hmdb51 inputs of the mode (reused when present); the build goes under OUT/video_augment."""
+        import inputs  # pylint: disable=g-import-not-at-top
+
+        root = os.path.join(inputs_dir, "hmdb51")
+        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
+        return {"manual_dir": root}
+
+
+def vidvol_row(doc: dict[str, Any] | None, pipeline: str = "random_resized_crop_stored_size") -> dict[str, Any] | None:
+    """The peers section's view of one augmented pipeline of this section's document (None without it)."""
+    if not doc or pipeline not in doc.get("results", {}):
+        return None
+    r = doc["results"][pipeline]
+    return {"pipeline": "vidvol.load", "config": doc["dataset"].split("/", 1)[1], "batch_size": doc["batch_size"],
+            "seed": 0, "augment": _label(doc, pipeline), **{k: r[k] for k in (
+                "examples_per_s", "examples_per_s_runs", "cpu_examples_per_s", "cores_used", "other_cores_busy")}}
+
+
+SECTION = VideoAugmentCost()
+
+if __name__ == "__main__":
+    sys.exit(SECTION.main())
