@@ -511,6 +511,37 @@ def local_copy(path: str, retries: int = RETRIES) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def utf8_path(path: str) -> Iterator[str]:
+    """A name C libraries can open a local file by: `path` itself when it is UTF-8, else an ASCII-named link to it.
+
+    OpenCV takes a file name as UTF-8 text, and one that is not (a name `os.fsdecode` gave
+    surrogates, e.g. Latin-1 `caf\\xe9.mp4`) crashes it. The link (a symlink, else a hard link) lives in
+    a fresh temporary folder, removed on exit; it keeps the name's suffix when that is ASCII.
+    """
+    path = os.fspath(path)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield path
+        return
+    suffix = os.path.splitext(path)[1]
+    if not (suffix.isascii() and suffix.isprintable() and len(suffix) <= 16):
+        suffix = ""
+    folder = tempfile.mkdtemp(prefix="vidvol-name-")
+    link = os.path.join(folder, "input" + suffix)
+    try:
+        try:
+            os.symlink(os.path.abspath(path), link)
+        except OSError:
+            os.link(path, link)
+        yield link
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Builder-side helpers
 # --------------------------------------------------------------------------------------------

@@ -135,10 +135,13 @@ def _open_capture(path: str, timeout_s: float | None = None) -> cv2.VideoCapture
         # Lets FFmpeg's interrupt callback abort a read that blocks inside the demuxer.
         timeout_ms = int(min(timeout_s * 1000.0, 2**31 - 1))
         params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, timeout_ms]
-    cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, params)
-    if not cap.isOpened():
-        cap.release()
-        cap = cv2.VideoCapture(path, cv2.CAP_ANY)
+    # OpenCV takes the name as UTF-8: a name that is not (Latin-1 `caf\xe9.mp4`) is opened through an ASCII link,
+    # which may go once the file is open (FFmpeg holds the file itself).
+    with files.utf8_path(path) as openable:
+        cap = cv2.VideoCapture(openable, cv2.CAP_FFMPEG, params)
+        if not cap.isOpened():
+            cap.release()
+            cap = cv2.VideoCapture(openable, cv2.CAP_ANY)
     if not cap.isOpened():
         cap.release()
         raise VideoDecodeError(f"{path}: OpenCV cannot open this file as a video (not a video, or damaged)")
