@@ -102,6 +102,15 @@ def naming_source(error: BaseException, source: Source, split: str) -> BaseExcep
     return SourceError(f"{type(error).__name__}: {error} {where}")
 
 
+def _reason(error: BaseException, record: Any) -> str:
+    """`ExceptionName: message`; a MemoryError (numpy's own too) says which file and what happened."""
+    if isinstance(error, MemoryError):
+        path = source_file(record)
+        detail = str(error) or "it needs more memory than this worker has"
+        return f"MemoryError: {path + ': ' if path and path not in detail else ''}{detail}"
+    return f"{type(error).__name__}: {error}"
+
+
 def _written_names(item: KeyExample) -> KeyExample:
     """The key and top-level text features as they are written: a name that is not UTF-8 as `shown` shows it."""
     key, example = item
@@ -125,7 +134,7 @@ def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterato
     except Exception as e:  # pylint: disable=broad-except  (only input errors are caught: the rest is re-raised)
         if not is_input_error(e):
             raise
-        skip = Skip(source=source_id, reason=f"{type(e).__name__}: {e}", split=split)
+        skip = Skip(source=source_id, reason=_reason(e, record), split=split)
     # Yielded once the error is gone: its traceback (the frames that held a MemoryError's arrays) is freed first.
     if skip is not None:
         yield skip

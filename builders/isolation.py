@@ -23,6 +23,7 @@ pdb); so does a platform without `os.fork`.
 from __future__ import annotations
 
 import atexit
+import gc
 import io
 import logging
 import os
@@ -181,9 +182,15 @@ class _Child:
         rep_r, rep_w = os.pipe()
         try:
             with _lock:
-                pid = os.fork()
-                if pid == 0:  # the child: never returns
-                    _child_main(req_r, rep_w, self.scratch)
+                # The worker's objects go to gc's permanent generation for the fork: the child's collections
+                # then never walk (and so never copy) the pages they sit on. The worker takes them back at once.
+                gc.freeze()
+                try:
+                    pid = os.fork()
+                    if pid == 0:  # the child: never returns
+                        _child_main(req_r, rep_w, self.scratch)
+                finally:
+                    gc.unfreeze()
         except OSError:
             for fd in (req_r, req_w, rep_r, rep_w):
                 os.close(fd)
