@@ -30,17 +30,14 @@ import functools
 import json
 import os
 import statistics
-import sys
 import time
 
+import inputs
 import vidvol  # noqa: F401  (a worker's imports: TensorFlow, TFDS, Beam)
 from vidvol.builders import example_io
 from vidvol.builders import isolation
 from vidvol.builders.transforms import clips
 from vidvol.builders.transforms import video
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import inputs  # noqa: E402  pylint: disable=wrong-import-position
 
 SPEC = clips.ClipSpec(num_frames=20, height=64, width=64)
 
