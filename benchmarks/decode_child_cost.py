@@ -6,19 +6,19 @@ from killing the Beam worker, timed on the hmdb51 example stage (`clips.clip_exa
 320x240 XVID at 30 fps):
 
 - `inline`: the clip decoded in this process (no protection: the yardstick);
-- `child`: `isolation.InChild`, what vidvol does: the clip decoded in a forked child that stays for
+- `child`: `isolation.InChild`, what vidvol does: the clip decoded in a child process that stays for
   the following clips (a new one after a crash), the example sent back through a pipe;
-- `probe`: a fresh forked child per clip opens it and decodes its first frame, then the clip is
-  decoded here (the other option: probe inputs in a child first; here every input, as nothing says
-  in advance which file will crash a decoder).
+- `probe`: the same kept child opens the clip and decodes its first frame, then the clip is decoded
+  here (the other option: probe inputs in a child first; here every input, as nothing says in
+  advance which file will crash a decoder; it guards only what the probe reads).
 
-The process imports vidvol (TensorFlow, Beam, TFDS) first, as a Beam worker has, so that forking
-costs what it costs there. Each round takes every clip once in each mode, the modes in a rotating
-order from clip to clip, so a drift of the machine's speed hits all three alike; a mode's time is
-its total over the round's clips, its figure the median over the rounds; overhead = mode / inline
-- 1, per round, median. Wall time, and CPU time (this process plus its decoding children: the child
-reports its own, a probe child's comes from `wait4`): with every core busy, as in a build, CPU per
-clip is what sets the build's speed, and on a shared machine it moves less than wall time.
+The process imports vidvol (TensorFlow, Beam, TFDS) first, as a Beam worker has. Each round takes
+every clip once in each mode, the modes in a rotating order from clip to clip, so a drift of the
+machine's speed hits all three alike; a mode's time is its total over the round's clips, its
+figure the median over the rounds; overhead = mode / inline - 1, per round, median. Wall time, and
+CPU time (this process plus the child, which reports its own): with every core busy, as in a
+build, CPU per clip is what sets the build's speed, and on a shared machine it moves less than wall
+time. `child_start_s`: wall time of a new child's first clip minus an inline clip's (its start-up).
 
     python benchmarks/decode_child_cost.py --out /tmp/decode_cost [--clips 40 --rounds 5]
 """
@@ -53,18 +53,26 @@ def _timed_clip(source: clips.ClipSource):
     yield "__cpu__", {"cpu": time.process_time() - start}
 
 
+def _timed_probe(source: clips.ClipSource):
+    """Opens the clip and decodes its first frame (run in the child); then the CPU seconds it took."""
+    start = time.process_time()
+    video.decode_frames(source.path, [0], stop_at=1)
+    yield "__cpu__", {"cpu": time.process_time() - start}
+
+
 def _run_inline(path: str) -> float:
     for _ in clips.clip_example(_example(path), SPEC):
         pass
     return 0.0
 
 
-_CHILD = isolation.InChild(_timed_clip)
+_CHILD = isolation.InChild(_timed_clip, setup=[video.single_threaded_opencv])
+_PROBE = isolation.InChild(_timed_probe, setup=[video.single_threaded_opencv])
 
 
-def _run_child(path: str) -> float:
+def _in_child(wrapped: isolation.InChild, path: str) -> float:
     child_cpu = 0.0
-    for item in example_io.run_example_fn(_CHILD, (path, _example(path)), "train"):
+    for item in example_io.run_example_fn(wrapped, (path, _example(path)), "train"):
         if isinstance(item, example_io.Skip):
             raise RuntimeError(f"{path}: {item.reason}")
         if item[0] == "__cpu__":
@@ -72,20 +80,28 @@ def _run_child(path: str) -> float:
     return child_cpu
 
 
+def _run_child(path: str) -> float:
+    return _in_child(_CHILD, path)
+
+
 def _run_probe(path: str) -> float:
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            video.decode_frames(path, [0], stop_at=1)
-            code = 0
-        finally:
-            os._exit(code)  # pylint: disable=protected-access
-    _, status, usage = os.wait4(pid, 0)
-    if status != 0:
-        raise RuntimeError(f"{path}: probe ended with status {status}")
+    child_cpu = _in_child(_PROBE, path)
     _run_inline(path)
-    return usage.ru_utime + usage.ru_stime
+    return child_cpu
+
+
+def child_start(path: str, times: int = 3) -> float:
+    """Median over `times` new children of (first clip in a new child - that clip inline), seconds."""
+    gaps = []
+    for _ in range(times):
+        isolation._end_all()  # pylint: disable=protected-access  (the next clip starts a new child)
+        start = time.perf_counter()
+        _run_child(path)
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        _run_inline(path)
+        gaps.append(first - (time.perf_counter() - start))
+    return statistics.median(gaps)
 
 
 MODES = {"inline": _run_inline, "child": _run_child, "probe": _run_probe}
@@ -141,7 +157,8 @@ def main() -> None:
     paths = [p for p, _ in inputs.hmdb51_split_videos(root, 1, "train") + inputs.hmdb51_split_videos(root, 1, "test")]
     paths = sorted(paths)[: args.clips]
     result = {"clips": len(paths), "inputs": inputs.describe_hmdb51(root), "spec": "20 frames, 64x64, JPEG q90",
-              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"), **measure(paths, args.rounds)}
+              "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
+              **measure(paths, args.rounds), "child_start_s": child_start(paths[0])}
     with open(os.path.join(args.out, "decode_child_cost.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     print(json.dumps({k: v for k, v in result.items() if not k.startswith("rounds")}, indent=1))

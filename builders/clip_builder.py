@@ -139,6 +139,10 @@ class ClipBuilder(configs.NamedConfigs, dataset_builder.StreamingBeamBuilder, sk
         that crashes on a damaged file is that file's skip, not a dead build.
         """
         return dataset_builder.ExamplesFromSources(
-            sources, isolation.InChild(functools.partial(clips.clip_example, spec=self.builder_config.clip_spec)),
+            sources,
+            isolation.InChild(
+                functools.partial(clips.clip_example, spec=self.builder_config.clip_spec),
+                setup=[video.single_threaded_opencv],
+            ),
             worker_setup=[video.single_threaded_opencv],
         )

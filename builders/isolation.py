@@ -7,39 +7,44 @@ folder behind. `InChild(example_fn)` is an example function that runs `example_f
 child process and streams the items back; a child that dies is `DecoderCrash` (an input error, so
 the source's skip, its reason naming the signal and the file) and the next source gets a new child.
 
-The child is forked from the worker, so it starts at once with everything imported and the worker's
-setup (OpenCV's thread count) in place, and it serves source after source (one fork per worker
-thread, renewed after `RECYCLE_AFTER` sources or a crash; not one per source). It runs only the
-example function (OpenCV, NumPy, fsspec: nothing of TensorFlow's or Beam's threads, which a fork
-does not copy). Requests and answers are pickles on two pipes: the items, the log records it emits
-(logged again in the worker, so they reach the build log) and the example function's exception,
-raised again in the worker. Its temporary files (URL fetches, safe names for OpenCV) live in one
-folder the worker removes when the child ends, however it ends.
+The child is a fresh Python (not a fork: a Beam worker runs gRPC and TensorFlow threads, whose
+state a forked child would inherit half-way), started when the worker meets its first source and
+kept for the following ones (renewed after `RECYCLE_AFTER` sources or a crash; not one per
+source). It imports only what the example function needs: the `vidvol` package is entered
+without running its facade (`vidvol/__init__.py`, which loads TensorFlow), until something asks
+the facade for a name. The example function's setup functions (`setup`, e.g. OpenCV's thread
+count) run in it once. Requests and answers are pickles on two pipes: the items, the log records it
+emits (logged again in the worker, so they reach the build log) and the example function's
+exception, raised again in the worker. Its temporary files (URL fetches, safe names for OpenCV)
+live in one folder the worker removes when the child ends, however it ends.
 
 `VIDVOL_DECODE_IN_CHILD=0` runs example functions in the worker itself (e.g. to debug one with
-pdb); so does a platform without `os.fork`.
+pdb); so does a platform that is not POSIX, and a worker that cannot start a process.
 """
 
 from __future__ import annotations
 
 import atexit
-import gc
 import io
+import json
 import logging
 import os
 import pickle
 import shutil
 import signal
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
 import traceback
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
+
+import cloudpickle
 
 from vidvol.builders import example_io
 from vidvol.builders.sources import files
-from vidvol.core.names import NAMES_ERRORS, shown
+from vidvol.core.names import shown
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +63,8 @@ _SIGNAL_WORDS = {
     signal.SIGKILL: "killed: the kernel's out-of-memory killer, or a kill -9",
 }
 _HEADER = struct.Struct("!cQ")  # message kind, payload length
-_REQUEST, _ITEM, _LOG, _DONE, _ERROR = b"R", b"I", b"L", b"D", b"E"
+_SIZE = struct.Struct("!Q")
+_REQUEST, _READY, _ITEM, _LOG, _DONE, _ERROR = b"R", b"Y", b"I", b"L", b"D", b"E"
 
 
 class DecoderCrash(ValueError):
@@ -73,10 +79,14 @@ class ChildStopped(RuntimeError):
     """The decoding child was stopped from outside (SIGINT, SIGTERM, SIGHUP): the build stops too."""
 
 
+class ChildStartError(OSError):
+    """A decoding child could not start (its Python failed before serving): the worker decodes inline."""
+
+
 def decode_in_child() -> bool:
     """Whether example functions wrapped in `InChild` run in a child (`VIDVOL_DECODE_IN_CHILD`, default on)."""
     off = os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off")
-    return not off and hasattr(os, "fork")
+    return not off and os.name == "posix"
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,20 +148,32 @@ def _error_payload(error: BaseException) -> bytes:
     return pickle.dumps((example_io.is_input_error(error), text, tb, pickled), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _serve(requests: io.BufferedReader, replies: io.BufferedWriter, scratch: str) -> None:
-    """The child's loop: run each requested `(example_fn, record)`, stream the answer; return at end of input."""
+def _serve(requests: io.BufferedReader, replies: io.BufferedWriter) -> None:
+    """The child's loop: run each requested `(function, record)`, stream the answer; return at end of input.
+
+    A request is the pickled `(setup, example_fn)` (the same bytes for every source of a split: its
+    functions are unpickled, and its setup run, once) followed by the pickled record.
+    """
     for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
-    os.environ[files.FETCH_DIR_ENV] = scratch  # URL fetches and safe names land where the worker cleans up
-    tempfile.tempdir = scratch
     root = logging.getLogger()
     root.handlers = [_PipeLogHandler(replies)]
+    root.setLevel(int(os.environ.get(_LOG_LEVEL_ENV, logging.WARNING)))
+    functions: dict[bytes, Callable[[Any], Any]] = {}
     while True:
         message = _receive(requests)
         if message is None:
             return
         try:
-            example_fn, record = pickle.loads(message[1])
+            size = _SIZE.unpack_from(message[1])[0]
+            blob = message[1][_SIZE.size:_SIZE.size + size]
+            example_fn = functions.get(blob)
+            if example_fn is None:
+                setup, example_fn = pickle.loads(blob)
+                for fn in setup:
+                    fn()
+                functions[blob] = example_fn
+            record = pickle.loads(message[1][_SIZE.size + size:])
             for item in example_fn(record):
                 _send(replies, _ITEM, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
                 del item
@@ -163,6 +185,36 @@ def _serve(requests: io.BufferedReader, replies: io.BufferedWriter, scratch: str
             _send(replies, _DONE)
 
 
+def _child_main(req_fd: int, rep_fd: int) -> None:
+    """The child's entry (see `_BOOTSTRAP`): serve until the worker closes the pipe."""
+    global _in_child
+    _in_child = True
+    with open(req_fd, "rb") as requests, open(rep_fd, "wb") as replies:
+        _send(replies, _READY)
+        _serve(requests, replies)
+
+
+# The child's first lines: the worker's sys.path; the `vidvol` package entered without its facade, which is
+# loaded (TensorFlow and all) only when something asks it for a name that is not a submodule.
+_BOOTSTRAP = """\
+import importlib, importlib.util, json, os, sys
+sys.path[:] = json.loads(os.environ.pop("VIDVOL_CHILD_SYS_PATH"))
+spec = importlib.util.find_spec("vidvol")
+package = importlib.util.module_from_spec(spec)
+def facade(name, package=package, spec=spec):
+    if importlib.util.find_spec(f"vidvol.{name}") is not None:
+        return importlib.import_module(f"vidvol.{name}")
+    del package.__getattr__
+    spec.loader.exec_module(package)
+    return getattr(package, name)
+package.__getattr__ = facade
+sys.modules["vidvol"] = package
+from vidvol.builders import isolation
+isolation._child_main(int(sys.argv[1]), int(sys.argv[2]))
+"""
+_LOG_LEVEL_ENV = "VIDVOL_CHILD_LOG_LEVEL"
+
+
 # --------------------------------------------------------------------------------------------
 # The worker's side
 # --------------------------------------------------------------------------------------------
@@ -170,120 +222,82 @@ def _serve(requests: io.BufferedReader, replies: io.BufferedWriter, scratch: str
 _lock = threading.Lock()
 _idle: list[_Child] = []  # children waiting for their next source, any thread may take one
 _in_child = False  # True in a child: an InChild met there runs inline
-_fork_failed = False  # once a fork failed (no memory, process limit), this worker decodes inline
+_start_failed = False  # once a child could not start (no memory, process limit), this worker decodes inline
 
 
 class _Child:
-    """One forked child and the worker's ends of its pipes."""
+    """One child process and the worker's ends of its pipes."""
 
     def __init__(self):
-        self.scratch = tempfile.mkdtemp(prefix="vidvol-decoder-", dir=_scratch_root())
+        root = files.fetch_dir()
+        os.makedirs(root, exist_ok=True)
+        self.scratch = tempfile.mkdtemp(prefix="vidvol-decoder-", dir=root)
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        env = dict(
+            os.environ, VIDVOL_CHILD_SYS_PATH=json.dumps(sys.path), TMPDIR=self.scratch,
+            **{files.FETCH_DIR_ENV: self.scratch, _LOG_LEVEL_ENV: str(logging.getLogger().getEffectiveLevel())},
+        )
         try:
-            with _lock:
-                # The worker's objects go to gc's permanent generation for the fork: the child's collections
-                # then never walk (and so never copy) the pages they sit on. The worker takes them back at once.
-                gc.freeze()
-                try:
-                    pid = os.fork()
-                    if pid == 0:  # the child: never returns
-                        _child_main(req_r, rep_w, self.scratch)
-                finally:
-                    gc.unfreeze()
-        except OSError:
-            for fd in (req_r, req_w, rep_r, rep_w):
+            self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(rep_w)],
+                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=env, close_fds=True,
+            )
+        except BaseException:
+            for fd in (req_w, rep_r):
                 os.close(fd)
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise
-        os.close(req_r)
-        os.close(rep_w)
-        self.pid = pid
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
         self.served = 0
         self.requests = open(req_w, "wb")  # pylint: disable=consider-using-with
         self.replies = open(rep_r, "rb")  # pylint: disable=consider-using-with
+        ready = _receive(self.replies)
+        if ready is None or ready[0] != _READY:
+            how, _ = _describe_death(self.end(kill=True))
+            raise ChildStartError(f"the decoding child process {how} before it could serve (its error, if any, "
+                                  "is on this process's stderr or in the build log)")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
 
     def end(self, *, kill: bool = False) -> int | None:
-        """Closes the pipes, reaps the child (killed first when `kill`); its wait status (None if already reaped)."""
+        """Closes the pipes and reaps the child (killed first when `kill`); its return code (-N: signal N)."""
         for stream in (self.requests, self.replies):
             try:
                 stream.close()
             except OSError:
                 pass
-        status = None
-        if self.pid:
-            if kill:
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        if kill and self.process.returncode is None:
             try:
-                _, status = os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                status = None
-            self.pid = 0
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        return status
-
-
-def _scratch_root() -> str:
-    root = files.fetch_dir()
-    os.makedirs(root, exist_ok=True)
-    return root
-
-
-def _release_inherited(keep: set[int]) -> None:
-    """In the child: point every inherited descriptor but stdio and `keep` at /dev/null.
-
-    The child must not hold the worker's sockets, shard files, lock files or other children's pipes
-    open after the worker lets go of them. Each number stays taken (by /dev/null) rather than closed,
-    so that no file the child opens later gets the number of a stale file object that may close it.
-    """
-    try:
-        fds = sorted(int(name) for name in os.listdir("/proc/self/fd"))
-    except OSError:
-        fds = list(range(3, 1024))
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in fds:
-        if fd > 2 and fd not in keep and fd != devnull:
-            try:
-                os.dup2(devnull, fd, inheritable=False)
-            except OSError:
+                self.process.kill()
+            except ProcessLookupError:
                 pass
-    os.close(devnull)
-    # The worker's sys.stdout/sys.stderr may be such a descriptor (a build session's log file): use fds 1 and 2.
-    sys.stdout = open(1, "w", buffering=1, closefd=False, errors=NAMES_ERRORS)  # pylint: disable=consider-using-with
-    sys.stderr = open(2, "w", buffering=1, closefd=False, errors=NAMES_ERRORS)  # pylint: disable=consider-using-with
-
-
-def _child_main(req_r: int, rep_w: int, scratch: str) -> None:
-    """Right after the fork, in the child: serve until the worker closes the pipe, then exit without cleanup."""
-    global _in_child
-    code = 0
-    try:
-        _in_child = True
-        _idle.clear()
-        _release_inherited({req_r, rep_w})
-        with open(req_r, "rb") as requests, open(rep_w, "wb") as replies:
-            _serve(requests, replies, scratch)
-    except BaseException:  # pylint: disable=broad-except
-        code = 1
-    finally:
-        os._exit(code)  # pylint: disable=protected-access  (no atexit, no flushing of the worker's buffers)
+        code = self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        return code
 
 
 def _take() -> _Child | None:
-    """An idle child, else a new one; None when this worker cannot fork (then it decodes inline)."""
-    global _fork_failed
-    with _lock:
-        if _idle:
-            return _idle.pop()
-    if _fork_failed:
+    """An idle child, else a new one; None when this worker cannot start one (then it decodes inline)."""
+    global _start_failed
+    while True:
+        with _lock:
+            child = _idle.pop() if _idle else None
+        if child is None:
+            break
+        if child.process.poll() is None:
+            return child
+        child.end()  # died while idle (killed from outside): not the next source's fault
+    if _start_failed:
         return None
     try:
         return _Child()
     except OSError as e:
-        _fork_failed = True
+        _start_failed = True
         logger.warning("cannot start a decoding child process (%s): this worker decodes in its own process, "
                        "so a decoder crash would take the worker with it", e)
         return None
@@ -308,10 +322,10 @@ def _end_all() -> None:
         child.end()
 
 
-def _describe_death(status: int | None) -> tuple[str, int | None]:
-    """('died of SIGSEGV (signal 11, a segmentation fault)', 11) or ('exited with code 1', None)."""
-    if status is not None and os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
+def _describe_death(code: int | None) -> tuple[str, int | None]:
+    """('died of SIGSEGV (signal 11, a segmentation fault)', 11) or ('exited with code 1', None), from a return code."""
+    if code is not None and code < 0:
+        number = -code
         try:
             sig = signal.Signals(number)
             name = sig.name
@@ -319,8 +333,8 @@ def _describe_death(status: int | None) -> tuple[str, int | None]:
             sig, name = None, f"signal {number}"
         words = _SIGNAL_WORDS.get(sig)
         return f"died of {name} (signal {number}{', ' + words if words else ''})", number
-    if status is not None and os.WIFEXITED(status):
-        return f"exited with code {os.WEXITSTATUS(status)}", None
+    if code is not None:
+        return f"exited with code {code}", None
     return "ended", None
 
 
@@ -357,10 +371,17 @@ def _relog(payload: bytes) -> None:
     logging.getLogger(record.name).handle(record)
 
 
-def _run_in_child(example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any]:
-    """Streams `example_fn(record)`'s items from a child; a child that dies raises DecoderCrash naming the file."""
+def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any]:
+    """Streams `example_fn(record)`'s items from a child; a child that dies raises DecoderCrash naming the file.
+
+    `functions`: the pickled `(setup, example_fn)`, made once per `InChild`.
+    """
     path = example_io.source_file(record)
-    request = pickle.dumps((example_fn, record), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # pylint: disable=broad-except  (e.g. a record holding a lambda: cloudpickle takes it by value)
+        pickled = cloudpickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+    request = b"".join((_SIZE.pack(len(functions)), functions, pickled))
     child = _take()
     if child is None:
         yield from example_fn(record)
@@ -391,7 +412,7 @@ def _run_in_child(example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any
                 finished = True
                 raise _raised_again(payload)
     finally:
-        if child.pid:
+        if child.alive:
             if finished:
                 _give_back(child)
             else:  # left mid-stream (the consumer stopped, or the worker was interrupted): the pipe is out of step
@@ -401,16 +422,29 @@ def _run_in_child(example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any
 class InChild:
     """An example function that runs `example_fn` in a child process the worker can lose (see the module docstring).
 
-    Picklable (Beam ships it to the workers); the child is made in the worker on first use.
+    `setup` functions run once in each child before its first source (what a Beam worker's setup does
+    for the worker, e.g. `video.single_threaded_opencv`). Picklable (Beam ships it to the workers);
+    the child is started in the worker on first use.
     """
 
-    def __init__(self, example_fn: example_io.ExampleFn):
+    def __init__(self, example_fn: example_io.ExampleFn, *, setup: Sequence[Callable[[], None]] = ()):
         self.example_fn = example_fn
+        self.setup = tuple(setup)
+        self._functions: bytes | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"example_fn": self.example_fn, "setup": self.setup}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["example_fn"], setup=state["setup"])
 
     def __call__(self, record: Any) -> Iterator[Any]:
         if _in_child or not decode_in_child():
             return iter(self.example_fn(record))
-        return _run_in_child(self.example_fn, record)
+        if self._functions is None:
+            # cloudpickle, as Beam ships functions: a function of a script's __main__ travels by value.
+            self._functions = cloudpickle.dumps((self.setup, self.example_fn), protocol=pickle.HIGHEST_PROTOCOL)
+        return _run_in_child(self._functions, self.example_fn, record)
 
     def __repr__(self) -> str:
         return f"InChild({self.example_fn!r})"

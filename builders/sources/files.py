@@ -39,7 +39,6 @@ from typing import IO, Any, Callable, Iterator, TypeVar
 
 import fsspec
 
-from vidvol.core import tfds_api
 from vidvol.core.urls import is_url, scheme, split_url
 
 logger = logging.getLogger(__name__)
@@ -555,6 +554,8 @@ def manual_dir(dl_manager: Any) -> str:
     checks it through fsspec and names what is missing). TFDS itself only accepts URL schemes
     epath knows (s3://, gs://, az://, hf://); the layout functions take any fsspec URL.
     """
+    from vidvol.core import tfds_api  # pylint: disable=import-outside-toplevel  (TensorFlow: not for the decoding child)
+
     given = tfds_api.given_manual_dir(dl_manager)
     if given is not None and is_url(given):
         return given.rstrip("/")

@@ -95,7 +95,11 @@ The fire-test recordings and their calorimetry (heat release rate) are user-supp
         # child process the worker can lose (`isolation.InChild`): a decoder crash is that experiment's skip.
         sources = [(shown(e.name), _source(e)) for e in experiments]
         return dataset_builder.ExamplesFromSources(
-            sources, isolation.InChild(functools.partial(frame_series.series_example, spec=self.builder_config.window_spec)),
+            sources,
+            isolation.InChild(
+                functools.partial(frame_series.series_example, spec=self.builder_config.window_spec),
+                setup=[video.single_threaded_opencv],
+            ),
             worker_setup=[video.single_threaded_opencv],
         )
 

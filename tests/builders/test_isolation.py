@@ -3,12 +3,10 @@ file; items, skips, errors and log lines come back as they would in the worker; 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
 
-import cv2
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -18,44 +16,9 @@ from vidvol import samples
 from vidvol.builders import dataset_builder
 from vidvol.builders import example_io
 from vidvol.builders import isolation
-from vidvol.builders.transforms import video
 from vidvol.builders.writer import skip_report
 
-LATIN1 = os.fsdecode(b"caf\xe9.avi")
-
-
-@dataclasses.dataclass(frozen=True)
-class Rec:
-    """A source record naming its file (as the real ones do: `path`)."""
-
-    path: str
-    what: str = "ok"
-
-
-def opencv_directly(rec: Rec):
-    """Probes with OpenCV given the path as it is: a name that is not UTF-8 segfaults OpenCV (a real crash)."""
-    cap = cv2.VideoCapture(rec.path, cv2.CAP_FFMPEG)  # no safe name here, on purpose
-    frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-    cap.release()
-    yield os.path.basename(rec.path), {"x": np.full((4,), frames, np.int64), "name": os.path.basename(rec.path)}
-
-
-def behaving(rec: Rec):
-    """Items, a masked part, an input error, a bug, a log line or MemoryError, as `rec.what` says."""
-    logging.getLogger("vidvol.test_isolation").warning("working on %s (pid %d)", rec.path, os.getpid())
-    if rec.what == "bad":
-        raise video.VideoDecodeError(f"{rec.path}: not a video")
-    if rec.what == "bug":
-        raise KeyError("a bug, not an input")
-    if rec.what == "memory":
-        np.zeros((2**40, 2**20), np.uint8)  # a real MemoryError: numpy cannot allocate an exbibyte
-    if rec.what == "cv2":
-        cv2.resize(np.zeros((0, 0), np.uint8), (4, 4))  # cv2.error: a decoding library's own error
-    if rec.what == "crash":
-        os.kill(os.getpid(), 11)  # a segfault, as a decoder would die of one
-    yield example_io.Skip(source=f"{rec.path}#3", reason="frame 3 unreadable", example=rec.path)
-    yield rec.path, {"pid": os.getpid()}
-    yield rec.path + "/2", {"pid": os.getpid()}
+from decoding_cases import LATIN1, Rec, behaving, opencv_directly
 
 
 def run(fn, rec: Rec):
@@ -98,6 +61,23 @@ def test_a_consumer_that_stops_early_leaves_no_child_out_of_step():
     next(gen)
     gen.close()  # the child was still sending: it is ended, not reused out of step
     assert [type(i).__name__ for i in run(behaving, Rec("b.avi"))] == ["Skip", "tuple", "tuple"]
+
+
+def test_a_child_killed_while_idle_is_not_blamed_on_the_next_source():
+    run(behaving, Rec("a.avi"))
+    for child in list(isolation._idle):  # pylint: disable=protected-access
+        child.process.kill()  # from outside, between two sources
+        child.process.wait()
+    assert [type(i).__name__ for i in run(behaving, Rec("b.avi"))] == ["Skip", "tuple", "tuple"]
+
+
+def test_a_worker_that_cannot_start_a_child_decodes_itself_and_says_so(monkeypatch, caplog):
+    isolation._end_all()  # pylint: disable=protected-access  (no idle child to reuse)
+    monkeypatch.setattr(isolation.sys, "executable", "/bin/false")  # a real process that exits at once
+    monkeypatch.setattr(isolation, "_start_failed", False)
+    items = run(behaving, Rec("a.avi"))
+    assert items[1][1]["pid"] == os.getpid()
+    assert "cannot start a decoding child process (the decoding child process exited with code 1" in caplog.text
 
 
 def test_off_switch_runs_in_the_worker(monkeypatch):
