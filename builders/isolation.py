@@ -366,9 +366,12 @@ def _raised_again(payload: bytes) -> BaseException:
 
 
 def _relog(payload: bytes) -> None:
-    fields = pickle.loads(payload)
-    record = logging.makeLogRecord(fields)
-    logging.getLogger(record.name).handle(record)
+    """A log record of the child, logged here (so it reaches the build log); a broken one is dropped."""
+    try:
+        record = logging.makeLogRecord(pickle.loads(payload))
+        logging.getLogger(record.name).handle(record)
+    except Exception:  # pylint: disable=broad-except  (a log line is never worth the source)
+        pass
 
 
 def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any]:

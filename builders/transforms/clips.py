@@ -146,6 +146,10 @@ def _range_indices(path: str, info: video.VideoInfo, spec: ClipSpec, first: int,
 def clip_example(source: ClipSource, spec: ClipSpec) -> Iterator[tuple[str, dict[str, Any]]]:
     """Decodes one video in a single sequential pass and yields its (key, example).
 
+    Only the kept frames are held (every-frame clips: each encoded as it is decoded). A second pass
+    happens only when the container says nothing of its length (a counting pass first) or claims
+    more frames than it has (the sample is taken again over the real length).
+
     A URL source is fetched into a local temporary file, deleted once the frames are decoded.
     With `source.start`/`end` the clip is cut out of the video: frames whose timestamps lie in
     [start, end) are sampled like a whole video's, the pass stops at `end`, and `num_frames` is

@@ -343,8 +343,8 @@ def decode_frames(
     resized immediately to ``size`` = (height, width) with :func:`frame_ops.resize_frame`. Timestamps are
     the decoder's positions when finite and increasing, else ``index / fps`` (NaN without fps).
     With ``encode`` each kept frame is encoded at once (``encode(rgb) -> bytes``) into ``encoded``
-    and only those bytes are held: every frame of a long video, kept compressed.
-    Memory holds the kept frames only, whatever frame count the container claims.
+    and only those bytes are held: every frame of a long video, kept compressed. Nothing is sized
+    by the frame count the container claims.
     """
     path = os.fspath(path)
     if files.is_url(path):  # OpenCV needs a local file: fetch one for this call
@@ -369,14 +369,11 @@ def decode_frames(
     # With a few known indices the output is preallocated once, so only one copy of the frames is held.
     preallocate = wanted is not None and encode is None and len(wanted) <= PREALLOCATE_MAX_FRAMES
     buffer: list[np.ndarray | None] = [None]
-    frame_shape: list[tuple[int, ...] | None] = [None]
 
     def on_frame(index: int, bgr: np.ndarray, pos_msec: float) -> None:
         rgb = _to_rgb(bgr)
         if size is not None:
             rgb = frame_ops.resize_frame(rgb, size, mode=resize_mode)
-        if frame_shape[0] is None:
-            frame_shape[0] = rgb.shape
         if encode is not None:
             kept_encoded.append(encode(rgb))
         elif not preallocate:
@@ -406,7 +403,7 @@ def decode_frames(
         if frames is not None and n < len(frames):
             frames = frames[:n].copy()  # only when wanted frames lie past the real end
     if frames is None:
-        height, width = size if size is not None else (frame_shape[0] or (info.height, info.width))[:2]
+        height, width = size if size is not None else (info.height, info.width)
         frames = np.zeros((0, height, width, 3), dtype=np.uint8)
     index_array = np.asarray(kept_indices, dtype=np.int64)
     return DecodedFrames(
