@@ -114,7 +114,7 @@ def _median_overhead(values: list[float], base: list[float]) -> float:
 def measure(paths: list[str], rounds: int) -> dict:
     """Per round, each mode's wall and CPU seconds (this process + its decoding children) over all clips."""
     names = list(MODES)
-    for path in paths[:3]:  # warm up every mode (the child's fork, the decoders' first use)
+    for path in paths[:3]:  # warm up every mode (the child's start, the decoders' first use)
         for name in names:
             MODES[name](path)
     wall = {name: [] for name in names}
