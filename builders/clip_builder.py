@@ -16,6 +16,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
+from vidvol.builders import isolation
 from vidvol.builders.transforms import clips
 from vidvol.builders.transforms import video
 from vidvol.core import features as vfeatures
@@ -132,8 +133,16 @@ class ClipBuilder(configs.NamedConfigs, dataset_builder.StreamingBeamBuilder, sk
         return frames * per_frame
 
     def _clip_examples(self, sources: Sequence[tuple[str, clips.ClipSource]]) -> dataset_builder.ExamplesFromSources:
-        """`(source id, clips.ClipSource)` pairs -> the split's examples, one video decoded per Beam element."""
+        """`(source id, clips.ClipSource)` pairs -> the split's examples, one video decoded per Beam element.
+
+        Each video is decoded in a child process the worker can lose (`isolation.InChild`): a decoder
+        that crashes on a damaged file is that file's skip, not a dead build.
+        """
         return dataset_builder.ExamplesFromSources(
-            sources, functools.partial(clips.clip_example, spec=self.builder_config.clip_spec),
+            sources,
+            isolation.InChild(
+                functools.partial(clips.clip_example, spec=self.builder_config.clip_spec),
+                setup=[video.single_threaded_opencv],
+            ),
             worker_setup=[video.single_threaded_opencv],
         )

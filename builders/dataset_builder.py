@@ -121,7 +121,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
       `example_fn(record)` yields `(key, example)` pairs or `Skip`s. That is what lets shards be
       planned before anything is decoded; anything else raises TypeError naming the split.
     - `example_fn` raises ValueError/OSError/EOFError for a bad input: it becomes a skip in
-      `skip_report.json`; any other exception fails the build.
+      `skip_report.json`, and so do MemoryError and what a decoding library raises
+      (`example_io.is_input_error`); any other exception fails the build. Wrapped in
+      `isolation.InChild`, it runs in a child process, so a decoder crash is a skip too.
     - Optionally `_estimated_example_bytes()` (shard sizing) and a `max_shard_size` config field.
 
     The build honours TFDS's `file_format` (tfrecord or array_record, see `check_file_format`),

@@ -41,7 +41,6 @@ from typing import IO, Any, Callable, Iterator, TypeVar
 import fsspec
 
 from vidvol.core import redact
-from vidvol.core import tfds_api
 from vidvol.core.urls import is_url, scheme, split_url
 
 logger = logging.getLogger(__name__)
@@ -526,6 +525,37 @@ def local_copy(path: str, retries: int = RETRIES) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def utf8_path(path: str) -> Iterator[str]:
+    """A name C libraries can open a local file by: `path` itself when it is UTF-8, else an ASCII-named link to it.
+
+    OpenCV takes a file name as UTF-8 text, and one that is not (a name `os.fsdecode` gave
+    surrogates, e.g. Latin-1 `caf\\xe9.mp4`) crashes it. The link (a symlink, else a hard link) lives in
+    a fresh temporary folder, removed on exit; it keeps the name's suffix when that is ASCII.
+    """
+    path = os.fspath(path)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield path
+        return
+    suffix = os.path.splitext(path)[1]
+    if not (suffix.isascii() and suffix.isprintable() and len(suffix) <= 16):
+        suffix = ""
+    folder = tempfile.mkdtemp(prefix="vidvol-name-")
+    link = os.path.join(folder, "input" + suffix)
+    try:
+        try:
+            os.symlink(os.path.abspath(path), link)
+        except OSError:
+            os.link(path, link)
+        yield link
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Builder-side helpers
 # --------------------------------------------------------------------------------------------
@@ -539,6 +569,8 @@ def manual_dir(dl_manager: Any) -> str:
     checks it through fsspec and names what is missing). TFDS itself only accepts URL schemes
     epath knows (s3://, gs://, az://, hf://); the layout functions take any fsspec URL.
     """
+    from vidvol.core import tfds_api  # pylint: disable=import-outside-toplevel  (TensorFlow: not for the decoding child)
+
     given = tfds_api.given_manual_dir(dl_manager)
     if given is not None and is_url(given):
         return given.rstrip("/")

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files
+from vidvol.core.names import name_bytes
 
 # Containers OpenCV's bundled FFmpeg decodes.
 VIDEO_EXTENSIONS = (".avi", ".mp4", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg")
@@ -134,13 +135,17 @@ def check_classes(entries: Iterable[SplitEntry], located: Mapping[str, str]) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def hash_fraction(identity: str) -> float:
-    """A stable number in [0, 1) from the SHA-256 of `identity` (same on every machine and run)."""
-    digest = hashlib.sha256(identity.encode("utf-8")).digest()
+def hash_fraction(identity: str | bytes) -> float:
+    """A stable number in [0, 1) from the SHA-256 of `identity`'s bytes (same on every machine and run).
+
+    A name that is not UTF-8 (`os.fsdecode`'s surrogates) hashes as its bytes (`vidvol.core.names.name_bytes`);
+    a UTF-8 one as its UTF-8 encoding, as it always did.
+    """
+    digest = hashlib.sha256(name_bytes(identity)).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def hashed_split(identity: str, fractions: Mapping[str, float]) -> str:
+def hashed_split(identity: str | bytes, fractions: Mapping[str, float]) -> str:
     """The split `identity` falls into: fractions taken in order as consecutive slices of [0, 1)."""
     x = hash_fraction(identity)
     bound = 0.0

@@ -8,6 +8,7 @@ named geometries, features, the builder base) is `vidvol.builders.clip_builder`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Iterator, Mapping
 
@@ -67,12 +68,40 @@ class ClipSource:
 
 
 def sample_indices(path: str, info: video.VideoInfo, spec: ClipSpec) -> np.ndarray | None:
-    """Source frame indices to keep (None = all frames)."""
-    if spec.num_frames is None or info.num_frames <= 0:
+    """Source frame indices to keep (None = all frames).
+
+    A container that reports no frame count is counted in a first pass that keeps nothing, so that
+    only the sampled frames are ever held, however long the video.
+    """
+    if spec.num_frames is None:
         return None
     if spec.sampling == "motion":
         return video.motion_indices(path, spec.num_frames, info=info, timeout_s=spec.timeout_s)
-    return video.uniform_indices(info.num_frames, spec.num_frames)
+    num_frames = info.num_frames if info.num_frames > 0 else video.count_frames(path, timeout_s=spec.timeout_s)
+    return video.uniform_indices(num_frames, spec.num_frames)
+
+
+def _resampled(path: str, info: video.VideoInfo, spec: ClipSpec, indices: np.ndarray | None,
+               decoded: video.DecodedFrames) -> tuple[np.ndarray | None, video.DecodedFrames]:
+    """A header that claimed more frames than the video has (a million, say) sampled past the real end:
+    sample again over the real length, in a second pass. Returns the indices and frames kept."""
+    if indices is None or spec.sampling != "uniform" or decoded.num_decoded >= info.num_frames:
+        return indices, decoded
+    real = video.uniform_indices(decoded.num_decoded, spec.num_frames)
+    if np.array_equal(real, decoded.indices):
+        return indices, decoded
+    del decoded  # only the second pass's frames are held
+    again = video.decode_frames(
+        path, real, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s,
+    )
+    return real, again
+
+
+def _frame_encoder(spec: ClipSpec):
+    """Every-frame clips (variable length) keep each frame encoded as it is decoded: never the raw video."""
+    if spec.num_frames is not None:
+        return None
+    return functools.partial(frame_ops.encode_frame, image_format=spec.image_format, quality=spec.quality)
 
 
 def frame_range(start: float, end: float, fps: float) -> tuple[int, int]:
@@ -117,6 +146,10 @@ def _range_indices(path: str, info: video.VideoInfo, spec: ClipSpec, first: int,
 def clip_example(source: ClipSource, spec: ClipSpec) -> Iterator[tuple[str, dict[str, Any]]]:
     """Decodes one video in a single sequential pass and yields its (key, example).
 
+    Only the kept frames are held (every-frame clips: each encoded as it is decoded). A second pass
+    happens only when the container says nothing of its length (a counting pass first) or claims
+    more frames than it has (the sample is taken again over the real length).
+
     A URL source is fetched into a local temporary file, deleted once the frames are decoded.
     With `source.start`/`end` the clip is cut out of the video: frames whose timestamps lie in
     [start, end) are sampled like a whole video's, the pass stops at `end`, and `num_frames` is
@@ -145,31 +178,34 @@ def clip_example(source: ClipSource, spec: ClipSpec) -> Iterator[tuple[str, dict
             indices = _range_indices(path, info, spec, first, last)
             decoded = video.decode_frames(
                 path, indices, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s,
-                stop_at=stop,
+                stop_at=stop, encode=_frame_encoder(spec),
             )
             _check_range_in_video(source, first, stop, decoded.num_decoded, info.fps)
             num_frames = min(stop, decoded.num_decoded) - first
         else:
             indices = sample_indices(path, info, spec)
             decoded = video.decode_frames(
-                path, indices, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s
+                path, indices, size=(spec.height, spec.width), resize_mode=spec.resize_mode, timeout_s=spec.timeout_s,
+                encode=_frame_encoder(spec),
             )
+            indices, decoded = _resampled(path, info, spec, indices, decoded)
             num_frames = decoded.num_decoded
-    frames, kept = decoded.frames, decoded.indices
-    if spec.num_frames is not None and indices is None and len(frames) > spec.num_frames:
-        # Container gave no frame count: sample after the pass (frames are already reduced in size).
-        pick = video.uniform_indices(len(frames), spec.num_frames)
-        frames, kept = frames[pick], kept[pick]
-    length = spec.num_frames if spec.num_frames is not None else len(frames)
-    clip, mask = frame_ops.pad_and_mask(frames, length, frame_shape=(spec.height, spec.width, 3))
+    kept = decoded.indices
+    if decoded.encoded is not None:  # every frame, already encoded one by one as it was decoded
+        length = len(decoded.encoded)
+        stored, mask = decoded.encoded, np.ones((length,), np.uint8)
+    else:
+        length = spec.num_frames if spec.num_frames is not None else len(decoded.frames)
+        clip, mask = frame_ops.pad_and_mask(decoded.frames, length, frame_shape=(spec.height, spec.width, 3))
+        # Raw storage: the uint8 clip itself (TFDS's Tensor feature writes its bytes); else one image per frame.
+        stored = clip if spec.image_format == "raw" else frame_ops.encode_frames(
+            clip, image_format=spec.image_format, quality=spec.quality
+        )
     frame_indices = np.full((length,), -1, np.int32)
     frame_indices[: len(kept)] = kept
     yield source.key, {
         **source.features,
-        # Raw storage: the uint8 clip itself (TFDS's Tensor feature writes its bytes); else one image per frame.
-        "video": clip if spec.image_format == "raw" else frame_ops.encode_frames(
-            clip, image_format=spec.image_format, quality=spec.quality
-        ),
+        "video": stored,
         "mask": mask,
         "frame_indices": frame_indices,
         "num_frames": np.int32(num_frames),

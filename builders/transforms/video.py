@@ -37,6 +37,7 @@ __all__ = [
     "VideoDecodeError",
     "VideoInfo",
     "VideoNotFoundError",
+    "count_frames",
     "decode_frames",
     "motion_indices",
     "probe_video",
@@ -50,6 +51,9 @@ MAX_SANE_FPS = 1000.0
 DEFAULT_MAX_FRAMES_UNKNOWN = 100_000
 # Width of the grayscale thumbnails that motion_indices compares.
 MOTION_THUMB_WIDTH = 64
+# decode_frames preallocates its output for at most this many wanted frames; more (a caller's long range
+# sized by a header that may lie) grow with the frames actually decoded.
+PREALLOCATE_MAX_FRAMES = 1024
 
 
 class VideoDecodeError(ValueError):
@@ -82,11 +86,12 @@ class VideoInfo:
 class DecodedFrames:
     """Frames kept from one sequential decoding pass, with where and when each came from."""
 
-    frames: np.ndarray  # (n, H, W, 3) uint8 RGB
+    frames: np.ndarray  # (n, H, W, 3) uint8 RGB; (0, H, W, 3) when the frames were encoded instead
     indices: np.ndarray  # (n,) int64 source frame index of each frame, increasing
     timestamps: np.ndarray  # (n,) float64 seconds from video start
     num_decoded: int  # frames grabbed from the source: the real length of the video
     fps: float  # container frame rate, 0.0 if unknown
+    encoded: list[bytes] | None = None  # with `decode_frames(encode=...)`: each kept frame, encoded as it came
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,10 +140,13 @@ def _open_capture(path: str, timeout_s: float | None = None) -> cv2.VideoCapture
         # Lets FFmpeg's interrupt callback abort a read that blocks inside the demuxer.
         timeout_ms = int(min(timeout_s * 1000.0, 2**31 - 1))
         params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, timeout_ms, cv2.CAP_PROP_READ_TIMEOUT_MSEC, timeout_ms]
-    cap = cv2.VideoCapture(path, cv2.CAP_FFMPEG, params)
-    if not cap.isOpened():
-        cap.release()
-        cap = cv2.VideoCapture(path, cv2.CAP_ANY)
+    # OpenCV takes the name as UTF-8: a name that is not (Latin-1 `caf\xe9.mp4`) is opened through an ASCII link,
+    # which may go once the file is open (FFmpeg holds the file itself).
+    with files.utf8_path(path) as openable:
+        cap = cv2.VideoCapture(openable, cv2.CAP_FFMPEG, params)
+        if not cap.isOpened():
+            cap.release()
+            cap = cv2.VideoCapture(openable, cv2.CAP_ANY)
     if not cap.isOpened():
         cap.release()
         raise VideoDecodeError(f"{path}: OpenCV cannot open this file as a video (not a video, or damaged)")
@@ -322,6 +330,7 @@ def decode_frames(
     max_frames: int | None = None,
     timeout_s: float = 120.0,
     stop_at: int | None = None,
+    encode: Callable[[np.ndarray], bytes] | None = None,
 ) -> DecodedFrames:
     """Decode the wanted frames of a video in one sequential pass, as RGB, optionally resized.
 
@@ -333,6 +342,9 @@ def decode_frames(
     is ``min(real length, stop_at)``. Each kept frame is
     resized immediately to ``size`` = (height, width) with :func:`frame_ops.resize_frame`. Timestamps are
     the decoder's positions when finite and increasing, else ``index / fps`` (NaN without fps).
+    With ``encode`` each kept frame is encoded at once (``encode(rgb) -> bytes``) into ``encoded``
+    and only those bytes are held: every frame of a long video, kept compressed. Nothing is sized
+    by the frame count the container claims.
     """
     path = os.fspath(path)
     if files.is_url(path):  # OpenCV needs a local file: fetch one for this call
@@ -340,7 +352,7 @@ def decode_frames(
         with files.local_copy(path) as local:
             return decode_frames(
                 local, indices, size=size, resize_mode=resize_mode, max_frames=max_frames, timeout_s=timeout_s,
-                stop_at=stop_at,
+                stop_at=stop_at, encode=encode,
             )
     if resize_mode not in frame_ops.RESIZE_MODES:
         raise ValueError(f"resize_mode must be one of {frame_ops.RESIZE_MODES}, got {resize_mode!r}")
@@ -353,14 +365,18 @@ def decode_frames(
     kept_indices: list[int] = []
     kept_pos: list[float] = []
     kept_frames: list[np.ndarray] = []
-    # With known indices the output is preallocated once, so only one copy of the frames is held.
+    kept_encoded: list[bytes] = []
+    # With a few known indices the output is preallocated once, so only one copy of the frames is held.
+    preallocate = wanted is not None and encode is None and len(wanted) <= PREALLOCATE_MAX_FRAMES
     buffer: list[np.ndarray | None] = [None]
 
     def on_frame(index: int, bgr: np.ndarray, pos_msec: float) -> None:
         rgb = _to_rgb(bgr)
         if size is not None:
             rgb = frame_ops.resize_frame(rgb, size, mode=resize_mode)
-        if wanted is None:
+        if encode is not None:
+            kept_encoded.append(encode(rgb))
+        elif not preallocate:
             kept_frames.append(rgb)
         else:
             if buffer[0] is None:
@@ -377,7 +393,7 @@ def decode_frames(
     num_decoded, info = _scan(path, wanted, on_frame, max_frames=max_frames, timeout_s=timeout_s, stop_at=stop_at)
 
     n = len(kept_indices)
-    if wanted is None:
+    if not preallocate:
         if kept_frames and any(f.shape != kept_frames[0].shape for f in kept_frames):
             raise VideoDecodeError(f"{path}: frame size changes within the stream; pass size= to resize")
         frames = np.stack(kept_frames) if kept_frames else None
@@ -396,7 +412,13 @@ def decode_frames(
         timestamps=_timestamps(kept_pos, index_array, info.fps),
         num_decoded=num_decoded,
         fps=info.fps,
+        encoded=kept_encoded if encode is not None else None,
     )
+
+
+def count_frames(path: str, *, timeout_s: float = 120.0) -> int:
+    """The real length of a video: one pass that grabs every frame and keeps none (for containers with no count)."""
+    return decode_frames(path, [], timeout_s=timeout_s).num_decoded
 
 
 # --------------------------------------------------------------------------------------------

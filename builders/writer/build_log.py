@@ -41,6 +41,7 @@ from typing import Iterator, Sequence, TextIO
 
 from vidvol.builders.writer import progress
 from vidvol.core import redact
+from vidvol.core.names import NAMES_ERRORS  # file names that are not UTF-8 as `caf\xe9`, as everywhere vidvol writes one
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def _terminal_stream() -> tuple[TextIO | None, bool]:
         return err, False
     err.flush()
     encoding = getattr(err, "encoding", None) or "utf-8"
-    return os.fdopen(os.dup(2), "w", buffering=1, encoding=encoding, errors="backslashreplace"), True
+    return os.fdopen(os.dup(2), "w", buffering=1, encoding=encoding, errors=NAMES_ERRORS), True
 
 
 class Session:
@@ -210,7 +211,7 @@ class Session:
     def _start_quiet(self) -> None:
         assert self.log_path is not None
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        self._log = open(self.log_path, "a", buffering=1, encoding="utf-8", errors="backslashreplace")  # pylint: disable=consider-using-with
+        self._log = open(self.log_path, "a", buffering=1, encoding="utf-8", errors=NAMES_ERRORS)  # pylint: disable=consider-using-with
         self._log.write(f"=== vidvol build of {self.title}, {datetime.datetime.now().isoformat(timespec='seconds')}, "
                         f"pid {os.getpid()}: {redact.text(' '.join(sys.argv))}\n")
         self.terminal, self._owns_terminal = _terminal_stream()

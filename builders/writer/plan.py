@@ -19,6 +19,7 @@ import cloudpickle
 import tensorflow as tf
 
 from vidvol.builders.example_io import Source
+from vidvol.core import names
 
 DEFAULT_MAX_SHARD_SIZE = 256 * 2**20
 DEFAULT_MIN_SHARDS = 4
@@ -83,7 +84,7 @@ def stable_order(sources: Sequence[Source], salt: str) -> list[Source]:
     """Sources in a pseudo-random but reproducible order (mixes classes across shards)."""
 
     def key(source: Source) -> bytes:
-        return hashlib.sha256(f"{salt}/{source[0]}".encode()).digest()
+        return hashlib.sha256(names.name_bytes(f"{salt}/{source[0]}")).digest()  # any name: its bytes
 
     ids = [s[0] for s in sources]
     dupes = [k for k, n in collections.Counter(ids).items() if n > 1]

@@ -200,8 +200,17 @@ class WriteShardFn(beam.DoFn):
                     key, example = item
                     # The bytes of TFDS's tf.train.Example with deterministic map order (the same input
                     # gives the same bytes in every process), written in one join (example_bytes).
-                    record = self._serializer(example)
+                    try:
+                        record = self._serializer(example)
+                    except MemoryError:  # this example does not fit once serialized: its skip, not a failed build
+                        record = None
                     del example
+                    if record is None:
+                        skips.append(Skip(
+                            source=source[0], split=task.split,
+                            reason=f"MemoryError: its example {key!r} is too large to serialize in this worker's memory",
+                        ).as_dict())
+                        continue
                     keys.append(str(key))
                     sizes.append(len(record))
                     yield str(key), record

@@ -10,10 +10,12 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
+from vidvol.builders import isolation
 from vidvol.builders.sources import files
 from vidvol.builders.transforms import frame_series
 from vidvol.builders.transforms import video
 from vidvol.core import features as vfeatures
+from vidvol.core.names import shown
 from vidvol.datasets.fire_hrr import layout
 
 
@@ -89,20 +91,28 @@ The fire-test recordings and their calorimetry (heat release rate) are user-supp
         return {split: self._generate_examples(experiments) for split, experiments in found.splits().items()}
 
     def _generate_examples(self, experiments):
-        sources = [(e.name, _source(e)) for e in experiments]
+        # Names as written (`caf\xe9` for a file name that is not UTF-8); each experiment decoded in a
+        # child process the worker can lose (`isolation.InChild`): a decoder crash is that experiment's skip.
+        sources = [(shown(e.name), _source(e)) for e in experiments]
         return dataset_builder.ExamplesFromSources(
-            sources, functools.partial(frame_series.series_example, spec=self.builder_config.window_spec),
+            sources,
+            isolation.InChild(
+                functools.partial(frame_series.series_example, spec=self.builder_config.window_spec),
+                setup=[video.single_threaded_opencv],
+            ),
             worker_setup=[video.single_threaded_opencv],
         )
 
 
 def _source(e: layout.FrameExperiment | layout.VideoExperiment):
     """The stage's source record for one experiment."""
+    name = shown(e.name)
     if isinstance(e, layout.VideoExperiment):
         return frame_series.VideoSeriesSource(
-            key=e.name, video=e.video, series_times=e.time, series_values=e.hrr, name=e.video_name,
-            series_origin=e.series_path or f"{e.name}.csv", features={"experiment": e.name},
+            key=name, video=e.video, series_times=e.time, series_values=e.hrr, name=shown(e.video_name),
+            series_origin=e.series_path or f"{name}.csv", features={"experiment": name},
         )
     return frame_series.FrameSeriesSource(
-        key=e.name, frames=e.paths, targets=e.hrr, times=e.time, names=e.frames, features={"experiment": e.name},
+        key=name, frames=e.paths, targets=e.hrr, times=e.time, names=tuple(shown(f) for f in e.frames),
+        features={"experiment": name},
     )

@@ -35,6 +35,7 @@ from vidvol.builders.sources.labels import HMDB_SPLIT_FILE_RE, VIDEO_EXTENSIONS,
 from vidvol.builders.sources.labels import check_classes, class_folders_in, hashed_split, is_absolute, is_hidden
 from vidvol.builders.sources.labels import is_video_name, label_names, list_lines, locate_videos, parse_hmdb_split_file
 from vidvol.core import redact
+from vidvol.core.names import name_bytes
 from vidvol.datasets.video_folder.csv_list import has_video_csv_header, read_video_csv
 
 logger = logging.getLogger(__name__)
@@ -350,7 +351,7 @@ def listed_id(manual_dir: str, path: str) -> str:
         rel = None
     if rel is not None and rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
         return posixpath.normpath(rel.replace(os.sep, "/"))
-    digest = hashlib.sha256(path.encode("utf-8")).hexdigest()[:12]
+    digest = hashlib.sha256(name_bytes(path)).hexdigest()[:12]
     return f"external/{digest}/{files.basename(redact.url(path))}"  # no URL secret in a key or video_id
 
 
@@ -364,7 +365,10 @@ class VideoEntry:
     """One example to write: a video (or a clip of one), its label, split, and where it was named."""
 
     path: str  # file to read (path or URL)
-    video_id: str  # the `video_id` feature: `<class>/<file>` or the CSV path
+    # The `video_id` feature: `<class>/<file>` or the CSV path. Names as the filesystem gave them: one that
+    # is not UTF-8 keeps `os.fsdecode`'s surrogates here (split hashing takes its bytes); the builder writes
+    # it, and the label, as `vidvol.core.names.shown` shows them.
+    video_id: str
     label: str
     split: str
     origin: str  # `file:line` of the list or CSV row, or the class folder

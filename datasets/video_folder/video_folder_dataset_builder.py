@@ -13,6 +13,7 @@ from vidvol.builders.sources import files
 from vidvol.builders.transforms import clips
 from vidvol.core import features as vfeatures
 from vidvol.core import tfds_api
+from vidvol.core.names import shown
 from vidvol.datasets.video_folder import layout
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
             {"start": tfds.features.Scalar(dtype=np.float32), "end": tfds.features.Scalar(dtype=np.float32)}
             if collection.has_times else {}
         )
-        label = tfds.features.ClassLabel(names=collection.label_names)
+        # Names that are not UTF-8 (class folders, files) are written as `shown` shows them: `caf\xe9`.
+        label = tfds.features.ClassLabel(names=[shown(n) for n in collection.label_names])
         tfds_api.replace_features(self.info, clip_builder.clip_features(self.builder_config, label, extra))
         logger.info(
             "video_folder: %s; %d labels; %s", collection.layout, len(collection.label_names),
@@ -100,10 +102,11 @@ Config fields (split_set, csv_file, *_fraction, group_regex, geometry) go in
     def _generate_examples(self, entries):
         sources = []
         for e in entries:
-            features = {"label": e.label, "video_id": e.video_id}
+            features = {"label": shown(e.label), "video_id": shown(e.video_id)}
             if e.start is not None:
                 features.update(start=np.float32(e.start), end=np.float32(e.end))
+            key = shown(e.key)
             sources.append(
-                (e.key, clips.ClipSource(path=e.path, key=e.key, features=features, origin=e.origin, start=e.start, end=e.end))
+                (key, clips.ClipSource(path=e.path, key=key, features=features, origin=e.origin, start=e.start, end=e.end))
             )
         return self._clip_examples(sources)

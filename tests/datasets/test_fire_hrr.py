@@ -309,6 +309,20 @@ def test_windows_of_a_long_experiment_lose_no_frame(tmp_path, build_in_process):
     assert skip_report.read_skip_report(builder.data_dir)["skipped"] == []
 
 
+def test_video_form_takes_an_experiment_whose_name_is_not_utf8(tmp_path, build_in_process):
+    """`caf\\xe9.avi` + `caf\\xe9.csv` (Latin-1 bytes): decoded, its experiment named `caf\\xe9` wherever it is written."""
+    manual = tmp_path / "manual"
+    samples.write_fire_hrr_videos(str(manual), experiments=[("cafe", 6), ("plain", 6)], fps=10.0, height=48, width=64)
+    for ext in (".avi", ".csv"):
+        os.rename(manual / f"cafe{ext}", os.path.join(str(manual), os.fsdecode(b"caf\xe9" + ext.encode())))
+    config = fire.FireHrrConfig(name="v8_48x64", max_len=8, height=48, width=64, description="test names")
+    builder = build_in_process(fire.Builder, manual, tmp_path / "out", config=config)
+    examples = _examples(builder)
+    assert sorted(examples) == [("caf\\xe9", 0), ("plain", 0)]
+    assert examples[("caf\\xe9", 0)]["mask"].tolist() == [1] * 6 + [0, 0]
+    assert skip_report.read_skip_report(builder.data_dir)["skipped"] == []
+
+
 def test_video_form_interpolates_and_masks_out_of_range(tmp_path, build_in_process):
     manual = tmp_path / "manual"
     fps = 10.0

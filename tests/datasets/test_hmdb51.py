@@ -132,6 +132,19 @@ def test_class_folders_directly_in_manual_dir(tmp_path):
     assert sorted(found.class_dirs) == list(make_dummy_data.CLASSES)
 
 
+def test_a_file_name_that_is_not_utf8_in_a_class_folder_is_listed_not_fatal(tmp_path):
+    """A Latin-1 name beside the listed videos (the UTF-8 split files cannot name it): located, no error, not written."""
+    manual = _copy_dummy(tmp_path)
+    stray = os.path.join(manual, "hmdb51_org", "catch", os.fsdecode(b"caf\xe9.avi"))
+    shutil.copy(os.path.join(manual, "hmdb51_org", "catch", "catch_clip0_u_nm_np1_fr_med_0.avi"), stray)
+    found = layout.find_layout(manual, str(tmp_path / "x"))
+    located = layout.locate_videos(found)
+    assert located[os.path.basename(stray)] == "catch"
+    entries = layout.split_entries(found, 1)
+    labels.check_classes(entries, located)
+    assert all(e.video.isascii() for e in entries) and len(entries) == 9
+
+
 def test_bad_videos_are_reported_not_lost(tmp_path, build_in_process):
     manual = _copy_dummy(tmp_path)
     org = os.path.join(manual, "hmdb51_org")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import shutil
 
 import cv2
 import numpy as np
 import pytest
 
+import hostile_videos
+from vidvol.builders.transforms import clips
 from vidvol.builders.transforms import frame_ops
 from vidvol.builders.transforms import video
 
@@ -508,3 +512,64 @@ def test_container_with_no_decodable_frame(tmp_path: pathlib.Path) -> None:
     assert pathlib.Path(path).stat().st_size > 0
     with pytest.raises(video.VideoDecodeError, match="no decodable frame"):
         video.decode_frames(path)
+
+
+# ------------------------------------------- headers that lie, containers with no count, names that are not UTF-8
+
+
+def _raw_clip_spec(num_frames: int | None) -> clips.ClipSpec:
+    return clips.ClipSpec(num_frames=num_frames, height=HEIGHT, width=WIDTH, image_format="raw" if num_frames else "png")
+
+
+def _clip(path: pathlib.Path, spec: clips.ClipSpec) -> dict:
+    ((_, example),) = clips.clip_example(clips.ClipSource(path=str(path), key="k", features={}), spec)
+    return example
+
+
+def test_a_header_claiming_a_million_frames_is_sampled_over_the_real_length(media_dir: pathlib.Path) -> None:
+    path = _write_video(media_dir / "claims.avi", [_pattern(i) for i in range(NUM_FRAMES)], "MJPG")
+    hostile_videos.claim_frames(str(path), 1_000_000)
+    assert video.probe_video(str(path)).num_frames == 1_000_000
+    example = _clip(path, _raw_clip_spec(8))
+    expected = video.uniform_indices(NUM_FRAMES, 8)  # over the 40 real frames, not the claimed million
+    assert int(example["num_frames"]) == NUM_FRAMES and example["mask"].tolist() == [1] * 8
+    assert example["frame_indices"].tolist() == expected.tolist()
+    assert [_read_pattern(frame) for frame in example["video"]] == expected.tolist()
+
+
+def test_a_container_with_no_frame_count_is_counted_then_sampled(media_dir: pathlib.Path) -> None:
+    path = media_dir / "stream.mjpeg"  # a raw MJPEG stream: FFmpeg knows no frame count for it
+    with open(path, "wb") as f:
+        for i in range(30):
+            f.write(cv2.imencode(".jpg", _pattern(i))[1].tobytes())
+    assert video.probe_video(str(path)).num_frames == 0
+    example = _clip(path, _raw_clip_spec(8))
+    expected = video.uniform_indices(30, 8)
+    assert int(example["num_frames"]) == 30 and example["frame_indices"].tolist() == expected.tolist()
+    assert [_read_pattern(frame) for frame in example["video"]] == expected.tolist()
+
+
+def test_every_frame_clips_are_encoded_frame_by_frame_into_the_same_bytes(pattern_avi: pathlib.Path) -> None:
+    example = _clip(pattern_avi, _raw_clip_spec(None))
+    decoded = video.decode_frames(str(pattern_avi), size=(HEIGHT, WIDTH))
+    assert example["video"] == frame_ops.encode_frames(decoded.frames, image_format="png")
+    assert example["mask"].tolist() == [1] * NUM_FRAMES and example["frame_indices"].tolist() == list(range(NUM_FRAMES))
+
+
+def test_a_long_list_of_wanted_frames_is_not_preallocated(pattern_avi: pathlib.Path) -> None:
+    wanted = np.arange(0, 5 * video.PREALLOCATE_MAX_FRAMES)  # what a lying header could ask for; 40 exist
+    decoded = video.decode_frames(str(pattern_avi), wanted)
+    assert decoded.frames.shape == (NUM_FRAMES, HEIGHT, WIDTH, 3)
+    assert [_read_pattern(frame) for frame in decoded.frames] == list(range(NUM_FRAMES))
+
+
+def test_a_name_that_is_not_utf8_is_opened_through_an_ascii_link(pattern_avi: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    latin1 = os.path.join(str(tmp_path), os.fsdecode(b"caf\xe9.avi"))
+    shutil.copy(pattern_avi, latin1)
+    assert video.probe_video(latin1).num_frames == NUM_FRAMES  # OpenCV given this name itself would segfault
+    decoded = video.decode_frames(latin1, [3, 5])
+    assert [_read_pattern(frame) for frame in decoded.frames] == [3, 5]
+    with pytest.raises(video.VideoDecodeError, match="caf\udce9.avi: OpenCV cannot open"):  # errors name the file itself
+        with open(latin1, "wb") as f:
+            f.write(b"not a video" * 10)
+        video.probe_video(latin1)

@@ -1,0 +1,453 @@
+"""Example functions run in a child process the Beam worker can lose: a decoder that crashes takes only its source.
+
+A native decoder (OpenCV's FFmpeg, libjpeg, ...) can die on a damaged file of a signal (SIGSEGV,
+SIGABRT, SIGBUS, SIGFPE) that no `except` catches. In the worker it would take every shard that
+worker writes with it, and in an in-process build the driver, leaving its lock and `incomplete.*`
+folder behind. `InChild(example_fn)` is an example function that runs `example_fn(record)` in a
+child process and streams the items back; a child that dies is `DecoderCrash` (an input error, so
+the source's skip, its reason naming the signal and the file) and the next source gets a new child.
+
+The child is a fresh Python (not a fork: a Beam worker runs gRPC and TensorFlow threads, whose
+state a forked child would inherit half-way), started when the worker meets its first source and
+kept for the following ones (renewed after `RECYCLE_AFTER` sources or a crash; not one per
+source). It imports only what the example function needs: the `vidvol` package is entered
+without running its facade (`vidvol/__init__.py`, which loads TensorFlow), until something asks
+the facade for a name. The example function's setup functions (`setup`, e.g. OpenCV's thread
+count) run in it once. Requests and answers are pickles on two pipes: the items, the log records it
+emits (logged again in the worker, so they reach the build log) and the example function's
+exception, raised again in the worker. Its temporary files (URL fetches, safe names for OpenCV)
+live in one folder the worker removes when the child ends, however it ends.
+
+`VIDVOL_DECODE_IN_CHILD=0` runs example functions in the worker itself (e.g. to debug one with
+pdb); so does a platform that is not POSIX, and a worker that cannot start a process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import logging
+import os
+import pickle
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from typing import Any, Callable, Iterator, Sequence
+
+import cloudpickle
+
+from vidvol.builders import example_io
+from vidvol.builders.sources import files
+from vidvol.core.names import shown
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DecoderCrash", "DecoderError", "InChild", "decode_in_child"]
+
+ENV = "VIDVOL_DECODE_IN_CHILD"
+RECYCLE_AFTER = 256  # sources one child serves before a fresh one takes over (whatever the decoders leaked)
+# Signals that mean someone stopped the build (Ctrl-C, a scheduler), not that a decoder crashed.
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+_SIGNAL_WORDS = {
+    signal.SIGSEGV: "a segmentation fault",
+    signal.SIGBUS: "a bus error",
+    signal.SIGABRT: "an abort",
+    signal.SIGFPE: "an arithmetic fault",
+    signal.SIGILL: "an illegal instruction",
+    signal.SIGKILL: "killed: the kernel's out-of-memory killer, or a kill -9",
+}
+_HEADER = struct.Struct("!cQ")  # message kind, payload length
+_SIZE = struct.Struct("!Q")
+_REQUEST, _READY, _ITEM, _LOG, _DONE, _ERROR = b"R", b"Y", b"I", b"L", b"D", b"E"
+
+
+class DecoderCrash(ValueError):
+    """The child decoding a source died of a signal (or exited): the input is damaged or hits a decoder bug."""
+
+
+class DecoderError(ValueError):
+    """An input error in the child whose exception could not travel back, or that only its traceback classified."""
+
+
+class ChildStopped(RuntimeError):
+    """The decoding child was stopped from outside (SIGINT, SIGTERM, SIGHUP): the build stops too."""
+
+
+class ChildStartError(OSError):
+    """A decoding child could not start (its Python failed before serving): the worker decodes inline."""
+
+
+def decode_in_child() -> bool:
+    """Whether example functions wrapped in `InChild` run in a child (`VIDVOL_DECODE_IN_CHILD`, default on)."""
+    off = os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off")
+    return not off and os.name == "posix"
+
+
+# --------------------------------------------------------------------------------------------
+# The child's side
+# --------------------------------------------------------------------------------------------
+
+
+def _send(out: io.BufferedWriter, kind: bytes, payload: bytes = b"") -> None:
+    out.write(_HEADER.pack(kind, len(payload)))
+    out.write(payload)
+    out.flush()
+
+
+def _receive(stream: io.BufferedReader) -> tuple[bytes, bytes] | None:
+    """The next (kind, payload), or None at end of stream (the other side is gone)."""
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return None
+    kind, length = _HEADER.unpack(head)
+    payload = stream.read(length)
+    if len(payload) < length:
+        return None
+    return kind, payload
+
+
+class _PipeLogHandler(logging.Handler):
+    """In the child: each log record, formatted, to the worker."""
+
+    def __init__(self, out: io.BufferedWriter):
+        super().__init__(logging.NOTSET)
+        self.out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields = {k: getattr(record, k, None) for k in (
+                "name", "levelno", "levelname", "pathname", "filename", "module", "lineno", "funcName", "created",
+                "msecs", "relativeCreated",
+            )}
+            fields["msg"] = record.getMessage()
+            fields["args"] = None
+            if record.exc_info:
+                fields["exc_text"] = "".join(traceback.format_exception(*record.exc_info))
+            elif record.exc_text:
+                fields["exc_text"] = record.exc_text
+            _send(self.out, _LOG, pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:  # pylint: disable=broad-except  (a log line is never worth the source)
+            pass
+
+
+def _error_payload(error: BaseException) -> bytes:
+    """What the worker needs to raise `error` again: whether it is an input error, its text, the child's traceback, itself."""
+    text = f"{type(error).__name__}: {error}"
+    tb = "".join(traceback.format_exception(error))
+    try:
+        pickled = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(pickled)
+    except Exception:  # pylint: disable=broad-except  (an exception that cannot travel: its text does)
+        pickled = b""
+    return pickle.dumps((example_io.is_input_error(error), text, tb, pickled), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _serve(requests: io.BufferedReader, replies: io.BufferedWriter) -> None:
+    """The child's loop: run each requested `(function, record)`, stream the answer; return at end of input.
+
+    A request is the pickled `(setup, example_fn)` (the same bytes for every source of a split: its
+    functions are unpickled, and its setup run, once) followed by the pickled record.
+    """
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    root = logging.getLogger()
+    root.handlers = [_PipeLogHandler(replies)]
+    root.setLevel(int(os.environ.get(_LOG_LEVEL_ENV, logging.WARNING)))
+    functions: dict[bytes, Callable[[Any], Any]] = {}
+    while True:
+        message = _receive(requests)
+        if message is None:
+            return
+        try:
+            size = _SIZE.unpack_from(message[1])[0]
+            blob = message[1][_SIZE.size:_SIZE.size + size]
+            example_fn = functions.get(blob)
+            if example_fn is None:
+                setup, example_fn = pickle.loads(blob)
+                for fn in setup:
+                    fn()
+                functions[blob] = example_fn
+            record = pickle.loads(message[1][_SIZE.size + size:])
+            for item in example_fn(record):
+                _send(replies, _ITEM, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+                del item
+        except Exception as e:  # pylint: disable=broad-except  (every error goes back to the worker)
+            payload = _error_payload(e)
+            del e
+            _send(replies, _ERROR, payload)
+        else:
+            _send(replies, _DONE)
+
+
+def _child_main(req_fd: int, rep_fd: int) -> None:
+    """The child's entry (see `_BOOTSTRAP`): serve until the worker closes the pipe."""
+    global _in_child
+    _in_child = True
+    with open(req_fd, "rb") as requests, open(rep_fd, "wb") as replies:
+        _send(replies, _READY)
+        _serve(requests, replies)
+
+
+# The child's first lines: the worker's sys.path; the `vidvol` package entered without its facade, which is
+# loaded (TensorFlow and all) only when something asks it for a name that is not a submodule.
+_BOOTSTRAP = """\
+import importlib, importlib.util, json, os, sys
+sys.path[:] = json.loads(os.environ.pop("VIDVOL_CHILD_SYS_PATH"))
+spec = importlib.util.find_spec("vidvol")
+package = importlib.util.module_from_spec(spec)
+def facade(name, package=package, spec=spec):
+    if importlib.util.find_spec(f"vidvol.{name}") is not None:
+        return importlib.import_module(f"vidvol.{name}")
+    del package.__getattr__
+    spec.loader.exec_module(package)
+    return getattr(package, name)
+package.__getattr__ = facade
+sys.modules["vidvol"] = package
+from vidvol.builders import isolation
+isolation._child_main(int(sys.argv[1]), int(sys.argv[2]))
+"""
+_LOG_LEVEL_ENV = "VIDVOL_CHILD_LOG_LEVEL"
+
+
+# --------------------------------------------------------------------------------------------
+# The worker's side
+# --------------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_idle: list[_Child] = []  # children waiting for their next source, any thread may take one
+_in_child = False  # True in a child: an InChild met there runs inline
+_start_failed = False  # once a child could not start (no memory, process limit), this worker decodes inline
+
+
+class _Child:
+    """One child process and the worker's ends of its pipes."""
+
+    def __init__(self):
+        root = files.fetch_dir()
+        os.makedirs(root, exist_ok=True)
+        self.scratch = tempfile.mkdtemp(prefix="vidvol-decoder-", dir=root)
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = dict(
+            os.environ, VIDVOL_CHILD_SYS_PATH=json.dumps(sys.path), TMPDIR=self.scratch,
+            **{files.FETCH_DIR_ENV: self.scratch, _LOG_LEVEL_ENV: str(logging.getLogger().getEffectiveLevel())},
+        )
+        try:
+            self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(rep_w)],
+                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=env, close_fds=True,
+            )
+        except BaseException:
+            for fd in (req_w, rep_r):
+                os.close(fd)
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self.served = 0
+        self.requests = open(req_w, "wb")  # pylint: disable=consider-using-with
+        self.replies = open(rep_r, "rb")  # pylint: disable=consider-using-with
+        ready = _receive(self.replies)
+        if ready is None or ready[0] != _READY:
+            how, _ = _describe_death(self.end(kill=True))
+            raise ChildStartError(f"the decoding child process {how} before it could serve (its error, if any, "
+                                  "is on this process's stderr or in the build log)")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    def end(self, *, kill: bool = False) -> int | None:
+        """Closes the pipes and reaps the child (killed first when `kill`); its return code (-N: signal N)."""
+        for stream in (self.requests, self.replies):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if kill and self.process.returncode is None:
+            try:
+                self.process.kill()
+            except ProcessLookupError:
+                pass
+        code = self.process.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        return code
+
+
+def _take() -> _Child | None:
+    """An idle child, else a new one; None when this worker cannot start one (then it decodes inline)."""
+    global _start_failed
+    while True:
+        with _lock:
+            child = _idle.pop() if _idle else None
+        if child is None:
+            break
+        if child.process.poll() is None:
+            return child
+        child.end()  # died while idle (killed from outside): not the next source's fault
+    if _start_failed:
+        return None
+    try:
+        return _Child()
+    except OSError as e:
+        _start_failed = True
+        logger.warning("cannot start a decoding child process (%s): this worker decodes in its own process, "
+                       "so a decoder crash would take the worker with it", e)
+        return None
+
+
+def _give_back(child: _Child) -> None:
+    if child.served >= RECYCLE_AFTER:
+        child.end()
+        return
+    with _lock:
+        _idle.append(child)
+
+
+@atexit.register
+def _end_all() -> None:
+    """At the worker's exit: every idle child ends (they also end by themselves when the pipe closes)."""
+    if _in_child:
+        return
+    with _lock:
+        children, _idle[:] = list(_idle), []
+    for child in children:
+        child.end()
+
+
+def _describe_death(code: int | None) -> tuple[str, int | None]:
+    """('died of SIGSEGV (signal 11, a segmentation fault)', 11) or ('exited with code 1', None), from a return code."""
+    if code is not None and code < 0:
+        number = -code
+        try:
+            sig = signal.Signals(number)
+            name = sig.name
+        except ValueError:
+            sig, name = None, f"signal {number}"
+        words = _SIGNAL_WORDS.get(sig)
+        return f"died of {name} (signal {number}{', ' + words if words else ''})", number
+    if code is not None:
+        return f"exited with code {code}", None
+    return "ended", None
+
+
+def _crash(child: _Child, path: str) -> BaseException:
+    """The error for a child that ended in the middle of a source: DecoderCrash, or ChildStopped for a stop signal."""
+    how, number = _describe_death(child.end(kill=True))
+    what = shown(path) if path else "this source"
+    if number in _STOP_SIGNALS:
+        return ChildStopped(f"{what}: the process decoding it {how}; the build was stopped from outside")
+    return DecoderCrash(
+        f"{what}: the decoder crashed; the process decoding this file {how}. The file is damaged or hits a "
+        "decoder bug: re-encode it (e.g. `ffmpeg -i IN -c:v libx264 OUT.mp4`) or leave it out"
+    )
+
+
+def _raised_again(payload: bytes) -> BaseException:
+    """The child's exception, as the worker raises it (an input error stays one)."""
+    is_input, text, tb, pickled = pickle.loads(payload)
+    error = None
+    if pickled:
+        try:
+            error = pickle.loads(pickled)
+        except Exception:  # pylint: disable=broad-except
+            error = None
+    if error is None or (is_input and not example_io.is_input_error(error)):
+        error = DecoderError(text) if is_input else RuntimeError(text)
+    error.add_note("raised in the decoding child process:\n" + tb.rstrip())
+    return error
+
+
+def _relog(payload: bytes) -> None:
+    """A log record of the child, logged here (so it reaches the build log); a broken one is dropped."""
+    try:
+        record = logging.makeLogRecord(pickle.loads(payload))
+        logging.getLogger(record.name).handle(record)
+    except Exception:  # pylint: disable=broad-except  (a log line is never worth the source)
+        pass
+
+
+def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any]:
+    """Streams `example_fn(record)`'s items from a child; a child that dies raises DecoderCrash naming the file.
+
+    `functions`: the pickled `(setup, example_fn)`, made once per `InChild`.
+    """
+    path = example_io.source_file(record)
+    try:
+        pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # pylint: disable=broad-except  (e.g. a record holding a lambda: cloudpickle takes it by value)
+        pickled = cloudpickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+    request = b"".join((_SIZE.pack(len(functions)), functions, pickled))
+    child = _take()
+    if child is None:
+        yield from example_fn(record)
+        return
+    finished = False
+    try:
+        child.served += 1
+        try:
+            _send(child.requests, _REQUEST, request)
+        except (BrokenPipeError, OSError):
+            raise _crash(child, path) from None
+        while True:
+            message = _receive(child.replies)
+            if message is None:
+                raise _crash(child, path)
+            kind, payload = message
+            if kind == _ITEM:
+                item = pickle.loads(payload)
+                del payload
+                yield item
+                del item
+            elif kind == _LOG:
+                _relog(payload)
+            elif kind == _DONE:
+                finished = True
+                return
+            else:
+                finished = True
+                raise _raised_again(payload)
+    finally:
+        if child.alive:
+            if finished:
+                _give_back(child)
+            else:  # left mid-stream (the consumer stopped, or the worker was interrupted): the pipe is out of step
+                child.end(kill=True)
+
+
+class InChild:
+    """An example function that runs `example_fn` in a child process the worker can lose (see the module docstring).
+
+    `setup` functions run once in each child before its first source (what a Beam worker's setup does
+    for the worker, e.g. `video.single_threaded_opencv`). Picklable (Beam ships it to the workers);
+    the child is started in the worker on first use.
+    """
+
+    def __init__(self, example_fn: example_io.ExampleFn, *, setup: Sequence[Callable[[], None]] = ()):
+        self.example_fn = example_fn
+        self.setup = tuple(setup)
+        self._functions: bytes | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"example_fn": self.example_fn, "setup": self.setup}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["example_fn"], setup=state["setup"])
+
+    def __call__(self, record: Any) -> Iterator[Any]:
+        if _in_child or not decode_in_child():
+            return iter(self.example_fn(record))
+        if self._functions is None:
+            # cloudpickle, as Beam ships functions: a function of a script's __main__ travels by value.
+            self._functions = cloudpickle.dumps((self.setup, self.example_fn), protocol=pickle.HIGHEST_PROTOCOL)
+        return _run_in_child(self._functions, self.example_fn, record)
+
+    def __repr__(self) -> str:
+        return f"InChild({self.example_fn!r})"

@@ -1,0 +1,136 @@
+"""Example functions in a child the worker can lose: a real OpenCV segfault is one skip naming the signal and the
+file; items, skips, errors and log lines come back as they would in the worker; a dead child is replaced."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from vidvol import samples
+from vidvol.builders import dataset_builder
+from vidvol.builders import example_io
+from vidvol.builders import isolation
+from vidvol.builders.writer import skip_report
+
+from decoding_cases import LATIN1, Rec, behaving, opencv_directly
+
+
+def run(fn, rec: Rec):
+    return list(example_io.run_example_fn(isolation.InChild(fn), (rec.path, rec), "train"))
+
+
+def test_items_skips_errors_and_logs_come_back_from_the_child(caplog):
+    caplog.set_level(logging.WARNING, logger="vidvol.test_isolation")
+    items = run(behaving, Rec("a.avi"))
+    assert [type(i).__name__ for i in items] == ["Skip", "tuple", "tuple"]
+    assert items[0].reason == "frame 3 unreadable" and items[0].split == "train"
+    child = items[1][1]["pid"]
+    assert child != os.getpid()  # made in a child ...
+    assert any("working on a.avi" in r.getMessage() and f"pid {child}" in r.getMessage() for r in caplog.records)  # ... whose log lines reach here
+    assert run(behaving, Rec("b.avi"))[1][1]["pid"] == child  # the same child serves the next source
+
+    (skip,) = run(behaving, Rec("bad.avi", "bad"))
+    assert skip.source == "bad.avi" and skip.reason == "VideoDecodeError: bad.avi: not a video"
+    (skip,) = run(behaving, Rec("big.avi", "memory"))
+    assert skip.reason.startswith("MemoryError: big.avi: Unable to allocate 1.00 EiB")
+    (skip,) = run(behaving, Rec("odd.avi", "cv2"))
+    assert skip.reason.startswith("error: OpenCV") and "resize" in skip.reason
+    with pytest.raises(KeyError, match="a bug") as raised:
+        run(behaving, Rec("bug.avi", "bug"))
+    assert any("raised in the decoding child process" in note for note in raised.value.__notes__)
+    assert run(behaving, Rec("c.avi"))[1][1]["pid"] == child  # errors leave the child in step
+
+
+def test_a_child_that_dies_is_a_skip_naming_the_signal_and_the_file_and_is_replaced():
+    first = run(behaving, Rec("before.avi"))[1][1]["pid"]
+    (skip,) = run(behaving, Rec(LATIN1, "crash"))
+    assert skip.as_dict()["reason"].startswith("DecoderCrash: caf\\xe9.avi: the decoder crashed")
+    assert "died of SIGSEGV (signal 11, a segmentation fault)" in skip.reason
+    after = run(behaving, Rec("after.avi"))[1][1]["pid"]
+    assert after not in (first, os.getpid())  # a new child
+
+
+def test_a_consumer_that_stops_early_leaves_no_child_out_of_step():
+    gen = example_io.run_example_fn(isolation.InChild(behaving), ("a.avi", Rec("a.avi")), "train")
+    next(gen)
+    gen.close()  # the child was still sending: it is ended, not reused out of step
+    assert [type(i).__name__ for i in run(behaving, Rec("b.avi"))] == ["Skip", "tuple", "tuple"]
+
+
+def test_a_child_killed_while_idle_is_not_blamed_on_the_next_source():
+    run(behaving, Rec("a.avi"))
+    for child in list(isolation._idle):  # pylint: disable=protected-access
+        child.process.kill()  # from outside, between two sources
+        child.process.wait()
+    assert [type(i).__name__ for i in run(behaving, Rec("b.avi"))] == ["Skip", "tuple", "tuple"]
+
+
+def test_a_worker_that_cannot_start_a_child_decodes_itself_and_says_so(monkeypatch, caplog):
+    isolation._end_all()  # pylint: disable=protected-access  (no idle child to reuse)
+    monkeypatch.setattr(isolation.sys, "executable", "/bin/false")  # a real process that exits at once
+    monkeypatch.setattr(isolation, "_start_failed", False)
+    items = run(behaving, Rec("a.avi"))
+    assert items[1][1]["pid"] == os.getpid()
+    assert "cannot start a decoding child process (the decoding child process exited with code 1" in caplog.text
+
+
+def test_off_switch_runs_in_the_worker(monkeypatch):
+    monkeypatch.setenv(isolation.ENV, "0")
+    assert run(behaving, Rec("a.avi"))[1][1]["pid"] == os.getpid()
+
+
+# ----------------------------------------------------------------------------------------------
+# A real crash in a real build
+
+
+class CrashingBuilder(dataset_builder.StreamingBeamBuilder, skip_registration=True):
+    """Probes each video with OpenCV given its raw path, in a child (`InChild`): the Latin-1 name segfaults OpenCV."""
+
+    name = "vidvol_toy_crash"
+    VERSION = tfds.core.Version("1.0.0")
+    MIN_SHARDS = 2
+    FOLDER = ""
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {"x": tfds.features.Tensor(shape=(4,), dtype=np.int64), "name": tfds.features.Text()}
+            ),
+        )
+
+    def _split_generators(self, dl_manager):
+        names = sorted(os.listdir(self.FOLDER))
+        return {"train": self._generate_examples([(n, Rec(os.path.join(self.FOLDER, n))) for n in names])}
+
+    def _generate_examples(self, sources):
+        return dataset_builder.ExamplesFromSources(sources, isolation.InChild(opencv_directly))
+
+
+def test_a_real_opencv_segfault_is_one_skip_and_the_build_goes_on(tmp_path):
+    folder = tmp_path / "videos"
+    for name in ("a.avi", "b.avi", "latin1.avi"):
+        samples.write_video(str(folder / name), 5, height=48, width=64, fourcc="MJPG")
+    os.rename(folder / "latin1.avi", os.path.join(str(folder), LATIN1))
+    CrashingBuilder.FOLDER = str(folder)
+    builder = CrashingBuilder(data_dir=str(tmp_path / "out"))
+    opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts))
+    names = sorted(ex["name"].decode() for ex in tfds.as_numpy(builder.as_dataset(split="train")))
+    assert names == ["a.avi", "b.avi"]
+    (skip,) = skip_report.read_skip_report(builder.data_dir)["skipped"]
+    assert skip["source"] == "caf\\xe9.avi"
+    assert "died of SIGSEGV" in skip["reason"] and f"{folder}/caf\\xe9.avi: the decoder crashed" in skip["reason"]
+
+
+def test_in_child_pickles_for_the_workers():
+    import pickle  # pylint: disable=import-outside-toplevel
+
+    wrapped = pickle.loads(pickle.dumps(isolation.InChild(functools.partial(behaving))))
+    assert run(wrapped.example_fn, Rec("a.avi"))[1][0] == "a.avi"

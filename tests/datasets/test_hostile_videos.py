@@ -1,0 +1,89 @@
+"""A hostile video corpus (`tests/hostile_videos.py`: 10-bit HEVC, rotation, grayscale, VP9/WebM, VFR, one frame,
+audio-only, truncated, empty, text named .mp4, a Latin-1 name, a header claiming a million frames) in one
+in-process video_folder build per config: the build succeeds, every input is an example or a skip with its
+reason, the Latin-1 name is there with a readable name, the frames held stay the sampled ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vidvol.builders.transforms import video
+from vidvol.core.names import shown
+
+import hostile_videos as hv
+
+HOSTILE_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hostile_build.py")
+CLASS = "clips"
+LATIN1_CLASS = os.fsdecode(b"r\xe9sum\xe9")  # a class folder whose name is not UTF-8 either
+CONFIGS = ("20x64x64", "all_112x112")
+# Peak RSS of the whole build process (TensorFlow, Beam and OpenCV take ~0.8 GiB) and of its decoding children:
+# generous, but far below what holding a header's million frames (or every frame of the long video) would take.
+PEAK_RSS_MIB = 2500
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """manual_dir with class folders `clips/` (every case) and `r\\xe9sum\\xe9/` (the Latin-1 video); {video_id: Case}."""
+    manual = str(tmp_path_factory.mktemp("hostile") / "manual")
+    cases = hv.write_corpus(os.path.join(manual, CLASS))
+    os.makedirs(os.path.join(manual, LATIN1_CLASS))
+    os.rename(os.path.join(manual, CLASS, hv.LATIN1_NAME), os.path.join(manual, LATIN1_CLASS, hv.LATIN1_NAME))
+    ids = {f"{shown(LATIN1_CLASS if name == hv.LATIN1_NAME else CLASS)}/{shown(name)}": case for name, case in cases.items()}
+    return manual, ids
+
+
+@pytest.mark.slow
+def test_every_hostile_input_is_an_example_or_a_skip_with_its_reason(corpus, tmp_path):
+    manual, cases = corpus
+    result_path = str(tmp_path / "result.json")
+    proc = subprocess.run(
+        [sys.executable, HOSTILE_BUILD, manual, str(tmp_path / "out"), result_path, *CONFIGS],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert proc.returncode == 0, f"the build failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    with open(result_path, encoding="utf-8") as f:
+        result = json.load(f)
+    assert "r\\xe9sum\\xe9/caf\\xe9.avi" in cases
+    for config in CONFIGS:
+        built = result[config]
+        examples = {e["video_id"]: e for e in built["examples"]}
+        skips = {s["source"]: s for s in built["skipped"]}
+        assert not [s for s in built["skipped"] if s.get("example")], "no masked parts expected"
+        assert len(examples) + len(skips) == len(cases), (config, sorted(examples), sorted(skips))
+        assert set(examples) | set(skips) == set(cases)
+        assert built["label_names"] == [CLASS, "r\\xe9sum\\xe9"]
+        for video_id, case in cases.items():
+            if case.outcome == "skip":
+                assert video_id in skips, f"{config}: {video_id} should be a skip, became an example"
+                reason = skips[video_id]["reason"]
+                assert video_id.split("/")[-1] in reason and case.reason in reason.lower(), reason
+                continue
+            assert video_id in examples, f"{config}: {video_id} should be an example: {skips.get(video_id)}"
+            ex = examples[video_id]
+            assert ex["num_frames"] == case.frames, (config, video_id, ex)  # the real length, not the header's claim
+            kept = min(20, case.frames) if config == "20x64x64" else case.frames
+            assert ex["mask"] == kept and ex["stored"] == (20 if config == "20x64x64" else case.frames), (config, ex)
+            assert ex["label"] == video_id.split("/")[0]
+    assert result["peak_rss_mib"] < PEAK_RSS_MIB and result["children_peak_rss_mib"] < PEAK_RSS_MIB, result
+
+
+def test_ffmpeg_cases_decode_as_before(corpus):
+    """Kept working: 10-bit HEVC decodes to the H.264 twin's 8-bit frames, rotation is applied, grayscale is RGB."""
+    if not hv.FFMPEG:
+        pytest.skip("ffmpeg is not on PATH: the 10-bit HEVC, rotation, VP9, VFR, audio-only and truncated cases are not made")
+    folder = os.path.join(corpus[0], CLASS)
+    h264 = video.decode_frames(os.path.join(folder, "h264.mp4"))
+    hevc = video.decode_frames(os.path.join(folder, "hevc_main10.mp4"))
+    assert hevc.frames.shape == h264.frames.shape == (30, 120, 160, 3)
+    assert np.abs(hevc.frames.astype(np.int16) - h264.frames).mean() < 5.0  # levels, of 255
+    rotated = video.decode_frames(os.path.join(folder, "rotated.mp4"), [0])
+    assert rotated.frames.shape == (1, 160, 120, 3)  # 90 degrees: height and width swapped
+    assert np.array_equal(rotated.frames[0], np.rot90(h264.frames[0]))  # the same stream, turned as its metadata says
+    gray = video.decode_frames(os.path.join(folder, "gray.avi"), [0]).frames[0]
+    assert np.array_equal(gray[..., 0], gray[..., 1]) and np.array_equal(gray[..., 1], gray[..., 2])

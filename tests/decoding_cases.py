@@ -1,0 +1,50 @@
+"""Example functions for tests/builders/test_isolation.py, in a module of their own: a decoding child imports
+the module of the function it runs, and this one imports only OpenCV, NumPy and vidvol's build side (quick)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import cv2
+import numpy as np
+
+from vidvol.builders import example_io
+from vidvol.builders.transforms import video
+
+LATIN1 = os.fsdecode(b"caf\xe9.avi")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rec:
+    """A source record naming its file (as the real ones do: `path`)."""
+
+    path: str
+    what: str = "ok"
+
+
+def opencv_directly(rec: Rec):
+    """Probes with OpenCV given the path as it is: a name that is not UTF-8 segfaults OpenCV (a real crash)."""
+    cap = cv2.VideoCapture(rec.path, cv2.CAP_FFMPEG)  # no safe name here, on purpose
+    frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    cap.release()
+    yield os.path.basename(rec.path), {"x": np.full((4,), frames, np.int64), "name": os.path.basename(rec.path)}
+
+
+def behaving(rec: Rec):
+    """Items, a masked part, an input error, a bug, a log line or MemoryError, as `rec.what` says."""
+    logging.getLogger("vidvol.test_isolation").warning("working on %s (pid %d)", rec.path, os.getpid())
+    if rec.what == "bad":
+        raise video.VideoDecodeError(f"{rec.path}: not a video")
+    if rec.what == "bug":
+        raise KeyError("a bug, not an input")
+    if rec.what == "memory":
+        np.zeros((2**40, 2**20), np.uint8)  # a real MemoryError: numpy cannot allocate an exbibyte
+    if rec.what == "cv2":
+        cv2.resize(np.zeros((0, 0), np.uint8), (4, 4))  # cv2.error: a decoding library's own error
+    if rec.what == "crash":
+        os.kill(os.getpid(), 11)  # a segfault, as a decoder would die of one
+    yield example_io.Skip(source=f"{rec.path}#3", reason="frame 3 unreadable", example=rec.path)
+    yield rec.path, {"pid": os.getpid()}
+    yield rec.path + "/2", {"pid": os.getpid()}

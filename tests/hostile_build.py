@@ -1,0 +1,54 @@
+"""Builds video_folder over a manual_dir in this process, as `build_in_process` does, and writes what came out as JSON.
+
+    python tests/hostile_build.py MANUAL_DIR DATA_DIR RESULT_JSON CONFIG [CONFIG ...]
+
+Run as a child of the test, so that its peak RSS (and its decoding children's) is the build's own.
+Per config: the splits' examples (video_id, label, num_frames, frames stored, mask sum), the skip
+report's skips, the label names; then the process's and its reaped children's peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import tensorflow_datasets as tfds  # noqa: E402
+
+from conftest import in_process_config  # noqa: E402
+from vidvol.builders import isolation  # noqa: E402
+from vidvol.builders.writer import skip_report  # noqa: E402
+from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb  # noqa: E402
+
+
+def build(manual_dir: str, data_dir: str, config: str) -> dict:
+    """One in-process build of `config`; its examples, skips and label names."""
+    builder = vfb.Builder(data_dir=data_dir, config=config)
+    builder.download_and_prepare(download_config=in_process_config(manual_dir=manual_dir))
+    label = builder.info.features["label"]
+    examples = []
+    for split in builder.info.splits:
+        for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+            examples.append({
+                "video_id": ex["video_id"].decode("utf-8"), "label": label.int2str(ex["label"]), "split": split,
+                "num_frames": int(ex["num_frames"]), "stored": int(ex["video"].shape[0]), "mask": int(ex["mask"].sum()),
+            })
+    report = skip_report.read_skip_report(builder.data_dir)
+    return {"examples": examples, "skipped": report["skipped"], "label_names": label.names}
+
+
+def main() -> None:
+    manual_dir, data_dir, result_path, *configs = sys.argv[1:]
+    result = {config: build(manual_dir, os.path.join(data_dir, config), config) for config in configs}
+    isolation._end_all()  # pylint: disable=protected-access  (reap the decoding children: their peak counts below)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["children_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    with open(result_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
