@@ -125,12 +125,12 @@ class _PipeLogHandler(logging.Handler):
                 "name", "levelno", "levelname", "pathname", "filename", "module", "lineno", "funcName", "created",
                 "msecs", "relativeCreated",
             )}
-            fields["msg"] = record.getMessage()
+            fields["msg"] = shown(record.getMessage())  # a name that is not UTF-8 as caf\xe9, as vidvol writes names
             fields["args"] = None
             if record.exc_info:
-                fields["exc_text"] = "".join(traceback.format_exception(*record.exc_info))
+                fields["exc_text"] = shown("".join(traceback.format_exception(*record.exc_info)))
             elif record.exc_text:
-                fields["exc_text"] = record.exc_text
+                fields["exc_text"] = shown(record.exc_text)
             _send(self.out, _LOG, pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception:  # pylint: disable=broad-except  (a log line is never worth the source)
             pass
