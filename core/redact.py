@@ -17,6 +17,8 @@ import os
 import re
 from typing import Any
 
+from vidvol.core import names
+
 MASK = "***"
 # scheme://[userinfo@]rest-up-to-whitespace-or-quote
 _URL_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>]*)")
@@ -95,16 +97,25 @@ def _suspect(value: Any) -> bool:
     return isinstance(value, (str, BaseException, os.PathLike)) and "://" in str(value)
 
 
+_UNDECODED = re.compile("[\udc80-\udcff]")  # a byte of a file name that is not UTF-8, as os.fsdecode holds it
+
+
+def _undecoded(value: Any) -> bool:
+    return isinstance(value, str) and _UNDECODED.search(value) is not None
+
+
 def record(log_record: logging.LogRecord) -> logging.LogRecord:
-    """A log record with the URL secrets in its message and its exception text redacted (formatted eagerly when so)."""
+    """A log record with the URL secrets in its message and its exception text redacted (formatted eagerly when so),
+    and a file name that is not UTF-8 shown as vidvol writes names (`caf\\xe9`), so no handler meets a lone surrogate."""
     args = log_record.args if isinstance(log_record.args, tuple) else (log_record.args,) if log_record.args else ()
-    if _suspect(log_record.msg) or any(_suspect(a) for a in args):
+    suspect, undecoded = (any(check(v) for v in (log_record.msg, *args)) for check in (_suspect, _undecoded))
+    if suspect or undecoded:
         try:
             message = log_record.getMessage()
         except Exception:  # pylint: disable=broad-except  (a bad format: leave it to the handler's error path)
             return log_record
-        if has_secret(message):
-            log_record.msg, log_record.args = text(message), ()
+        if undecoded or has_secret(message):
+            log_record.msg, log_record.args = names.shown(text(message)), ()
     if log_record.exc_info and log_record.exc_info[1] is not None:
         exception(log_record.exc_info[1])
     return log_record

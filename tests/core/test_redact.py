@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -59,6 +60,15 @@ def test_log_records_are_redacted_once_installed(caplog):
             log.exception("failed")
     assert "tok123" not in caplog.text and "sec456" not in caplog.text and "sig=abc" not in caplog.text
     assert "fetching https://***@h/x?***" in caplog.text and "plain 7" in caplog.text
+
+
+def test_log_records_show_names_that_are_not_utf8_as_vidvol_writes_them(caplog):
+    redact.install_log_redaction()
+    name = os.fsdecode(b"caf\xe9.mp4")  # a Latin-1 file name, as os.listdir gives it
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("vidvol.test_redact").info("skipping %s", name)
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "vidvol.test_redact"]
+    assert message == "skipping caf\\xe9.mp4"  # no lone surrogate reaches any handler
 
 
 def test_keys_and_path_features_made_from_urls_carry_no_secret():
