@@ -26,6 +26,11 @@ repeat=True)` pipelines, one after the other (so a machine that gets busier hits
 The cost of a pipeline is `1 - rate / off's rate` in each round (paired), median over the rounds;
 also cpu-normalized (examples per CPU-second of this process, times the cores). Target: each
 training augmentation costs at most 10 % of the read rate.
+
+Then the augmentation step alone (`step_rounds`): on one batch of the stored uint8 frames, the CPU
+milliseconds of each pipeline's crop call (`Geometry.crop`, the body of `vidvol.load`'s augmentation
+step, one thread) and of the float conversion that follows it (`off`: of the stored frames), in
+alternating rounds: what the pipeline's cost is made of, without the reads and decodes around it.
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ class VideoAugmentSettings(section.Settings):
     batch_size: int = 32
     crop_size: int = 64  # the stored frame size: the output of `off`, of the peers' rows and of one augmented row
     small_crop: int = 56  # the crops of the other augmented rows (7/8 of the stored side)
+    step_rounds: int = 15  # alternating rounds of the augmentation step timed alone (`step_rounds`)
+    step_calls: int = 4  # calls per pipeline and round
 
 
 def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
@@ -95,6 +102,50 @@ def build(manual_dir: str, data_dir: str, config: str) -> None:
                                                                                   beam_options=options))
 
 
+def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, calls: int) -> dict[str, dict[str, Any]]:
+    """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating.
+
+    `frames`: one batch of stored uint8 frames (B, T, H, W, C); the training crops are keyed as the
+    examples 0..B-1 of epoch 0. The float conversion is `vidvol.load`'s (`stages.as_float`, TensorFlow).
+    """
+    import time  # pylint: disable=g-import-not-at-top
+
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from vidvol.readers import permutation, rng, stages  # pylint: disable=g-import-not-at-top
+
+    keys = permutation.seed_np(0, 0, np.arange(len(frames)), rng.VIDEO_AUGMENT)
+    steps: dict[str, Any] = {}
+    for p, (augment, training) in made.items():
+        if augment is None:
+            steps[p] = (None, frames)
+            continue
+        g = augment.geometry(frames.shape[-3:], training)
+        out = np.empty(g.crop(frames, frames.shape[1:2], keys).shape, np.uint8)  # written again by every timed call
+        steps[p] = (lambda g=g, out=out: g.crop(frames, frames.shape[1:2], keys, out), out)
+    for _, out in steps.values():  # warm-up: TensorFlow's first conversion of a shape traces and allocates
+        stages.as_float(tf.constant(out), 255.0, 0.0, 1.0).numpy()
+    crop_ms: dict[str, list[float]] = {p: [] for p in steps}
+    float_ms: dict[str, list[float]] = {p: [] for p in steps}
+    for _ in range(rounds):
+        for p, (crop, out) in steps.items():
+            if crop is not None:
+                start = time.thread_time()
+                for _ in range(calls):
+                    crop()
+                crop_ms[p].append((time.thread_time() - start) / calls * 1e3)
+            x = tf.constant(out)
+            start = time.process_time()  # TensorFlow's conversion may use its intra-op threads
+            for _ in range(calls):
+                stages.as_float(x, 255.0, 0.0, 1.0).numpy()
+            float_ms[p].append((time.process_time() - start) / calls * 1e3)
+    return {p: {"crop_ms": round(statistics.median(crop_ms[p]), 3) if crop_ms[p] else 0.0,
+                "crop_ms_runs": [round(v, 3) for v in crop_ms[p]],
+                "float_ms": round(statistics.median(float_ms[p]), 3),
+                "float_ms_runs": [round(v, 3) for v in float_ms[p]]} for p in steps}
+
+
 NOTES = {"random_resized_crop": "every frame resampled (OpenCV bilinear, uint8); the float pass then converts the "
                                  "smaller frames",
          "random_crop": "a copy of the crop, no resize; the float pass then converts the smaller frames"}
@@ -114,7 +165,7 @@ class VideoAugmentCost(section.Section):
                                                                   num_frames=(60, 300), height=240, width=320))
     QUICK = VideoAugmentSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=3,
                                                                     num_frames=(20, 40), height=120, width=160),
-                                 min_seconds=0.3, batch_size=2)
+                                 min_seconds=0.3, batch_size=2, step_rounds=2, step_calls=1)
     method = METHOD
 
     def measure(self, work: str, settings: VideoAugmentSettings, *, manual_dir: str,
@@ -145,7 +196,14 @@ class VideoAugmentCost(section.Section):
                 last = runs[pipeline][-1]
                 print(f"[video_augment] {pipeline}: {last['examples_per_s']:.0f} clips/s ({last['cores_used']:.2f} "
                       f"cores, others {last['other_cores_busy']:.2f})", flush=True)
-        return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
+        ds = vidvol.load(name, "train", settings.batch_size, data_dir=data_dir, seed=0, repeat=True, drop_remainder=True,
+                         spec=vidvol.ReadSpec(output=vidvol.Output(features=["video"], dtype="uint8")))
+        frames = next(iter(tfds.as_numpy(ds)))["video"]
+        step = step_rounds(frames, made, settings.step_rounds, settings.step_calls)
+        for p, r in step.items():
+            print(f"[video_augment] step {p}: crop {r['crop_ms']:.2f} ms, float conversion {r['float_ms']:.2f} ms "
+                  f"per batch", flush=True)
+        return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples, "step": step,
                 "batch_size": settings.batch_size, "crop_size": settings.crop_size, "small_crop": settings.small_crop,
                 "rounds": settings.runs,
                 "cores": len(os.sched_getaffinity(0)), "runs": runs,
@@ -191,6 +249,16 @@ class VideoAugmentCost(section.Section):
               "" if p == "off" else f"{100 * r['cost_cpu']:.1f}%", f"{r['cores_used']:.2f} ({r['other_cores_busy']:.2f})"]
              for p, r in doc["results"].items()])
         out += [f"- {line}" for line in doc.get("notes", []) + doc.get("method", [])] + [""]
+        if doc.get("step"):
+            off = doc["step"]["off"]["float_ms"]
+            out += [f"The augmentation step alone: CPU ms per batch of {doc['batch_size']} clips of stored frames (crop call on "
+                    f"one thread; float conversion by TensorFlow), medians of {len(doc['step']['off']['float_ms_runs'])} "
+                    "alternating rounds; `net` is what the step adds to the float conversion of the stored frames.", ""]
+            out += report.table(["pipeline", "crop call", "float conversion", "net"],
+                                [[_label(doc, p), "" if p == "off" else f"{r['crop_ms']:.2f}", f"{r['float_ms']:.2f}",
+                                  "" if p == "off" else f"{r['crop_ms'] + r['float_ms'] - off:+.2f}"]
+                                 for p, r in doc["step"].items()])
+            out += [""]
         return out
 
     def run_settings(self, ctx: section.Context) -> VideoAugmentSettings:

@@ -14,8 +14,9 @@ index, rng.VIDEO_AUGMENT)` (`vidvol.load`: its draw's iteration key; the random-
 NumPy (`_uniforms`) and into boxes by NumPy in every reader: the same (key, epoch, index) gives the
 same crop, bit for bit, in `vidvol.load`, `data_source`, `grain_dataset` and `torch_dataset`, and a
 restored iterator continues with the crops of the uninterrupted run. `vidvol.load` runs the crops
-of a batch in one Python call (`AugmentFrames`, a stateless `tf.numpy_function`); evaluation crops
-that need no resize are plain TF slices.
+of a batch in one Python call (`AugmentFrames`, a stateless `tf.numpy_function`) that writes them
+straight into a pooled batch buffer (multi_crop's copies too: one copy, where TF slices and a stack
+make two); a centre crop that needs no resize is a plain TF slice.
 
 Whose conventions (DMVR's `modalities.add_image`/`processors`, pytorchvideo's `transforms`):
 - `crop_size`: both (an int: square; `(h, w)` as pytorchvideo). No default: DMVR's 200 and
@@ -58,6 +59,7 @@ _FLIP, _Y, _X, _SIZE = 0, 1, 2, 3
 _AREA = 4  # TRIES area fractions, then TRIES aspect ratios
 _DRAWS = _AREA + 2 * TRIES
 
+_LINEAR = cv2.INTER_LINEAR
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -294,31 +296,35 @@ class Geometry:
 
 
 def crop_boxes(frames: np.ndarray, boxes: np.ndarray, flips: np.ndarray | None, out: np.ndarray) -> None:
-    """Into `out` (B, M, K, T, h, w, C): box k of example b over frames (B, M, T, H, W, C), resized to (h, w), flipped.
+    """Into C-contiguous `out` (B, M, K, T, h, w, C): box k of example b over frames (B, M, T, H, W, C), resized, flipped.
 
-    A box of the output's size is copied; another resized by `cv2.resize` (bilinear, half-pixel
-    centres, rounded to uint8), frame by frame; a flip is one `cv2.flip` of the clip's rows.
+    A box of the output's size is copied (a flipped one by `cv2.flip` frame by frame, into `out`);
+    another is resized by `cv2.resize` (bilinear, half-pixel centres, rounded to uint8) frame by
+    frame straight into `out`, then a flipped clip is mirrored in place by one `cv2.flip` of its rows.
+    The loops walk views (no index arithmetic per frame): this runs once per frame of every batch.
     """
-    _, clips, _, steps = out.shape[:4]
+    steps = out.shape[3]
     ch, cw, channels = out.shape[-3:]
-    grey = channels == 1
-    for b in range(len(out)):
-        flip = flips is not None and bool(flips[b])
-        for k in range(out.shape[2]):
-            y, x, h, w = (int(v) for v in boxes[b, k])
-            for m in range(clips):
-                src, dst = frames[b, m, :, y:y + h, x:x + w], out[b, m, k]
-                if (h, w) == (ch, cw):
-                    dst[...] = src
-                else:
-                    for t in range(steps):
-                        if grey:
-                            cv2.resize(src[t, :, :, 0], (cw, ch), dst=dst[t, :, :, 0], interpolation=cv2.INTER_LINEAR)
-                        else:
-                            cv2.resize(src[t], (cw, ch), dst=dst[t], interpolation=cv2.INTER_LINEAR)
+    if channels == 1:  # OpenCV's 2-D images
+        frames, out = frames[..., 0], out[..., 0]
+    size, rows = (cw, ch), (steps * ch,) + out.shape[5:]
+    flips = [False] * len(out) if flips is None else np.asarray(flips, bool).tolist()
+    for example, views, example_boxes, flip in zip(frames, out, np.asarray(boxes).tolist(), flips):
+        for clip, clip_views in zip(example, views):  # clips (M), each cropped by every box (K)
+            for (y, x, h, w), dst in zip(example_boxes, clip_views):
+                src = clip[:, y:y + h, x:x + w]
+                if h == ch and w == cw:
+                    if flip:
+                        for s, d in zip(src, dst):
+                            cv2.flip(s, 1, d)
+                    else:
+                        np.copyto(dst, src)
+                    continue
+                for s, d in zip(src, dst):
+                    cv2.resize(s, size, d, 0, 0, _LINEAR)
                 if flip:
-                    rows = dst.reshape(steps * ch, cw) if grey else dst.reshape(steps * ch, cw, channels)
-                    cv2.flip(rows, 1, dst=rows)
+                    mirrored = dst.reshape(rows)
+                    cv2.flip(mirrored, 1, mirrored)
 
 
 class AugmentFrames(host_calls.HostCall):
@@ -349,10 +355,9 @@ def augment_batch(batch: Mapping[str, tf.Tensor], geometries: Mapping[str, Geome
     for name, g in geometries.items():
         frames, lead = batch[name], leads[name]
         boxes = None if g.training else g.eval_boxes()
-        if boxes is not None and not g.needs_resize(boxes):  # evaluation crops that are copies: TF slices
-            views = [frames[..., y:y + h, x:x + w, :] for y, x, h, w in boxes.tolist()]
-            cropped = views[0] if len(views) == 1 else tf.stack(views, axis=len(lead))  # (B, [N,] K, T, h, w, C)
-            cropped = tf.reshape(cropped, [-1, *g.out_lead(lead), *g.out_size, g.channels])
+        if boxes is not None and len(boxes) == 1 and not g.needs_resize(boxes):  # a centre crop's copy: a TF slice
+            (y, x, h, w), = boxes.tolist()
+            cropped = frames[..., y:y + h, x:x + w, :]
         else:
             if keys is None:
                 keys = tf.zeros([tf.shape(frames)[0], 2], tf.int64)

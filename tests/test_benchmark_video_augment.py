@@ -62,3 +62,29 @@ def test_costs_pair_each_round_and_targets_hold_training_augmentation_to_ten_per
     assert r["random_resized_crop_stored_size"]["cost"] == pytest.approx(1 - 1000 / 1200, abs=1e-4)  # no target: the peers' row
     assert "## Video augmentation" in text and "3 crops per clip" in text and all(n in text for n in names)
     assert "VideoAugment(64): random resized crop to the stored size + flip | 850 |" in text
+
+
+def test_the_augmentation_step_table_shows_what_each_step_adds_to_the_float_conversion(tmp_path):
+    runs = {p: [_run(1000, 1000)] for p in ("off", "random_resized_crop", "random_crop",
+                                            "random_resized_crop_stored_size", "eval_multi_crop")}
+    step = {"off": {"crop_ms": 0.0, "crop_ms_runs": [], "float_ms": 3.0, "float_ms_runs": [3.0, 3.2, 2.9]},
+            "random_resized_crop": {"crop_ms": 5.5, "crop_ms_runs": [5.5] * 3, "float_ms": 2.25, "float_ms_runs": [2.25] * 3},
+            "random_crop": {"crop_ms": 0.75, "crop_ms_runs": [0.75] * 3, "float_ms": 2.25, "float_ms_runs": [2.25] * 3},
+            "random_resized_crop_stored_size": {"crop_ms": 6.0, "crop_ms_runs": [6.0] * 3, "float_ms": 3.0,
+                                                "float_ms_runs": [3.0] * 3},
+            "eval_multi_crop": {"crop_ms": 2.0, "crop_ms_runs": [2.0] * 3, "float_ms": 7.0, "float_ms_runs": [7.0] * 3}}
+    doc = {"mode": "full", "dataset": "hmdb51/split1_20x64x64", "split": "train", "examples": 80, "batch_size": 32,
+           "crop_size": 64, "small_crop": 56, "rounds": 1, "cores": 2, "runs": runs, "step": step,
+           "results": {p: _summary(r) for p, r in runs.items()}, "duration_s": 60.0,
+           "augments": {p: f"VideoAugment({p})" for p in runs}}
+    (tmp_path / "video_augment.json").write_text(json.dumps(doc))
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "video_augment.py"), "--resummarize", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "VIDEO_AUGMENT.md").read_text()
+    assert "The augmentation step alone: CPU ms per batch of 32 clips" in text and "medians of 3 alternating rounds" in text
+    assert "| VideoAugment(56): random resized crop + flip | 5.50 | 2.25 | +4.75 |" in text  # 5.5 + 2.25 - 3.0
+    assert "| VideoAugment(56, training_crop='random_short_side_scale'): random crop + flip | 0.75 | 2.25 | +0.00 |" in text
+    assert "| VideoAugment(56, multi_crop=True), training=False: 3 crops per clip | 2.00 | 7.00 | +6.00 |" in text
+    assert "| vidvol.load (no augmentation) |  | 3.00 |  |" in text

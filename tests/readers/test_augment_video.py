@@ -205,6 +205,47 @@ def test_crops_are_the_box_resized_and_flips_are_mirrors():
     np.testing.assert_array_equal(out[0, 1, :, :, 0], want[:, ::-1] if flips[0] else want)
 
 
+def _frame_by_frame(frames: np.ndarray, boxes: np.ndarray, flips: np.ndarray | None, size: tuple) -> np.ndarray:
+    """The crops spelled out one frame at a time: (B, N, T, H, W, C) -> (B, N, K, T, h, w, C), OpenCV's resize per frame."""
+    batch, clips, steps = frames.shape[:3]
+    out = np.zeros((batch, clips, boxes.shape[1], steps) + tuple(size) + frames.shape[-1:], np.uint8)
+    for b, m, k, t in np.ndindex(out.shape[:4]):
+        y, x, h, w = boxes[b, k]
+        crop = np.ascontiguousarray(frames[b, m, t, y:y + h, x:x + w])
+        if (h, w) != tuple(size):
+            crop = cv2.resize(crop, size[::-1], interpolation=cv2.INTER_LINEAR).reshape(size + crop.shape[-1:])
+        out[b, m, k, t] = crop[:, ::-1] if flips is not None and flips[b] else crop
+    return out
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_every_crop_path_equals_a_frame_by_frame_crop(channels):
+    """The batch loops (views of the output, resizes into it, flips in place or while copying) give what frame-by-frame
+    slicing, `cv2.resize` and a mirror give, bit for bit: resized and copied boxes, flipped or not, clips x views."""
+    rs = np.random.default_rng(7)
+    frames = rs.integers(0, 256, (6, 2, 3, 45, 61, channels), dtype=np.uint8)  # (B, N clips, T, H, W, C)
+    keys = _keys(9, 1, 6)
+    cases = [(VideoAugment((20, 26), scale=(0.2, 1.0)), True),  # random resized crops: every box resized
+             (VideoAugment((20, 26), training_crop="random_short_side_scale"), True),  # copies only
+             (VideoAugment((20, 26), training_crop="random_short_side_scale", min_size=30, max_size=50), True),
+             (VideoAugment((20, 26), multi_crop=True), False),  # 3 copies per clip
+             (VideoAugment((20, 26), min_size=36, multi_crop=True), False)]  # 3 resized boxes per clip
+    flipped = set()
+    for augment, training in cases:
+        g = augment.geometry(frames.shape[-3:], training)
+        if training:
+            boxes, flips = g.training_boxes(keys)
+            flipped |= set(flips.tolist())
+        else:
+            boxes, flips = np.broadcast_to(g.eval_boxes(), (6, g.views, 4)), None
+        out = g.crop(frames, (2, 3), keys if training else None)
+        want = _frame_by_frame(frames, boxes, flips, (20, 26)).reshape(out.shape)
+        np.testing.assert_array_equal(out, want, err_msg=repr(augment))
+        single = g.crop(frames[:, 1], (3,), keys if training else None)  # (T,) lead: the second clip alone
+        np.testing.assert_array_equal(single, want.reshape((6, 2, g.views, 3) + want.shape[-3:])[:, 1].reshape(single.shape))
+    assert flipped == {True, False}  # both kinds of clip were compared
+
+
 # -- the readers ---------------------------------------------------------------------------------
 
 
