@@ -20,6 +20,7 @@ from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F
 from vidvol.readers import check_resumable  # noqa: E402,F401  (stopping and resuming: docs/reading.md)
 # What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).
 from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402,F401
+from vidvol.readers import VolumeAugment  # noqa: E402,F401  (ReadSpec(augment=...): MONAI's Rand* on volumes)
 from vidvol.readers import dequantize_params  # noqa: E402,F401  (output_dtype: scale/offset for the device)
 
 # Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.

@@ -32,6 +32,7 @@ import collections
 import dataclasses
 import logging
 import os
+import threading
 from typing import Sequence
 
 import google_crc32c
@@ -41,6 +42,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
 from vidvol.core import protowire
+from vidvol.readers import augment_volume
 from vidvol.readers import host_calls
 from vidvol.readers import records
 from vidvol.readers.records import crc32c_extend
@@ -208,17 +210,23 @@ class VolumeReads(host_calls.HostCall):
         self.count = int(np.prod(self.shape))
         self.nbytes = self.count * 2
         self.out = np.dtype("<i2")
+        self.bytes_read = 0  # bytes read from the shard files by this reader (records checked whole included)
+        self._lock = threading.Lock()
         super().__init__()
+
+    def _count(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
 
     def run(self, files: np.ndarray, rows: np.ndarray) -> np.ndarray:
         batch = len(files)
         out = host_calls.pool.take(batch * self.nbytes).view(self.out).reshape((batch,) + self.shape)
-        for i in range(batch):
-            self._read_one(out[i], int(files[i]), int(rows[i]))
+        read = sum(self._read_one(out[i], int(files[i]), int(rows[i])) for i in range(batch))
+        self._count(read)
         return out
 
-    def _read_one(self, target: np.ndarray, file: int, row: int) -> None:
-        """One volume into `target`; the record's length and CRC32C checked on its first read."""
+    def _read_one(self, target: np.ndarray, file: int, row: int) -> int:
+        """One volume into `target` (bytes read); the record's length and CRC32C checked on its first read."""
         index = self.indexes[file]
         start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
         check = not index.verified[row]
@@ -242,6 +250,104 @@ class VolumeReads(host_calls.HostCall):
             if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
                 raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
             index.verified[row] = True
+        return got
+
+
+class PatchReads(VolumeReads):
+    """Python body of the augmented `volume_batch`: each volume's random patches read from its shard, flipped and turned.
+
+    Only the patch's rows come from the file (`runs`): per D slice of the patch, the one run of bytes
+    from its first to its last voxel there (the W - w voxels between two of its rows come along), or
+    one run per (D, H) row when the gap between rows is more than `gap_bytes` (a read call costs about
+    as much as copying a few KiB), or one run for the whole patch when the gap between slices is that
+    small too. The rows go into a scratch buffer, from which one copy through the flip/rotation view
+    writes each patch into the batch. A record's first read in the process reads it whole (its CRC32C),
+    and so does every read where the patches of a volume would together read as many bytes.
+    """
+
+    gap_bytes = 4096
+
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str,
+                 plan: augment_volume.VolumePlan, dtype: str):
+        super().__init__(indexes, shape, verify)
+        self.plan, self.work = plan, plan.work_dtype(dtype)
+        self._scratch = threading.local()
+
+    @property
+    def patch_bytes(self) -> int:
+        """Bytes the runs of one patch read (the same wherever the patch lies)."""
+        return sum(count for _, count, _ in self.runs((0, 0, 0))[0]) * 2
+
+    @property
+    def reads_whole(self) -> bool:
+        """Whether a volume's patches together would read as much as the volume: then it is read once, and cut."""
+        return self.plan.samples * self.patch_bytes >= self.nbytes
+
+    def run(self, files: np.ndarray, rows: np.ndarray, boxes: np.ndarray, seeds: np.ndarray, epochs: np.ndarray,
+            indices: np.ndarray):
+        plan = self.plan
+        draws = plan.batch_draws(seeds, epochs, indices)
+        shape = (len(files), plan.samples) + plan.patch
+        out = host_calls.pool.take(int(np.prod(shape)) * self.work.itemsize).view(self.work).reshape(shape)
+        new_boxes = np.zeros((len(files), plan.samples, 3, 2), np.int64)
+        read = 0
+        for i, d in enumerate(draws):
+            read += self._read_patches(out[i], new_boxes[i], boxes[i], int(files[i]), int(rows[i]), d)
+        self._count(read)
+        return out, new_boxes
+
+    def runs(self, start: Sequence[int]) -> tuple[list[tuple[int, int, int]], tuple[int, ...], tuple[slice, ...]]:
+        """The reads of the patch at `start`: (voxel offset in the volume, voxels, offset in the scratch) each, the
+        scratch shape and the patch's slices in it."""
+        (_, h, w), (pd, ph, pw), (s0, s1, s2) = self.shape, self.plan.patch, (int(v) for v in start)
+        row_gap, slab_gap = (w - pw) * 2, ((h - ph) * w + w - pw) * 2
+        first = (s0 * h + s1) * w + s2
+        if slab_gap <= self.gap_bytes:  # one run from the patch's first voxel to its last
+            return [(first, (pd - 1) * h * w + (ph - 1) * w + pw, 0)], (pd, h, w), (slice(None), slice(0, ph), slice(0, pw))
+        if row_gap <= self.gap_bytes:  # a run per D slice
+            run = (ph - 1) * w + pw
+            return ([(first + d * h * w, run, d * ph * w) for d in range(pd)], (pd, ph, w),
+                    (slice(None), slice(None), slice(0, pw)))
+        return ([(first + d * h * w + r * w, pw, (d * ph + r) * pw) for d in range(pd) for r in range(ph)],
+                (pd, ph, pw), (slice(None),) * 3)
+
+    def _scratch_of(self, key: tuple[int, ...]) -> np.ndarray:
+        """This thread's scratch buffer for `key` (sample number, scratch shape)."""
+        shape = key[1:]
+        buffers = self._scratch.__dict__.setdefault("buffers", {})
+        if key not in buffers:
+            buffers[key] = np.empty(shape, self.out)
+        return buffers[key]
+
+    def _read_patches(self, targets: np.ndarray, new_boxes: np.ndarray, box: np.ndarray, file: int, row: int,
+                      draws: augment_volume.Draws) -> int:
+        """One volume's patches into `targets` [S, ...] and their mask boxes into `new_boxes` (bytes read)."""
+        plan, index = self.plan, self.indexes[file]
+        if not index.verified[row] or self.reads_whole:  # first read in this process (CRC32C checked), or cheaper whole
+            whole = self._scratch_of((-1,) + self.shape)
+            read = self._read_one(whole, file, row)
+            new_boxes[:] = plan.write(targets, whole, box, draws)
+            return read
+        base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
+        read, patches = 0, []
+        fd = os.open(index.path, os.O_RDONLY)
+        try:
+            for j, sample in enumerate(draws):
+                runs, scratch_shape, where = self.runs(sample.start)
+                scratch = self._scratch_of((j,) + scratch_shape)
+                flat = memoryview(scratch.reshape(-1)).cast("B")
+                for at, count, into in runs:
+                    got = os.preadv(fd, [flat[into * 2: (into + count) * 2]], base + at * 2)
+                    if got != count * 2:
+                        raise ValueError(f"{index.path}: the record at byte {int(index.starts[row])} could not be read "
+                                         f"whole ({got} of {count * 2} bytes of a patch): the file changed or was cut "
+                                         f"short since it was indexed. {self.verify}")
+                    read += got
+                patches.append(scratch[where])
+        finally:
+            os.close(fd)
+        new_boxes[:] = plan.write(targets, patches, box, draws)
+        return read
 
 
 def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | None:
@@ -297,19 +403,37 @@ class DirectParser:
     """Parses a batch of example indices: the small records with TFDS's specs, the volume from its shard."""
 
     def __init__(self, builder: tfds.core.DatasetBuilder, source: records.SplitRecords, volume: str,
-                 indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None):
+                 indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None,
+                 augment: augment_volume.VolumePlan | None = None):
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
-        self.reads = VolumeReads(indexes, shape, verify_hint(builder))
+        self.augment = augment
+        self.reads = (VolumeReads(indexes, shape, verify_hint(builder)) if augment is None
+                      else PatchReads(indexes, shape, verify_hint(builder), augment, dtype))
         self.small = [index.small[int(row)] for index, row in
                       zip((indexes[f] for f in source.file_of), source.row_of)]  # storage order
         self.file_of, self.row_of = source.file_of.astype(np.int64), source.row_of
 
-    def parse(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
-        """The features of the examples at `index` ([B] storage indices of the split)."""
+    def parse(self, draw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """The features of the examples of a batch of draws (`index`: [B] storage indices of the split).
+
+        With augmentation (`augment`), the volume's patches of each draw are read and transformed, the
+        mask (read as its box) following them (`augment_volume.VolumePlan.finish`).
+        """
+        index = draw["index"]
         out = {}
         if self.small_parser is not None:
             out = dict(self.small_parser.parse(tf.gather(tf.constant(self.small, tf.string), index)))
         files, rows = tf.gather(tf.constant(self.file_of), index), tf.gather(tf.constant(self.row_of), index)
-        out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size)
+        plan = self.augment
+        if plan is None:
+            out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size)
+            return out
+        boxes = out[plan.mask] if plan.mask else plan.full_boxes(tf.shape(index)[0])
+        values, boxes = tf.numpy_function(
+            self.reads, [files, rows, boxes, draw["seed"], draw["epoch"], index],
+            [tf.as_dtype(self.reads.work), tf.int64], stateful=False, name="vidvol_read_patches")
+        out[self.volume], mask = plan.finish(values, boxes, self.dtype, self.batch_size)
+        if plan.mask:
+            out[plan.mask] = mask
         return out

@@ -36,6 +36,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core import file_adapters
 
 from vidvol.readers import api
+from vidvol.readers import augment_volume
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
 from vidvol.readers import legacy
@@ -223,6 +224,7 @@ class SupervisedExamples:
     std: Any = 1.0
     mask_dtype: Any = np.float32
     seed: int | None = None
+    augment: augment_volume.VolumePlan | None = None  # volume augmentation, drawn from rng.VOLUME_AUGMENT
     epoch: list[int] = dataclasses.field(default_factory=lambda: [0])  # set_epoch (PyTorch)
 
     @classmethod
@@ -241,7 +243,7 @@ class SupervisedExamples:
         spec = spec or ReadSpec()
         where = "vidvol.grain_dataset / vidvol.torch_dataset"
         spec.check_supported(where, ("clips", "normalize.mean", "normalize.std", "output.mask_dtype", "output.inputs",
-                                     "output.target"), "they give float32 NumPy examples of the supervised tuple")
+                                     "output.target", "augment"), "they give float32 NumPy examples of the supervised tuple")
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
         info = builder.info
@@ -252,9 +254,11 @@ class SupervisedExamples:
                              "Output.mask_dtype, or Output.inputs without the mask")
         names = tuple(dict.fromkeys(in_names + (tgt,)))
         plan = ReadPlan.make(info, names, spec.clips.window(), training, None)
+        augment = (augment_volume.plan_for(info, names, spec.augment, training)
+                   if isinstance(spec.augment, augment_volume.VolumeAugment) else None)
         source = DataSource(builder, split, data_dir=data_dir, features=names, decode_frames=False, num_threads=num_threads)
         mask_dtype = np.dtype(tf.as_dtype(spec.output.mask_dtype or "float32").as_numpy_dtype)
-        return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed)
+        return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed, augment)
 
     @property
     def training(self) -> bool:
@@ -267,8 +271,8 @@ class SupervisedExamples:
         """Random clips of a seeded dataset differ per epoch (call before each epoch's DataLoader iterator)."""
         self.epoch[0] = int(epoch)
 
-    def rng_for(self, index: int) -> np.random.Generator:
-        """The clip RNG of example `index`: `rng.example_rng(seed, epoch, index, rng.CLIP)`, else fresh entropy.
+    def rng_for(self, index: int, stream: int = rng.CLIP) -> np.random.Generator:
+        """The RNG of example `index` for `stream`: `rng.example_rng(seed, epoch, index, stream)`, else fresh entropy.
 
         An index from `sampler()` (a `resumable.Draw`) carries its own epoch and seed; a plain index
         takes `set_epoch`'s epoch and this dataset's seed (None: fresh entropy, not reproducible).
@@ -276,15 +280,20 @@ class SupervisedExamples:
         seed, epoch = getattr(index, "seed", self.seed), getattr(index, "epoch", self.epoch[0])
         if seed is None:
             return np.random.default_rng()
-        return rng.example_rng(int(seed), int(epoch), int(index), rng.CLIP)
+        return rng.example_rng(int(seed), int(epoch), int(index), stream)
+
+    def rngs_for(self, index: int) -> tuple[np.random.Generator | None, np.random.Generator | None]:
+        """(clip RNG, volume augmentation RNG) of a training example `index` (None where nothing is drawn)."""
+        if not self.training:
+            return None, None
+        return self.rng_for(index), (self.rng_for(index, rng.VOLUME_AUGMENT) if self.augment is not None else None)
 
     def __getitem__(self, index: int):
-        return self._padded(index, self.example(int(index), self.rng_for(index) if self.training else None))
+        return self._padded(index, self.example(int(index), *self.rngs_for(index)))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         examples = self.source.__getitems__([int(i) for i in indices])
-        return [self._padded(i, self.transform(ex, self.rng_for(i) if self.training else None))
-                for ex, i in zip(examples, indices)]
+        return [self._padded(i, self.transform(ex, *self.rngs_for(i))) for ex, i in zip(examples, indices)]
 
     def _padded(self, index: Any, example):
         """An evaluation pad of `sampler(num_replicas=...)` (a draw with `valid` False): inputs all zero (weight 0)."""
@@ -300,17 +309,28 @@ class SupervisedExamples:
 
         return resumable.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
 
-    def example(self, index: int, rng: np.random.Generator | None = None):
-        """`((x, mask), y)` of example `index`; `rng` draws the training clip."""
-        return self.transform(self.source[index], rng)
+    def example(self, index: int, rng: np.random.Generator | None = None,
+                augment_rng: np.random.Generator | None = None):
+        """`((x, mask), y)` of example `index`; `rng` draws the training clip, `augment_rng` the volume augmentation."""
+        return self.transform(self.source[index], rng, augment_rng)
 
-    def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None):
+    def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None,
+                  augment_rng: np.random.Generator | None = None):
         """One example of `source` (frames encoded) -> `((x, mask), y)` (or `(x, y)` for a single input)."""
-        return self.finish(self.select(example, rng))
+        return self.finish(self.select(example, rng, augment_rng))
 
-    def select(self, example: Mapping[str, Any], rng: np.random.Generator | None = None) -> dict[str, Any]:
-        """The step before `finish`: the supervised features, clip frames decoded (uint8), per-frame values gathered."""
+    def select(self, example: Mapping[str, Any], rng: np.random.Generator | None = None,
+               augment_rng: np.random.Generator | None = None) -> dict[str, Any]:
+        """The step before `finish`: the supervised features, clip frames decoded (uint8), per-frame values gathered,
+        the volume augmented (its patches float32, the mask following them)."""
         out = self._select(example, rng)
+        plan = self.augment
+        if plan is not None:
+            volume, mask = plan.example_np(np.asarray(out[plan.volume]), None if plan.mask is None else
+                                           np.asarray(out[plan.mask]), augment_rng)
+            out[plan.volume] = volume
+            if plan.mask is not None:
+                out[plan.mask] = mask
         return {n: out[n] for n in dict.fromkeys(self.inputs + (self.target,))}
 
     def finish(self, selected: Mapping[str, Any]):
@@ -344,7 +364,7 @@ class SupervisedExamples:
         return out
 
     def _finish(self, name: str, value: Any) -> np.ndarray:
-        """Frames -> float32 in [0, 1], then (x - mean) / std; other inputs -> mask_dtype (strings as they are)."""
+        """Frames -> float32 in [0, 1], then (x - mean) / std; volumes float32; other inputs -> mask_dtype (strings kept)."""
         if name in self.plan.videos:
             scale = float(np.iinfo(self.plan.features[name].np_dtype).max)
             y = np.multiply(value, np.float32(1.0 / scale), dtype=np.float32)  # one pass, no uint8 -> float copy first
@@ -353,7 +373,11 @@ class SupervisedExamples:
                 y = (y - mean) / std
             return y
         value = np.asarray(value)
-        return value if value.dtype.kind in "SUO" else value.astype(self.mask_dtype)
+        if value.dtype.kind in "SUO":
+            return value
+        if output.is_volume(self.plan.features[name]):
+            return value.astype(np.float32, copy=False)  # a volume stays float32 whatever the mask's dtype
+        return value.astype(self.mask_dtype)
 
 
 def _gather_valid(values: np.ndarray, indices: np.ndarray, valid: np.ndarray) -> np.ndarray:

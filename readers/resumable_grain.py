@@ -2,7 +2,7 @@
 
 `Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
 example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
-index, rng.CLIP)`. `Resumable` wraps the batched dataset so that its iterators' state carries the
+index, rng.CLIP)` and its volume augmentation from `rng.VOLUME_AUGMENT`'s. `Resumable` wraps the batched dataset so that its iterators' state carries the
 seed and the data's fingerprint beside Grain's own position.
 """
 
@@ -36,7 +36,9 @@ class Epochs(grain.MapDataset):
         example = self.examples.source[int(draw)]
         clip_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.CLIP)
                     if self.examples.training and self.examples.plan.clip is not None else None)
-        return self.examples.select(example, clip_rng), draw.valid
+        augment_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.VOLUME_AUGMENT)
+                       if self.examples.training and self.examples.augment is not None else None)
+        return self.examples.select(example, clip_rng, augment_rng), draw.valid
 
     def _getitems(self, i):
         raise TypeError(f"{type(self).__name__} takes one integer index, got {i!r}")

@@ -13,8 +13,8 @@ clip sampler object and a transform; `tfds.load` its output options (`as_supervi
 `decoders`) beside its read options (`read_config`). The
 spec is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a
 spec can be compared and stored with an experiment while the tuning follows the machine.
-Later parts (augmentation of the uint8 frames before `normalize`) join as further fields of
-`ReadSpec`, each with its own frozen dataclass; iteration state belongs to the readers, not here.
+Augmentation is the `augment` field, its own frozen dataclass (volumes: `VolumeAugment`, MONAI's
+`Rand*` transforms); iteration state belongs to the readers, not here.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import numpy as np
 from vidvol.readers import clip_sampling
 from vidvol.readers import output
 from vidvol.readers import sizing
+from vidvol.readers.augment_volume import VolumeAugment
 
 
 def _positive_int(owner: str, name: str, value: Any, *, optional: bool = False) -> None:
@@ -170,21 +171,30 @@ _PARTS = {"clips": Clips, "normalize": Normalize, "output": Output}
 
 @dataclasses.dataclass(frozen=True)
 class ReadSpec:
-    """The options every reader shares: which clips, how frames are normalized, what comes out.
+    """The options every reader shares: which clips, how frames are normalized, what comes out, how it is augmented.
 
     Defaults read every stored frame, frames float32 in [0, 1], the supervised `((x, mask), y)`
-    tuple, as `vidvol.load(name, split, batch_size)` always has.
+    tuple, no augmentation, as `vidvol.load(name, split, batch_size)` always has.
     """
 
     clips: Clips = Clips()
     normalize: Normalize = Normalize()
     output: Output = Output()
+    augment: VolumeAugment | None = None  # read-time augmentation (volumes: `augment_volume`); None: none
 
     def __post_init__(self):
         for name, cls in _PARTS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
                 raise ValueError(f"ReadSpec.{name} must be a vidvol.{cls.__name__}, got {value!r}")
+        if self.augment is not None and not isinstance(self.augment, VolumeAugment):
+            raise ValueError(f"ReadSpec.augment must be None or a vidvol.VolumeAugment, got {self.augment!r}")
+        if isinstance(self.augment, VolumeAugment) and self.augment.changes_values and (
+                self.output.dtype in output.INTEGER_DTYPES):
+            raise ValueError(
+                f"VolumeAugment's intensity scale/shift gives values that Output.dtype={self.output.dtype!r} cannot "
+                "hold; use a float Output.dtype, or keep the spatial transforms only (patches, flips, rotations) and "
+                "scale/shift on the device")
         if self.output.dtype in output.INTEGER_DTYPES:
             if self.normalize.resize is not None:
                 raise ValueError(
@@ -202,7 +212,7 @@ class ReadSpec:
         for name, cls in _PARTS.items():
             part, default = getattr(self, name), cls()
             out += [f"{name}.{f.name}" for f in dataclasses.fields(cls) if getattr(part, f.name) != getattr(default, f.name)]
-        return tuple(out)
+        return tuple(out) + (("augment",) if self.augment is not None else ())
 
     def check_supported(self, reader: str, supported: Collection[str], why: str) -> None:
         """ValueError naming the fields `reader` cannot honour (those changed and not in `supported`)."""
