@@ -198,32 +198,76 @@ def index_shard(path: str, volume: str) -> ShardIndex:
 
 
 class VolumeReads(host_calls.HostCall):
-    """Python body of `volume_batch`: a batch of int16-stored volumes read from their shards into one int16 array.
+    """Python body of `volume_batch`: a batch of int16-stored volumes read from their shards into one array.
 
-    Each volume's bytes go from the file straight into the batch buffer, which becomes the tensor
-    without a copy. A record's CRC32C (and length) is checked the first time it is read in this
-    process (`ShardIndex.verified`); later epochs read just the volume bytes.
+    int16 output: each volume's bytes go from the file straight into the batch buffer, which becomes
+    the tensor without a copy. float32 output (`result`): each volume is read a chunk at a time into a
+    small scratch buffer that stays in the CPU's cache, and each chunk converted from there into the
+    float32 batch buffer (one pass over the output, no int16 batch written to memory and read back by
+    a cast). A record's CRC32C (and length) is checked the first time it is read in this process
+    (`ShardIndex.verified`); later epochs read just the volume bytes.
     """
 
-    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str):
+    chunk_bytes = 1 << 19  # read and converted at a time in float32 mode: fits a core's L2 cache
+
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, result: str = "int16"):
         self.indexes, self.shape, self.verify = list(indexes), tuple(int(d) for d in shape), verify
         self.count = int(np.prod(self.shape))
         self.nbytes = self.count * 2
         self.out = np.dtype("<i2")
+        self.result = np.dtype(np.float32) if result == "float32" else self.out  # what `run` returns
         self.bytes_read = 0  # bytes read from the shard files by this reader (records checked whole included)
         self._lock = threading.Lock()
+        self._scratch = threading.local()
         super().__init__()
 
     def _count(self, nbytes: int) -> None:
         with self._lock:
             self.bytes_read += nbytes
 
+    def _scratch_of(self, key: tuple[int, ...]) -> np.ndarray:
+        """This thread's int16 scratch buffer for `key` (a tag, then the buffer's shape)."""
+        buffers = self._scratch.__dict__.setdefault("buffers", {})
+        if key not in buffers:
+            buffers[key] = np.empty(key[1:], self.out)
+        return buffers[key]
+
     def run(self, files: np.ndarray, rows: np.ndarray) -> np.ndarray:
         batch = len(files)
-        out = host_calls.pool.take(batch * self.nbytes).view(self.out).reshape((batch,) + self.shape)
-        read = sum(self._read_one(out[i], int(files[i]), int(rows[i])) for i in range(batch))
+        out = host_calls.pool.take(batch * self.count * self.result.itemsize).view(self.result)
+        out = out.reshape((batch,) + self.shape)
+        if self.result == self.out:
+            read = sum(self._read_one(out[i], int(files[i]), int(rows[i])) for i in range(batch))
+        else:
+            read = sum(self._read_converted(out[i], int(files[i]), int(rows[i])) for i in range(batch))
         self._count(read)
         return out
+
+    def _read_converted(self, target: np.ndarray, file: int, row: int) -> int:
+        """One volume into a float32 `target`, a cache-sized chunk at a time (bytes read)."""
+        index = self.indexes[file]
+        if not index.verified[row]:  # the first read in this process: the whole record, its CRC32C checked
+            whole = self._scratch_of((0,) + self.shape)
+            read = self._read_one(whole, file, row)
+            np.copyto(target, whole, casting="unsafe")
+            return read
+        step = self.chunk_bytes // 2
+        scratch = self._scratch_of((1, step))
+        view, flat = memoryview(scratch).cast("B"), target.reshape(-1)
+        base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
+        fd = os.open(index.path, os.O_RDONLY)
+        try:
+            for at in range(0, self.count, step):
+                n = min(step, self.count - at)
+                got = os.preadv(fd, [view[: n * 2]], base + at * 2)
+                if got != n * 2:
+                    raise ValueError(f"{index.path}: the record at byte {int(index.starts[row])} could not be read whole "
+                                     f"({got} of {n * 2} bytes of a chunk): the file changed or was cut short since it "
+                                     f"was indexed. {self.verify}")
+                np.copyto(flat[at: at + n], scratch[:n], casting="unsafe")
+        finally:
+            os.close(fd)
+        return self.nbytes
 
     def _read_one(self, target: np.ndarray, file: int, row: int) -> int:
         """One volume into `target` (bytes read); the record's length and CRC32C checked on its first read."""
@@ -271,7 +315,6 @@ class PatchReads(VolumeReads):
                  plan: augment_volume.VolumePlan, dtype: str):
         super().__init__(indexes, shape, verify)
         self.plan, self.work = plan, plan.work_dtype(dtype)
-        self._scratch = threading.local()
 
     @property
     def patch_bytes(self) -> int:
@@ -311,20 +354,12 @@ class PatchReads(VolumeReads):
         return ([(first + d * h * w + r * w, pw, (d * ph + r) * pw) for d in range(pd) for r in range(ph)],
                 (pd, ph, pw), (slice(None),) * 3)
 
-    def _scratch_of(self, key: tuple[int, ...]) -> np.ndarray:
-        """This thread's scratch buffer for `key` (sample number, scratch shape)."""
-        shape = key[1:]
-        buffers = self._scratch.__dict__.setdefault("buffers", {})
-        if key not in buffers:
-            buffers[key] = np.empty(shape, self.out)
-        return buffers[key]
-
     def _read_patches(self, targets: np.ndarray, new_boxes: np.ndarray, box: np.ndarray, file: int, row: int,
                       draws: augment_volume.Draws) -> int:
         """One volume's patches into `targets` [S, ...] and their mask boxes into `new_boxes` (bytes read)."""
         plan, index = self.plan, self.indexes[file]
         if not index.verified[row] or self.reads_whole:  # first read in this process (CRC32C checked), or cheaper whole
-            whole = self._scratch_of((-1,) + self.shape)
+            whole = self._scratch_of((0,) + self.shape)
             read = self._read_one(whole, file, row)
             new_boxes[:] = plan.write(targets, whole, box, draws)
             return read
@@ -334,7 +369,7 @@ class PatchReads(VolumeReads):
         try:
             for j, sample in enumerate(draws):
                 runs, scratch_shape, where = self.runs(sample.start)
-                scratch = self._scratch_of((j,) + scratch_shape)
+                scratch = self._scratch_of((2 + j,) + scratch_shape)
                 flat = memoryview(scratch.reshape(-1)).cast("B")
                 for at, count, into in runs:
                     got = os.preadv(fd, [flat[into * 2: (into + count) * 2]], base + at * 2)
@@ -393,8 +428,10 @@ def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
 
 
 def volume_batch(files: tf.Tensor, rows: tf.Tensor, reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
-    """The batch's volumes as `dtype`: int16 as stored, or one TensorFlow cast of them (float32/float16/bfloat16)."""
-    values = tf.numpy_function(reads, [files, rows], tf.int16, stateful=False, name="vidvol_read_volumes")
+    """The batch's volumes as `dtype`: int16 as stored, float32 converted as read, or one TensorFlow cast of the int16
+    batch (float16/bfloat16)."""
+    values = tf.numpy_function(reads, [files, rows], tf.as_dtype(reads.result), stateful=False,
+                               name="vidvol_read_volumes")
     values.set_shape((batch_size,) + reads.shape)
     return values if values.dtype == dtype else tf.cast(values, dtype)
 
@@ -408,7 +445,7 @@ class DirectParser:
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
         self.augment = augment
-        self.reads = (VolumeReads(indexes, shape, verify_hint(builder)) if augment is None
+        self.reads = (VolumeReads(indexes, shape, verify_hint(builder), dtype) if augment is None
                       else PatchReads(indexes, shape, verify_hint(builder), augment, dtype))
         self.small = [index.small[int(row)] for index, row in
                       zip((indexes[f] for f in source.file_of), source.row_of)]  # storage order
