@@ -288,29 +288,39 @@ class VolumePlan:
         """What the host call writes: int16 for an int16 output (the stored values), else float32 (cast by one copy)."""
         return np.dtype(np.int16) if tf.as_dtype(output_dtype) == tf.int16 else np.dtype(np.float32)
 
-    def write(self, targets: np.ndarray, source: np.ndarray | Sequence[np.ndarray], box: np.ndarray,
-              draws: Draws) -> np.ndarray:
-        """One volume's samples into `targets` [S, ...] (`source`: the whole volume, or a list of each sample's patch
-        already cut); returns the samples' boxes [S, 3, 2]. The transforms are one copy through a view; the
-        intensities (float targets) `x * scale` on that copy, then `+ shift` inside the box (what `intensity_np` gives)."""
+    def write(self, targets: np.ndarray, volume: np.ndarray, box: np.ndarray, draws: Draws) -> np.ndarray:
+        """One volume's samples into `targets` [S, ...] (`volume`: the whole volume); returns the samples' mask boxes
+        [S, 3, 2] (`write_sample` each)."""
         boxes = np.empty((self.samples, 3, 2), np.int64)
         box = box.tolist()
-        floats = targets.dtype.kind == "f"
-        step = max(1, _CHUNK_VOXELS // (self.patch[1] * self.patch[2]))
         for j, sample in enumerate(draws):
-            patch = source[j] if isinstance(source, list) else cut(source, sample.start, self.patch)
-            view = oriented(patch, sample, self.plane)
-            boxes[j] = new = box_of(box, sample, self.patch, self.plane)
-            (lo, hi), rest = new[0], tuple(slice(a, b) for a, b in new[1:])
-            for d in range(0, self.patch[0], step):  # a few slices at a time: the scale and shift find them in cache
-                target = targets[j, d: d + step]
-                np.copyto(target, view[d: d + step], casting="unsafe" if floats else "same_kind")
-                if floats and sample.scale != 1:
-                    target *= sample.scale
-                if floats and sample.shift and max(lo, d) < min(hi, d + step):
-                    inside = target[(slice(max(lo, d) - d, min(hi, d + step) - d),) + rest]
-                    inside += sample.shift
+            boxes[j] = self.write_sample(targets[j], cut(volume, sample.start, self.patch), box, sample)
         return boxes
+
+    def write_sample(self, target: np.ndarray, patch: np.ndarray, box: Sequence[Sequence[int]], sample: Sample
+                     ) -> list[list[int]]:
+        """One patch (cut, not yet flipped or turned) into `target`; returns its mask box after the transforms.
+
+        A few of the target's slices at a time, in its own order (contiguous writes): one copy through the
+        flip/rotation view, cast and `x * scale` in that pass, then `+ shift` inside the mask's box while
+        the slices are in cache (what `intensity_np` computes); integer targets take the values as they are.
+        """
+        new = box_of(box, sample, self.patch, self.plane)
+        view = oriented(patch, sample, self.plane)
+        if target.dtype.kind != "f":
+            np.copyto(target, view, casting="same_kind")
+            return new
+        (lo, hi), rest = new[0], tuple(slice(a, b) for a, b in new[1:])
+        step = max(1, _CHUNK_VOXELS // (self.patch[1] * self.patch[2]))
+        for d in range(0, self.patch[0], step):
+            out = target[d: d + step]
+            np.copyto(out, view[d: d + step], casting="unsafe")
+            if sample.scale != 1:
+                out *= sample.scale
+            if sample.shift and max(lo, d) < min(hi, d + step):
+                inside = out[(slice(max(lo, d) - d, min(hi, d + step) - d),) + rest]
+                inside += sample.shift
+        return new
 
     def example_np(self, volume: np.ndarray, mask: np.ndarray | None, gen: np.random.Generator | None
                    ) -> tuple[np.ndarray, np.ndarray | None]:

@@ -13,10 +13,12 @@ TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16, `vidv
 3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
    volumes in one Python call (`VolumeReads`, a `tf.numpy_function` without state: the same
    indices read the same bytes): `os.preadv` puts each volume's bytes straight into the int16
-   batch buffer, which becomes the tensor without a copy; float32 / float16 / bfloat16 output is
-   one TensorFlow cast of that batch (outside the GIL, so two batches convert at once, where NumPy
-   converting inside the Python call would hold it). That is the work of the benchmark's volume
-   limit (`os.pread` + `astype(float32)`).
+   batch buffer, which becomes the tensor without a copy. float32 output: each volume is read a
+   cache-sized chunk at a time into a scratch buffer and converted from there into the float32
+   batch buffer (the int16 bytes never reach main memory; NumPy's conversion and the read both let
+   go of the GIL); float16 / bfloat16: one TensorFlow cast of the int16 batch. That is the work of
+   the benchmark's volume limit (`os.pread` + `astype(float32)`). With volume augmentation
+   (`augment_volume`), `PatchReads` reads only the rows of each random patch.
 
 Integrity: the first time a record is read in a process its whole record is read and its length
 and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
@@ -300,31 +302,58 @@ class VolumeReads(host_calls.HostCall):
 class PatchReads(VolumeReads):
     """Python body of the augmented `volume_batch`: each volume's random patches read from its shard, flipped and turned.
 
-    Only the patch's rows come from the file (`runs`): per D slice of the patch, the one run of bytes
-    from its first to its last voxel there (the W - w voxels between two of its rows come along), or
-    one run per (D, H) row when the gap between rows is more than `gap_bytes` (a read call costs about
-    as much as copying a few KiB), or one run for the whole patch when the gap between slices is that
-    small too. The rows go into a scratch buffer, from which one copy through the flip/rotation view
-    writes each patch into the batch. A record's first read in the process reads it whole (its CRC32C),
-    and so does every read where the patches of a volume would together read as many bytes.
+    Only the rows of a patch come from the file (`runs`): one run from its first voxel to its last
+    (the rows and row ends between come along), one run per D slice, or one per (D, H) row (the
+    patch's bytes alone), whichever costs least, counting a read call as `call_bytes` (what the
+    kernel copies in the time one call costs; each call is also a hand-over of the GIL). The runs
+    land in a scratch buffer, from which the patch is written into the batch through its
+    flip/rotation view (`augment_volume.VolumePlan.write_sample`). A record's first read in the
+    process reads it whole (its CRC32C), and so does every read where a volume's patches would
+    together read as many bytes.
     """
 
-    gap_bytes = 4096
+    call_bytes = 16 << 10
 
     def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str,
                  plan: augment_volume.VolumePlan, dtype: str):
         super().__init__(indexes, shape, verify)
         self.plan, self.work = plan, plan.work_dtype(dtype)
+        self.mode = self.layout()
+        self.whole = self.reads_whole  # fixed by the layout
+
+    def layout(self) -> str:
+        """'block' | 'slab' | 'row': the cheapest way to read a patch's rows (`call_bytes` per call, plus the bytes)."""
+        (_, h, w), (pd, ph, pw) = self.shape, self.plan.patch
+        costs = {"block": self.call_bytes + ((pd - 1) * h * w + (ph - 1) * w + pw) * 2,
+                 "slab": pd * (self.call_bytes + ((ph - 1) * w + pw) * 2),
+                 "row": pd * ph * (self.call_bytes + pw * 2)}
+        return min(costs, key=costs.get)
 
     @property
     def patch_bytes(self) -> int:
         """Bytes the runs of one patch read (the same wherever the patch lies)."""
-        return sum(count for _, count, _ in self.runs((0, 0, 0))[0]) * 2
+        return sum(count for _, count, _ in self.runs((0, 0, 0))) * 2
 
     @property
     def reads_whole(self) -> bool:
         """Whether a volume's patches together would read as much as the volume: then it is read once, and cut."""
         return self.plan.samples * self.patch_bytes >= self.nbytes
+
+    def scratch_shape(self) -> tuple[int, int, int]:
+        """The scratch buffer of a patch: its rows as read (whole slices, slice rows, or just the patch's rows)."""
+        (_, h, w), (pd, ph, pw) = self.shape, self.plan.patch
+        return {"block": (pd, h, w), "slab": (pd, ph, w), "row": (pd, ph, pw)}[self.mode]
+
+    def runs(self, start: Sequence[int]) -> list[tuple[int, int, int]]:
+        """The reads of the patch at `start`: (voxel offset in the volume, voxels, voxel offset in the scratch) each;
+        the patch's voxel (d, r, c) then lies at scratch[d, r, c]."""
+        (_, h, w), (pd, ph, pw), (s0, s1, s2) = self.shape, self.plan.patch, (int(v) for v in start)
+        first = (s0 * h + s1) * w + s2
+        if self.mode == "block":
+            return [(first, (pd - 1) * h * w + (ph - 1) * w + pw, 0)]
+        if self.mode == "slab":
+            return [(first + d * h * w, (ph - 1) * w + pw, d * ph * w) for d in range(pd)]
+        return [(first + d * h * w + r * w, pw, (d * ph + r) * pw) for d in range(pd) for r in range(ph)]
 
     def run(self, files: np.ndarray, rows: np.ndarray, boxes: np.ndarray, seeds: np.ndarray, epochs: np.ndarray,
             indices: np.ndarray):
@@ -339,49 +368,32 @@ class PatchReads(VolumeReads):
         self._count(read)
         return out, new_boxes
 
-    def runs(self, start: Sequence[int]) -> tuple[list[tuple[int, int, int]], tuple[int, ...], tuple[slice, ...]]:
-        """The reads of the patch at `start`: (voxel offset in the volume, voxels, offset in the scratch) each, the
-        scratch shape and the patch's slices in it."""
-        (_, h, w), (pd, ph, pw), (s0, s1, s2) = self.shape, self.plan.patch, (int(v) for v in start)
-        row_gap, slab_gap = (w - pw) * 2, ((h - ph) * w + w - pw) * 2
-        first = (s0 * h + s1) * w + s2
-        if slab_gap <= self.gap_bytes:  # one run from the patch's first voxel to its last
-            return [(first, (pd - 1) * h * w + (ph - 1) * w + pw, 0)], (pd, h, w), (slice(None), slice(0, ph), slice(0, pw))
-        if row_gap <= self.gap_bytes:  # a run per D slice
-            run = (ph - 1) * w + pw
-            return ([(first + d * h * w, run, d * ph * w) for d in range(pd)], (pd, ph, w),
-                    (slice(None), slice(None), slice(0, pw)))
-        return ([(first + d * h * w + r * w, pw, (d * ph + r) * pw) for d in range(pd) for r in range(ph)],
-                (pd, ph, pw), (slice(None),) * 3)
-
     def _read_patches(self, targets: np.ndarray, new_boxes: np.ndarray, box: np.ndarray, file: int, row: int,
                       draws: augment_volume.Draws) -> int:
         """One volume's patches into `targets` [S, ...] and their mask boxes into `new_boxes` (bytes read)."""
         plan, index = self.plan, self.indexes[file]
-        if not index.verified[row] or self.reads_whole:  # first read in this process (CRC32C checked), or cheaper whole
+        if not index.verified[row] or self.whole:  # first read in this process (CRC32C checked), or cheaper whole
             whole = self._scratch_of((0,) + self.shape)
             read = self._read_one(whole, file, row)
             new_boxes[:] = plan.write(targets, whole, box, draws)
             return read
         base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
-        read, patches = 0, []
+        scratch = self._scratch_of((2,) + self.scratch_shape())
+        flat = memoryview(scratch.reshape(-1)).cast("B")
+        (pd, ph, pw), box_list, read = plan.patch, box.tolist(), 0
         fd = os.open(index.path, os.O_RDONLY)
         try:
             for j, sample in enumerate(draws):
-                runs, scratch_shape, where = self.runs(sample.start)
-                scratch = self._scratch_of((2 + j,) + scratch_shape)
-                flat = memoryview(scratch.reshape(-1)).cast("B")
-                for at, count, into in runs:
+                for at, count, into in self.runs(sample.start):
                     got = os.preadv(fd, [flat[into * 2: (into + count) * 2]], base + at * 2)
                     if got != count * 2:
-                        raise ValueError(f"{index.path}: the record at byte {int(index.starts[row])} could not be read "
-                                         f"whole ({got} of {count * 2} bytes of a patch): the file changed or was cut "
-                                         f"short since it was indexed. {self.verify}")
+                        raise ValueError(f"{index.path}: the record at byte {int(index.starts[row])} could not be "
+                                         f"read whole ({got} of {count * 2} bytes of a patch): the file changed or "
+                                         f"was cut short since it was indexed. {self.verify}")
                     read += got
-                patches.append(scratch[where])
+                new_boxes[j] = plan.write_sample(targets[j], scratch[:, :ph, :pw], box_list, sample)
         finally:
             os.close(fd)
-        new_boxes[:] = plan.write(targets, patches, box, draws)
         return read
 
 

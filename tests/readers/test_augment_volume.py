@@ -165,14 +165,17 @@ def test_evaluation_takes_the_centre_patch_and_nothing_random():
     assert plan.samples == 1 and plan.out_shape == (20, 20, 24)
 
 
-# (patch, samples, gap_bytes, voxels read per patch): one run for the whole patch, one per D slice, one per (D, H) row;
-# patches that would together read as much as the volume: the whole volume once.
-READS = [((20, 20, 24), 1, 4096, 19 * 32 * 32 + 19 * 32 + 24), ((20, 20, 24), 1, 100, 20 * (19 * 32 + 24)),
-         ((20, 12, 32), 1, 0, 20 * 12 * 32), ((8, 20, 24), 2, 0, 8 * 20 * 24), ((20, 20, 24), 2, 4096, 32 ** 3 / 2)]
+# (patch, samples, call_bytes, mode, voxels read per patch) on 32^3 volumes: one run for the whole patch, one per
+# slice (whole rows: the patch's bytes), one per (D, H) row (the patch's bytes alone), whichever costs least counting a
+# call as `call_bytes`; patches
+# that would together read as much as the volume: the whole volume once.
+READS = [((20, 20, 24), 1, 16 << 10, "block", 19 * 32 * 32 + 19 * 32 + 24),
+         ((20, 20, 24), 1, 100, "slab", 20 * (19 * 32 + 24)), ((20, 12, 32), 1, 0, "slab", 20 * 12 * 32),
+         ((8, 20, 24), 2, 0, "row", 8 * 20 * 24), ((20, 20, 24), 2, 16 << 10, "block", 32 ** 3 / 2)]
 
 
-@pytest.mark.parametrize("patch, samples, gap, voxels", READS)
-def test_direct_patch_reads_read_the_patch_rows_only(mri_padded, patch, samples, gap, voxels):
+@pytest.mark.parametrize("patch, samples, call, mode, voxels", READS)
+def test_direct_patch_reads_read_the_patch_rows_only(mri_padded, patch, samples, call, mode, voxels):
     builder = mri_padded["tfrecord"]
     source = records.open_split(builder, "train")
     _, indexes = direct_volumes.plan_direct(builder, source, ["volume", "mask"])
@@ -180,7 +183,10 @@ def test_direct_patch_reads_read_the_patch_rows_only(mri_padded, patch, samples,
                             rotate_prob=0.5 if patch[0] == patch[1] else 0.0)
     plan = av.plan_for(builder.info, ["volume", "mask"], augment, True)
     reads = direct_volumes.PatchReads(indexes, plan.shape, "check", plan, "float32")
-    reads.gap_bytes = gap
+    reads.call_bytes = call
+    reads.mode = reads.layout()
+    reads.whole = reads.reads_whole
+    assert reads.mode == mode
     n = len(source.file_of)
     files, rows = source.file_of.astype(np.int64), source.row_of.astype(np.int64)
     boxes = np.tile(np.array([[0, 32]] * 3, np.int64), (n, 1, 1))
@@ -193,6 +199,6 @@ def test_direct_patch_reads_read_the_patch_rows_only(mri_padded, patch, samples,
                                for s in d]) for i, d in enumerate(plan.batch_draws(*args(1)[3:]))])
     np.testing.assert_array_equal(got, want)
     assert reads.bytes_read == n * samples * 2 * voxels  # n volumes, `samples` patches each, 2 bytes a voxel
-    if gap == 0:  # one read per row, or whole rows: the patch's bytes and nothing else
+    if call == 0:  # reads that cost nothing but their bytes: the patch's bytes and nothing else
         assert voxels == int(np.prod(patch))
     assert reads.bytes_read <= n * 2 * 32 ** 3  # never more than the volumes
