@@ -363,8 +363,11 @@ class VolumePlan:
             mask = tf.reshape(dense, tf.concat([tf.shape(boxes)[:2], self.patch], 0))
         dtype = tf.as_dtype(dtype)
         values = values if values.dtype == dtype else tf.cast(values, dtype)
-        if s == 1:
-            values, mask = values[:, 0], mask[:, 0]
+        if s == 1:  # no samples axis: a reshape (the same buffer), where a slice would copy
+            drop = lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:1], tf.shape(x)[2:]], 0))  # noqa: E731
+            values, mask = drop(values), drop(mask)
+            values.set_shape((batch_size,) + self.patch)
+            mask.set_shape((batch_size,) + ((3, 2) if self.mask_dtype is None else self.patch))
         return values, mask
 
 
