@@ -92,11 +92,17 @@ class DataSource:
     child forked after TensorFlow and ArrayRecord started their threads crashes the child with a
     segmentation fault), so its first access raises `RandomAccessError` saying to use
     `multiprocessing_context="spawn"` (or "forkserver"), where the copy arrives pickled.
+
+    `augment` (a `VolumeAugment`): the volume (and mask) patched and transformed as `vidvol.load`
+    does; in `training`, drawn from (`seed`, epoch, index): `set_epoch(e)` sets the epoch (an index
+    from a `resumable.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones;
+    otherwise the centre patch.
     """
 
     def __init__(
         self, name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
         features: Sequence[str] | None = None, decode_frames: bool = True, num_threads: int | None = None,
+        augment: augment_volume.VolumeAugment | None = None, training: bool = False, seed: int | None = None,
     ):
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
@@ -105,7 +111,8 @@ class DataSource:
         self._state = dict(name=f"{builder.name}{config}:{builder.version}", split=split,
                            data_dir=os.fspath(builder.data_path.parents[2 if config else 1]),  # DATA_DIR/NAME[/CONFIG]/VERSION
                            features=None if features is None else tuple(features),
-                           decode_frames=decode_frames, num_threads=num_threads)
+                           decode_frames=decode_frames, num_threads=num_threads, augment=augment, training=training,
+                           seed=seed)
         info = builder.info
         names = tuple(info.features.keys()) if features is None else tuple(features)
         unknown = [n for n in names if n not in info.features]
@@ -116,6 +123,8 @@ class DataSource:
         self.names = names
         self.videos = tuple(n for n in names if frames.is_encoded_video(info.features[n]))
         self.decode_frames = decode_frames
+        self.training, self.seed, self.epoch = bool(training), seed, [0]
+        self._augment = None if augment is None else augment_volume.plan_for(info, names, augment, self.training)
         self._features = tfds.features.FeaturesDict({n: info.features[n] for n in names})
         self._decoders = {v: frames.KeepEncoded() for v in self.videos} or None
         self._records = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
@@ -140,17 +149,34 @@ class DataSource:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         self._in_this_process()
-        return self.decode(self._records[self._index(index)])
+        return self._decode_at(self._records[self._index(index)], index)
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Several examples: records read together, decoded in a thread pool."""
         self._in_this_process()
         records = self._records.__getitems__([self._index(i) for i in indices])
         if len(records) <= 1:
-            return [self.decode(r) for r in records]
+            return [self._decode_at(r, i) for r, i in zip(records, indices)]
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="vidvol-decode")
-        return list(self._pool.map(self.decode, records))
+        return list(self._pool.map(self._decode_at, records, indices))
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the training draws of plain indices (`augment`; call before each epoch)."""
+        self.epoch[0] = int(epoch)
+
+    def _decode_at(self, record: bytes, index: Any) -> dict[str, Any]:
+        """`decode`, then `augment`'s patches of example `index` (training: drawn from seed, epoch and index)."""
+        example = self.decode(record)
+        plan = self._augment
+        if plan is None:
+            return example
+        gen = draw_rng(index, self.seed, self.epoch[0], rng.VOLUME_AUGMENT) if self.training else None
+        volume, mask = plan.example_np(example[plan.volume], example[plan.mask] if plan.mask else None, gen)
+        example[plan.volume] = volume
+        if plan.mask:
+            example[plan.mask] = mask
+        return example
 
     def __iter__(self):
         for i in range(len(self)):
@@ -177,10 +203,13 @@ class DataSource:
         return out
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self._state)
+        return {**self._state, "epoch": self.epoch[0]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        epoch = state.pop("epoch", 0)
         self.__init__(**state)
+        self.epoch[0] = epoch
 
     def __repr__(self) -> str:
         return f"vidvol.DataSource({self.info.full_name!r}, split={self.split!r}, {len(self)} examples)"
@@ -189,22 +218,27 @@ class DataSource:
 @legacy.old_keywords("features")
 def data_source(
     name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
-    spec: ReadSpec | None = None, num_threads: int | None = None,
+    spec: ReadSpec | None = None, num_threads: int | None = None, training: bool | None = None,
+    seed: int | None = None,
 ) -> DataSource:
     """Random access to a split of a dataset built with `--file_format array_record`: `ds[i]` -> decoded example.
 
     The examples are those of `tfds.data_source(name, split=split, data_dir=data_dir)` in the same
     order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars) and JPEG pixels
-    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`: only
-    `Output(features=[...])` (the features decoded; default all) applies, since the examples are
-    the stored ones; anything else is a ValueError pointing to `grain_dataset` / `torch_dataset`.
-    `num_threads`: threads decoding one `__getitems__` batch (default two per core, at most 8).
+    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`:
+    `Output(features=[...])` (the features decoded; default all) and `augment` (`VolumeAugment`: the
+    volume and mask patched and transformed as `vidvol.load` does) apply, since the examples are
+    otherwise the stored ones; anything else is a ValueError pointing to `grain_dataset` /
+    `torch_dataset`. `training` (default: the split's name starts with "train") and `seed` choose the
+    draws as `vidvol.load`'s do: random ones from (seed, epoch, index) (`ds.set_epoch(e)`), else the
+    centre patch. `num_threads`: threads decoding one `__getitems__` batch (default two per core, at most 8).
     """
     spec = spec or ReadSpec()
-    spec.check_supported("vidvol.data_source", ("output.features",),
+    spec.check_supported("vidvol.data_source", ("output.features", "augment"),
                          "it returns the stored examples as tfds.load decodes them; grain_dataset and torch_dataset "
                          "take clips, normalization and the supervised output")
-    return DataSource(name, split, data_dir=data_dir, features=spec.output.features, num_threads=num_threads)
+    return DataSource(name, split, data_dir=data_dir, features=spec.output.features, num_threads=num_threads,
+                      augment=spec.augment, training=is_training(split, training), seed=seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,15 +306,8 @@ class SupervisedExamples:
         self.epoch[0] = int(epoch)
 
     def rng_for(self, index: int, stream: int = rng.CLIP) -> np.random.Generator:
-        """The RNG of example `index` for `stream`: `rng.example_rng(seed, epoch, index, stream)`, else fresh entropy.
-
-        An index from `sampler()` (a `resumable.Draw`) carries its own epoch and seed; a plain index
-        takes `set_epoch`'s epoch and this dataset's seed (None: fresh entropy, not reproducible).
-        """
-        seed, epoch = getattr(index, "seed", self.seed), getattr(index, "epoch", self.epoch[0])
-        if seed is None:
-            return np.random.default_rng()
-        return rng.example_rng(int(seed), int(epoch), int(index), stream)
+        """The RNG of example `index` for `stream` (`draw_rng`: this dataset's seed and `set_epoch`'s epoch)."""
+        return draw_rng(index, self.seed, self.epoch[0], stream)
 
     def rngs_for(self, index: int) -> tuple[np.random.Generator | None, np.random.Generator | None]:
         """(clip RNG, volume augmentation RNG) of a training example `index` (None where nothing is drawn)."""
@@ -378,6 +405,18 @@ class SupervisedExamples:
         if output.is_volume(self.plan.features[name]):
             return value.astype(np.float32, copy=False)  # a volume stays float32 whatever the mask's dtype
         return value.astype(self.mask_dtype)
+
+
+def draw_rng(index: Any, seed: int | None, epoch: int, stream: int) -> np.random.Generator:
+    """`rng.example_rng(seed, epoch, index, stream)`, or fresh entropy when `seed` is None.
+
+    An index from a sampler (a `resumable.Draw`) carries its own epoch and seed; a plain index takes
+    the `seed` and `epoch` given (None: fresh entropy, not reproducible).
+    """
+    seed, epoch = getattr(index, "seed", seed), getattr(index, "epoch", epoch)
+    if seed is None:
+        return np.random.default_rng()
+    return rng.example_rng(int(seed), int(epoch), int(index), stream)
 
 
 def _gather_valid(values: np.ndarray, indices: np.ndarray, valid: np.ndarray) -> np.ndarray:

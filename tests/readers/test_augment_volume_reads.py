@@ -98,6 +98,11 @@ def test_equal_seeds_give_equal_batches_and_every_read_path_agrees(mri_padded):
         np.testing.assert_array_equal(n[1], f[1])
     half = _batches(builder, ReadSpec(augment=AUGMENT, output=Output(dtype="bfloat16")))
     np.testing.assert_array_equal(half[0][0], want[0][0].astype(half[0][0].dtype))
+    dicts = _batches(builder, ReadSpec(augment=AUGMENT, output=Output(features=("volume", "mask", "label"))))
+    for d, w in zip(dicts, want):  # dicts: the same patches, the mask as stored (uint8)
+        assert d[1].dtype == np.uint8
+        np.testing.assert_array_equal(d[1], w[1].astype(np.uint8))
+        np.testing.assert_array_equal(d[2], w[0])
 
 
 def test_random_access_readers_give_loads_patches(mri_padded):
@@ -115,6 +120,19 @@ def test_random_access_readers_give_loads_patches(mri_padded):
     grain = vidvol.grain_dataset(arrays, "train", 2, seed=key, spec=SPEC, num_epochs=2)
     got = [resume_cases.flat(b) for b in grain]
     assert_same_batches(got, want)
+    source = vidvol.data_source(arrays, "train", seed=key, spec=SPEC)  # tfds.load's types: the mask uint8
+    for batch, d in zip(want, draws):
+        source.set_epoch(int(d["epoch"][0]))
+        for i, example in enumerate(source.__getitems__([int(i) for i in d["index"]])):
+            np.testing.assert_array_equal(example["volume"], batch[0][i])
+            assert example["mask"].dtype == np.uint8
+            np.testing.assert_array_equal(example["mask"], batch[1][i].astype(np.uint8))
+    uint8 = vidvol.torch_dataset(arrays, "train", seed=key, spec=ReadSpec(augment=AUGMENT,
+                                                                          output=Output(mask_dtype="uint8")))
+    uint8.set_epoch(int(draws[0]["epoch"][0]))
+    (x, mask), _ = uint8[int(draws[0]["index"][0])]
+    assert x.dtype == np.float32 and mask.dtype == np.uint8  # the volume stays float32 whatever the mask's dtype
+    np.testing.assert_array_equal(x, want[0][0][0])
 
 
 def test_evaluation_reads_the_centre_patch_deterministically(mri_padded):
@@ -130,6 +148,8 @@ def test_evaluation_reads_the_centre_patch_deterministically(mri_padded):
     np.testing.assert_array_equal(mask, masks[:, 6:26, 6:26, 4:28])
     ds = vidvol.torch_dataset(mri_padded["array_record"], "test", spec=spec)
     np.testing.assert_array_equal(ds[1][0][0], x[1])
+    source = vidvol.data_source(mri_padded["array_record"], "test", spec=spec)
+    np.testing.assert_array_equal(source[1]["volume"], x[1])
 
 
 def test_an_augmented_read_resumes_exactly(mri_padded, tmp_path):
@@ -148,7 +168,5 @@ def test_what_cannot_apply_is_an_error_naming_the_fix(mri_padded, hmdb_small):
         vidvol.load(hmdb_small, "train", 2, spec=ReadSpec(augment=VolumeAugment(flip_prob=0.5)))
     with pytest.raises(ValueError, match="shift is applied where the mask is 1.*keep 'mask'"):
         vidvol.load(builder, "train", 2, spec=ReadSpec(augment=AUGMENT, output=Output(inputs=("volume",))))
-    with pytest.raises(ValueError, match="vidvol.data_source cannot honour spec augment"):
-        vidvol.data_source(mri_padded["array_record"], "train", spec=SPEC)
     with pytest.raises(tf.errors.InvalidArgumentError, match="mask cannot be left out"):  # padded patches
         _batches(builder, ReadSpec(augment=AUGMENT, output=Output(mask_dtype=None)))

@@ -167,7 +167,8 @@ def test_an_unknown_keyword_is_a_type_error_naming_the_closest(mri_small):
     with pytest.raises(TypeError, match=r"grain_dataset\(\) got an unexpected keyword argument 'num_epoch'; did you "
                                         r"mean 'num_epochs'\?"):
         vidvol.grain_dataset(mri_small, "train", 2, num_epoch=2)
-    with pytest.raises(TypeError, match=r"data_source\(\) got an unexpected keyword argument 'zzz'; it takes name, split, data_dir, spec, num_threads$"):
+    with pytest.raises(TypeError, match=r"data_source\(\) got an unexpected keyword argument 'zzz'; it takes name, "
+                                        r"split, data_dir, spec, num_threads, training, seed$"):
         vidvol.data_source(mri_small, "train", zzz=1)
 
 
