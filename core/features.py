@@ -30,7 +30,7 @@ INT16_MIN, INT16_MAX = np.iinfo(np.int16).min, np.iinfo(np.int16).max
 # Frames decoded by one unrolled graph (per video, or per batch of videos); more go through tf.map_fn.
 MAX_UNROLLED_FRAMES = 2048
 # Largest all-ones mask batch a traced graph keeps to hand out for every full batch (`BoxMask.dense_as`).
-SHARED_ONES_BYTES = 1 << 30
+SHARED_ONES_BYTES = 256 << 20
 
 
 class _FixedShapeFeature(tfds.features.FeatureConnector):
@@ -188,7 +188,7 @@ class BoxMask(_FixedShapeFeature):
         shared = None
         if batch is not None and tf.inside_function() and (
                 batch * int(np.prod(self._shape)) * dtype.size <= SHARED_ONES_BYTES):
-            with tf.init_scope():  # made once, eagerly; the traced graph captures it (no copy per batch)
+            with tf.init_scope(), tf.device("/cpu:0"):  # once, eagerly, on the host; the graph captures it
                 shared = tf.ones((batch,) + self._shape, dtype)
 
         def from_boxes() -> tf.Tensor:

@@ -457,7 +457,8 @@ def plan_load(
     return LoadPlan(
         info=info, split=split, spec=spec, read=read, inputs=inputs, target=target, omit_mask=omit_mask,
         training=training, seed=seed, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic,
-        parser=parser, augment=augment, direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
+        parser=parser, augment=augment,
+        direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
         lean=lean, layout=layout, read_parallelism=tuning.cycle_length or AUTOTUNE, memory_budget=budget,
         decode_parallelism=sizing.lean_decode_parallelism(read.decoded_bytes(), budget) if lean else AUTOTUNE,
         float_batch_bytes=float_batch_bytes,

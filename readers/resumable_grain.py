@@ -2,8 +2,9 @@
 
 `Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
 example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
-index, rng.CLIP)` and its volume augmentation from `rng.VOLUME_AUGMENT`'s. `Resumable` wraps the batched dataset so that its iterators' state carries the
-seed and the data's fingerprint beside Grain's own position.
+index, rng.CLIP)` and its volume augmentation from `rng.VOLUME_AUGMENT`'s. `Resumable` wraps the
+batched dataset so that its iterators' state carries the seed and the data's fingerprint beside
+Grain's own position.
 """
 
 from __future__ import annotations
