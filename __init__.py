@@ -25,6 +25,7 @@ from vidvol.readers import check_resumable  # noqa: E402,F401  (stopping and res
 # What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).
 from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402,F401
 from vidvol.readers import VideoAugment  # noqa: E402,F401  (ReadSpec(augment=...): crops and flips of the uint8 frames)
+from vidvol.readers import VolumeAugment  # noqa: E402,F401  (ReadSpec(augment=...): MONAI's Rand* on volumes)
 from vidvol.readers import dequantize_params  # noqa: E402,F401  (output_dtype: scale/offset for the device)
 
 # Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.

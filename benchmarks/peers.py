@@ -16,9 +16,10 @@ headline's inputs and builds. Standalone it measures against OUT/results.json of
   of 4: MONAI `Dataset`, `PersistentDataset`, `CacheDataset` and TorchIO `SubjectsDataset`, with
   augmentation off and on (`peer_jobs.MONAI_AUGMENT`, `peer_jobs.TORCHIO_AUGMENT`).
 - vidvol's side is what the headline measured on the same data (`vidvol_rows`): `vidvol.load`
-  float32 at batch 8 and 32 with seed=0, the stored-raw config, and mri_volumes float32 + mask and
-  `output_dtype='int16'` (read here with the headline's own `reads.ReadJob` when the headline's
-  MRI batch is not the peers' batch).
+  float32 at batch 8 and 32 with seed=0, the stored-raw config, and mri_volumes float32 + mask,
+  `output_dtype='int16'` and float32 + mask with the MONAI peer's augmentation (`suite.mri_augment`:
+  96^3 patches, flip, quarter turn, scale, shift) (read here with the headline's own `reads.ReadJob`
+  when the headline's MRI batch is not the peers' batch).
 
 Each peer row is its own process with warm-up and `runs` timed runs (medians), like every read row.
 Each peer's first batch is checked: shape and dtype, and its example 0 must correlate with the frames
@@ -78,6 +79,10 @@ METHOD = [
     "TFDS stock video: a GeneratorBasedBuilder storing the same frames as tfds.features.Video(encoding_format='jpeg') "
     "(ucf101's layout), read by the headline's `tfds_load` job (plain tfds.load, shuffle_files, autocache off, map "
     "cast/255, batch, prefetch). It decodes at build time like vidvol, so it is not a read-time peer.",
+    "vidvol's augmented row: vidvol.load float32 + mask with ReadSpec(augment=VolumeAugment(...)) set as MONAI's "
+    "augmented pipeline below (patch_size 96^3, flip_prob 0.5 on axis 0, rotate_prob 0.5 in axes (0, 1), scale_prob 1 "
+    "with factors 0.1, shift_prob 1 with offsets 0.1; the shift where the mask is 1), same batch; the augmented peer rows "
+    "are compared with it, the plain ones with the plain float32 + mask row.",
     "MONAI: LoadImaged -> EnsureChannelFirstd -> Orientationd(RAS) -> ResizeWithPadOrCropd(128^3); PersistentDataset's "
     "disk cache is filled before timing (decoded once, like a build), CacheDataset holds every volume in memory. "
     "Augmented: + RandSpatialCropd(96^3), RandFlipd(p=0.5), RandRotate90d(p=0.5), RandScaleIntensityd(0.1), "
@@ -121,22 +126,29 @@ def vidvol_rows(headline: dict[str, Any], settings: PeersSettings) -> dict[str, 
 
 def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_key: str, mri_config: str,
              mri_data: str) -> dict[str, Any]:
-    """vidvol's float32 + mask and int16 rows at the peers' batch: the headline's, or the same ReadJob run here."""
+    """vidvol's float32 + mask, int16 and augmented (float32 + mask, the MONAI peer's set: `suite.mri_augment`) rows at
+    the peers' batch: the headline's, or the same ReadJob run here."""
+    from suite import mri_augment  # pylint: disable=g-import-not-at-top
+
     read = headline.get("read", {})
     rows = {}
-    for dtype, key in (("float32", mri_key), ("int16", f"{mri_key}_int16")):
+    augment = mri_augment(settings.mri_size)
+    for mode, key in (("float32", mri_key), ("int16", f"{mri_key}_int16"), ("augment", f"{mri_key}_augment")):
         mine = read.get(key, {}).get("loader")
-        if mine and mine["batch_size"] == settings.mri_batch:
+        if mine and mine["batch_size"] == settings.mri_batch and mine.get("augment") == (
+                augment if mode == "augment" else None):
             result = mine
         else:
             from reads import ReadJob  # pylint: disable=g-import-not-at-top
 
-            modes = {"output_dtype": "int16", "mask_dtype": None} if dtype == "int16" else {}
-            result = read_job(work, f"vidvol_mri_{dtype}", ReadJob(
+            modes = ({"output_dtype": "int16", "mask_dtype": None} if mode == "int16" else
+                     {"augment": augment} if mode == "augment" else {})
+            result = read_job(work, f"vidvol_mri_{mode}", ReadJob(
                 "loader", "mri_volumes", settings.mri_batch, mri_config, data_dir=mri_data, runs=settings.runs,
                 min_seconds=settings.min_seconds, **modes), settings)
-        rows[dtype] = {"pipeline": "vidvol.load", "config": mri_config, "output_dtype": dtype,
-                       "mask": dtype == "float32", **_keep(result)}
+        rows[mode] = {"pipeline": "vidvol.load", "config": mri_config, "output_dtype": "int16" if mode == "int16" else
+                      "float32", "mask": mode != "int16", **({"augment": augment} if mode == "augment" else {}),
+                      **_keep(result)}
     return rows
 
 

@@ -16,7 +16,7 @@ LABELS = {"opencv": "OpenCV (sequential grab)", "decord": "decord (get_batch)", 
           "torchcodec": "TorchCodec (exact seek)", "tfds_video": "TFDS stock tfds.features.Video (tfds.load)",
           "monai_dataset": "MONAI Dataset", "monai_persistent": "MONAI PersistentDataset",
           "monai_cache": "MONAI CacheDataset", "torchio": "TorchIO SubjectsDataset"}
-TARGETS = {"video": 15.0, "raw": 30.0, "video_augmented": 12.0, "mri_float32": 4.0, "mri_int16": 8.0}
+TARGETS = {"video": 15.0, "raw": 30.0, "video_augmented": 12.0, "mri_float32": 4.0, "mri_int16": 8.0, "mri_augment": 3.5}
 CONTENDED_CORES = 0.25  # as suite.CONTENDED_CORES
 
 
@@ -54,15 +54,17 @@ def summarize(doc: dict[str, Any]) -> dict[str, Any]:
             augmented = doc["vidvol"].get("augmented")
             if augmented and augmented["batch_size"] == batch:
                 ratios["video_augmented"] = _ratio(augmented, b)
-    float32 = doc["vidvol"].get("float32")
-    for r in doc["volume"]:
-        if float32 and not r["augment"]:
-            x = _ratio(float32, r)
+    for r in doc["volume"]:  # plain peer rows against vidvol's float32 + mask, augmented ones against its augmented row
+        mine_mri = doc["vidvol"].get("augment" if r["augment"] else "float32")
+        if mine_mri:
+            x = _ratio(mine_mri, r)
             r["vidvol_x"], r["vidvol_x_cpu"] = x["value"], x["cpu"]
-    persistent = _best([r for r in doc["volume"] if r["pipeline"] == "monai_persistent" and not r["augment"]])
-    for dtype in ("float32", "int16"):
-        if persistent and doc["vidvol"].get(dtype):
-            ratios[f"mri_{dtype}"] = _ratio(doc["vidvol"][dtype], persistent)
+    persistent = {aug: _best([r for r in doc["volume"] if r["pipeline"] == "monai_persistent" and r["augment"] == aug])
+                  for aug in (False, True)}
+    for mode in ("float32", "int16", "augment"):
+        peer = persistent[mode == "augment"]
+        if peer and doc["vidvol"].get(mode):
+            ratios[f"mri_{mode}"] = _ratio(doc["vidvol"][mode], peer)
     best_volume = {name: {k: b[k] for k in ("pipeline", "examples_per_s", "cpu_examples_per_s")}
                    for name, aug in (("plain", False), ("augmented", True))
                    if (b := _best([r for r in doc["volume"] if r["augment"] == aug]))}
@@ -111,7 +113,7 @@ def notes(doc: dict[str, Any]) -> list[str]:
                        f"failed the first-batch check ({ {k: v for k, v in c.items() if k != 'ok'} }): left out of the "
                        "best peers.")
     rows = doc["video"] + doc["volume"] + doc["vidvol"]["video"] + [
-        doc["vidvol"][k] for k in ("raw", "augmented", "float32", "int16") if doc["vidvol"].get(k)]
+        doc["vidvol"][k] for k in ("raw", "augmented", "float32", "int16", "augment") if doc["vidvol"].get(k)]
     others = max((r["other_cores_busy"] for r in rows), default=0.0)
     if others > CONTENDED_CORES:
         out.append(f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows: "
@@ -147,11 +149,15 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
             ("float32", "vidvol.load float32 + mask", "MONAI hands out the volume alone (no mask), from float32 tensors it "
              "cached on disk, decoded once"),
             ("int16", "vidvol.load(output_dtype='int16', mask_dtype=None)", "int16 volumes as stored, dequantized on the "
-             "device")):
+             "device"),
+            ("augment", "vidvol.load float32 + mask with augmentation (patches, flip, rot90, scale, shift)",
+             "the same Rand* set on both sides; vidvol reads the patch's rows only and moves the mask with the patch, "
+             "MONAI crops its cached float32 volume (no mask)")):
         if f"mri_{dtype}" in r:
             x = r[f"mri_{dtype}"]
+            against = "MONAI PersistentDataset" + (" with its Rand* augmentation" if dtype == "augment" else "")
             rows.append(section.target(
-                f"{m.get('key', 'mri_volumes')}: {what} (batch {x['batch_size']}) vs MONAI PersistentDataset",
+                f"{m.get('key', 'mri_volumes')}: {what} (batch {x['batch_size']}) vs {against}",
                 x["value"], TARGETS[f"mri_{dtype}"], cpu_value=x["cpu"], note=note))
     return rows
 
@@ -208,16 +214,23 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     if doc["volume"] or doc["vidvol"].get("float32"):
         m = doc["mri"]
         out += [f"### Volumes: {m['key']} train ({doc.get('volumes', '?')} volumes), {m['size']}^3", ""]
-        what = {"float32": "float32 + mask", "int16": "(output_dtype='int16', mask_dtype=None)"}
+        what = {"float32": "float32 + mask", "int16": "(output_dtype='int16', mask_dtype=None)",
+                "augment": "float32 + mask + augmentation"}
         rows = [_row(f"vidvol.load {what[d]} (`{m['config']}`)", doc["vidvol"][d], "", "")
-                for d in ("float32", "int16") if doc["vidvol"].get(d)]
+                for d in ("float32", "int16", "augment") if doc["vidvol"].get(d)]
         rows += [_row(LABELS[r["pipeline"]] + (" + augmentation" if r["augment"] else ""), r, _check(r), _x(r),
                       report.opt(r.get("setup_s"), "{:.1f} s")) for r in doc["volume"]]
-        out += report.table(HEAD + ["first batch vs vidvol's stored volume", "vidvol.load float32 + mask / this (cpu)",
-                                    "cache fill"], [row + [""] * (10 - len(row)) for row in rows])
+        out += report.table(HEAD + ["first batch vs vidvol's stored volume",
+                                    "vidvol.load / this (cpu): float32 + mask, augmented vs augmented", "cache fill"],
+                            [row + [""] * (10 - len(row)) for row in rows])
         out += [f"- {line}" for line in doc.get("winners", []) if line.startswith("Volumes")]
-        out += ["- Augmented peer rows have no vidvol row beside them yet: vidvol's augmentation rows join this table "
-                "when vidvol augments (same sets, same batches).", ""]
+        if doc["vidvol"].get("augment"):
+            out += ["- Augmented rows: the same Rand* set on both sides (patches of 3/4 of the side, flip, quarter turn, "
+                    "intensity scale and shift); vidvol's keeps the mask with the patch."]
+        else:
+            out += ["- Augmented peer rows have no vidvol row beside them in this document (measured before vidvol "
+                    "augmented)."]
+        out += [""]
     v = doc.get("versions", {})
     if v:
         libs = {**v.get("peers_venv", {}), "tensorflow-datasets": v.get("tensorflow-datasets")}

@@ -25,7 +25,7 @@ import baselines
 import inputs
 import section
 from reads import ReadJob
-from suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, raw_config
+from suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment, raw_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/ of the source checkout
 GIB = 2**30
@@ -64,6 +64,11 @@ METHOD = [
     "reading process before and after each loader run, like the decode limit. `output_dtype` rows: the same loader returning "
     "uint8 frames (hmdb51) or int16 volumes without the mask (mri_volumes), to be dequantized on the device "
     "(`vidvol.layers.Dequantize`), against the same baseline run as the float32 row.",
+    "MRI augmentation row (`mri_volumes_<first source>_augment`): the same loader, float32 volume + mask, with "
+    "`ReadSpec(augment=vidvol.VolumeAugment(...))` set as the MONAI peer's augmented pipeline (`suite.mri_augment`: "
+    "patches of 3/4 of the grid's side, 96^3 of 128^3; flip on axis 0 and a quarter turn in axes (0, 1) with p=0.5; "
+    "intensity scale and shift 0.1 on every volume); its cost is its share of the volume limit against the plain "
+    "row's, both paired with the limit timed next to them.",
     "Every read pipeline repeats its epochs without pause (repeat before batching); a run is a fresh iterator, "
     "warm-up batches, then at least the timed seconds. `cpu-normalized` = examples per CPU-second of the reading "
     "process x cores: what it would reach with the machine to itself.",
@@ -165,6 +170,13 @@ def read_all(ctx: section.Context, built: dict[str, Any]) -> dict[str, Any]:
                     ctx, f"mri_{tag}_{dtype}", read[f"mri_volumes_{tag}"], ReadJob(
                         "loader", "mri_volumes", s.mri_batch, s.mri_config, data_dir=data, output_dtype=dtype,
                         mask_dtype=None, **limit, **common))
+            # The default output (float32 + mask) with the MONAI peer's augmentation: 3/4-side patches (96^3 of 128^3).
+            augment = mri_augment(int(spec["shape"][0]))
+            entry = _dtype_entry(ctx, f"mri_{tag}_augment", read[f"mri_volumes_{tag}"], ReadJob(
+                "loader", "mri_volumes", s.mri_batch, s.mri_config, data_dir=data, augment=augment, **limit, **common))
+            entry["loader_label"] = (f"vidvol.load(augment: {augment['patch_size'][0]}^3 patches, flip, rot90, "
+                                     "scale, shift)")
+            read[f"mri_volumes_{tag}_augment"] = entry
     ctx.phase("reads", start)
     return read
 
@@ -296,8 +308,17 @@ def targets(read: dict[str, Any]) -> list[dict[str, Any]]:
                 unit="%", cpu_value=r["of_limit_cpu"],
                 note="the limit: stored int16 bytes read from the page cache -> a new float32 volume (NumPy, every "
                      "core at once); the loader also checks each record's CRC32C, parses the label and batches"))
+        elif key.startswith("mri_volumes_") and key.endswith("_augment") and "of_limit" in r:
+            plain = read[key[:-8]]
+            rows.append(section.target(
+                f"{key[:-8]}: augmentation cost (vidvol.load float32 + mask, {r['loader']['augment']['patch_size'][0]}^3 "
+                "patches + flip + rot90 + scale/shift vs whole volumes, share of the volume limit)",
+                1 - r["of_limit"] / plain["of_limit"], 0.10, op="<=", unit="%",
+                cpu_value=1 - r["of_limit_cpu"] / plain["of_limit_cpu"],
+                note="both rows paired with the volume limit timed next to them; the augmented read reads the patch's "
+                     "rows only, and writes a smaller (patch) volume and mask"))
     for key, r in read.items():
-        if key.startswith("mri_volumes_") and not key.endswith(("_int16", "_float32")):
+        if key.startswith("mri_volumes_") and not key.endswith(("_int16", "_float32", "_augment")):
             rows.append(section.target(
                 f"{key}: vidvol.load vs get_fdata baseline", r["x_baseline"], 20, cpu_value=r["x_baseline_cpu"],
                 note="the baseline's cost is gunzip + int16->float of the source; a source already at (or below) the "

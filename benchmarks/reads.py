@@ -16,7 +16,7 @@ speeds up between measurements moves both sides alike (one core alone, timed for
 up to 30 % between runs here). A job over MRI volumes names its shards in `volume_limit_files`
 instead: its limit is the stored int16 bytes read from the page cache and converted to a float32
 volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` /
-`mask_dtype` choose the loader's mode.
+`mask_dtype` choose the loader's mode, `augment` its volume augmentation (`vidvol.VolumeAugment` fields).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class ReadJob:
     mask_dtype: str | None = "float32"  # vidvol.load(mask_dtype=...); None leaves the mask out
     volume_limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored volumes set the limit
     seed: int | None = None  # loader: vidvol.load(seed=...)
+    augment: dict[str, Any] | None = None  # loader: ReadSpec(augment=vidvol.VolumeAugment(**augment))
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -78,7 +79,8 @@ def loader_dataset(job: ReadJob) -> tf.data.Dataset:
     """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
     from vidvol import readers  # pylint: disable=g-import-not-at-top  (registers the datasets too)
 
-    spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype))
+    spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype),
+                            augment=readers.VolumeAugment(**job.augment) if job.augment else None)
     return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
                         data_dir=job.data_dir, repeat=True, seed=job.seed, spec=spec)
 
@@ -173,6 +175,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         **(paired_limit(runs, limits, frames, job.frames_per_example, cores) if frames is not None else {}),
         **({"output_dtype": job.output_dtype, "mask_dtype": job.mask_dtype}
            if (job.output_dtype, job.mask_dtype) != ("float32", "float32") else {}),
+        **({"augment": job.augment} if job.augment else {}),
     }
 
 

@@ -59,6 +59,15 @@ HMDB51_CLIPS = 6766  # clips in the real HMDB51 (the disk cost of a config is st
 CONTENDED_CORES = 0.25  # other processes busier than this during a timed window make it "shared"
 
 
+def mri_augment(grid: int) -> dict[str, Any]:
+    """`vidvol.VolumeAugment(**this)`: the MONAI peer's augmented set (`peer_jobs.MONAI_AUGMENT`) on a `grid`^3 config:
+    patches of 3/4 of the side (96^3 of 128^3), flip on axis 0 and a quarter turn in axes (0, 1) each with p=0.5,
+    intensity scale and shift (0.1) on every volume."""
+    side = 3 * int(grid) // 4
+    return dict(patch_size=[side] * 3, flip_prob=0.5, flip_axes=[0], rotate_prob=0.5, rotate_axes=[0, 1],
+                scale_prob=1.0, scale_factors=0.1, shift_prob=1.0, shift_offsets=0.1)
+
+
 def raw_config(config: str) -> str:
     """The stored-raw twin of an hmdb51 config name (`split1_20x64x64` -> `split1_20x64x64_raw`)."""
     return f"{config}_raw"

@@ -29,6 +29,8 @@ from vidvol.core import jpeg
 INT16_MIN, INT16_MAX = np.iinfo(np.int16).min, np.iinfo(np.int16).max
 # Frames decoded by one unrolled graph (per video, or per batch of videos); more go through tf.map_fn.
 MAX_UNROLLED_FRAMES = 2048
+# Largest all-ones mask batch a traced graph keeps to hand out for every full batch (`BoxMask.dense_as`).
+SHARED_ONES_BYTES = 256 << 20
 
 
 class _FixedShapeFeature(tfds.features.FeatureConnector):
@@ -175,10 +177,19 @@ class BoxMask(_FixedShapeFeature):
     def dense_as(self, boxes: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
         """(B, ndim, 2) boxes -> (B,) + shape masks of `dtype` (the outer AND of one range per axis).
 
-        A batch whose boxes all cover the whole shape (crops: every voxel real) is one fill of ones,
-        the cheapest way to write it; otherwise the AND is formed as bool and cast once.
+        A batch whose boxes all cover the whole shape (crops: every voxel real) is all ones: inside a
+        graph with a static batch size (a `vidvol.load` pipeline), one all-ones tensor made when the
+        graph is traced and handed out for every such batch (tensors are immutable, so sharing it is
+        invisible; nothing is written per batch), else one fill. Otherwise the AND is formed as bool
+        and cast once.
         """
         dtype = tf.as_dtype(dtype)
+        batch = boxes.shape[0] if boxes.shape.rank else None
+        shared = None
+        if batch is not None and tf.inside_function() and (
+                batch * int(np.prod(self._shape)) * dtype.size <= SHARED_ONES_BYTES):
+            with tf.init_scope(), tf.device("/cpu:0"):  # once, eagerly, on the host; the graph captures it
+                shared = tf.ones((batch,) + self._shape, dtype)
 
         def from_boxes() -> tf.Tensor:
             ndim, out = len(self._shape), None
@@ -191,8 +202,10 @@ class BoxMask(_FixedShapeFeature):
                 out = inside if out is None else out & inside
             return out if dtype == tf.bool else tf.cast(out, dtype)
 
-        full = tf.ones(tf.concat([tf.shape(boxes)[:1], self._shape], 0), dtype)
-        out = tf.cond(self.is_full(boxes), lambda: full, from_boxes)
+        def full() -> tf.Tensor:
+            return shared if shared is not None else tf.ones(tf.concat([tf.shape(boxes)[:1], self._shape], 0), dtype)
+
+        out = tf.cond(self.is_full(boxes), full, from_boxes)
         out.set_shape(boxes.shape[:1].concatenate(self._shape))
         return out
 

@@ -2,7 +2,8 @@
 
 `api` is the public surface; `spec` the options every reader shares (`ReadSpec`: `Clips`,
 `Normalize`, `Output`, `augment`) and `Tuning`; `augment_video` the read-time crops and flips of
-video frames (`VideoAugment`); `legacy` the keywords before them (deprecated); `stages` the
+video frames (`VideoAugment`), `augment_volume` read-time volume augmentation (`VolumeAugment`:
+MONAI's `Rand*` patches, flips, rotations, intensity); `legacy` the keywords before them (deprecated); `stages` the
 named pipeline stages; `plan` what is read and decoded where and every decision of a `load`
 pipeline (`plan_load`); `sizing` the buffer and parallelism rules; `batch_parser`, `frames`, `clip_sampling` the
 per-batch parse, frame decoding and read-time clip choice; `allocator` TF's pooled CPU allocator;
@@ -13,6 +14,7 @@ shard), `order` (which example each position reads: the checkpointed state, mult
 `permutation` (the keyed bijection), `rng` (per-example randomness).
 """
 
+from vidvol.readers.augment_volume import VolumeAugment
 from vidvol.readers.api import DatasetNotPreparedError
 from vidvol.readers.augment_video import VideoAugment
 from vidvol.readers.api import dequantize_params
@@ -48,7 +50,7 @@ from vidvol.readers.spec import Tuning
 __all__ = [
     "ClipWindow", "Clips", "DEFAULT_SHUFFLE_BUFFER_BYTES", "DataSource", "DatasetNotPreparedError", "Dequantization",
     "EpochSampler", "MAX_CYCLE_LENGTH", "Normalize", "NotResumableError", "OUTPUT_DTYPES", "Output",
-    "RandomAccessError", "ReadSpec", "ShardingError", "Tuning", "VideoAugment", "check_resumable", "data_source",
+    "RandomAccessError", "ReadSpec", "ShardingError", "Tuning", "VideoAugment", "VolumeAugment", "check_resumable", "data_source",
     "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute", "example_bytes",
     "get_builder", "grain_dataset", "load", "load_labels", "shuffle_buffer_size", "supervised_keys", "torch_dataset",
 ]

@@ -13,10 +13,12 @@ TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16, `vidv
 3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
    volumes in one Python call (`VolumeReads`, a `tf.numpy_function` without state: the same
    indices read the same bytes): `os.preadv` puts each volume's bytes straight into the int16
-   batch buffer, which becomes the tensor without a copy; float32 / float16 / bfloat16 output is
-   one TensorFlow cast of that batch (outside the GIL, so two batches convert at once, where NumPy
-   converting inside the Python call would hold it). That is the work of the benchmark's volume
-   limit (`os.pread` + `astype(float32)`).
+   batch buffer, which becomes the tensor without a copy. float32 output: each volume is read a
+   cache-sized chunk at a time into a scratch buffer and converted from there into the float32
+   batch buffer (the int16 bytes never reach main memory; NumPy's conversion and the read both let
+   go of the GIL); float16 / bfloat16: one TensorFlow cast of the int16 batch. That is the work of
+   the benchmark's volume limit (`os.pread` + `astype(float32)`). With volume augmentation
+   (`augment_volume`), `PatchReads` reads only the rows of each random patch.
 
 Integrity: the first time a record is read in a process its whole record is read and its length
 and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
@@ -32,6 +34,7 @@ import collections
 import dataclasses
 import logging
 import os
+import threading
 from typing import Sequence
 
 import google_crc32c
@@ -41,6 +44,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
 from vidvol.core import protowire
+from vidvol.readers import augment_volume
 from vidvol.readers import host_calls
 from vidvol.readers import records
 from vidvol.readers.records import crc32c_extend
@@ -196,29 +200,79 @@ def index_shard(path: str, volume: str) -> ShardIndex:
 
 
 class VolumeReads(host_calls.HostCall):
-    """Python body of `volume_batch`: a batch of int16-stored volumes read from their shards into one int16 array.
+    """Python body of `volume_batch`: a batch of int16-stored volumes read from their shards into one array.
 
-    Each volume's bytes go from the file straight into the batch buffer, which becomes the tensor
-    without a copy. A record's CRC32C (and length) is checked the first time it is read in this
-    process (`ShardIndex.verified`); later epochs read just the volume bytes.
+    int16 output: each volume's bytes go from the file straight into the batch buffer, which becomes
+    the tensor without a copy. float32 output (`result`): each volume is read a chunk at a time into a
+    small scratch buffer that stays in the CPU's cache, and each chunk converted from there into the
+    float32 batch buffer (one pass over the output, no int16 batch written to memory and read back by
+    a cast). A record's CRC32C (and length) is checked the first time it is read in this process
+    (`ShardIndex.verified`); later epochs read just the volume bytes.
     """
 
-    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str):
+    chunk_bytes = 1 << 19  # read and converted at a time in float32 mode: fits a core's L2 cache
+
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, result: str = "int16"):
         self.indexes, self.shape, self.verify = list(indexes), tuple(int(d) for d in shape), verify
         self.count = int(np.prod(self.shape))
         self.nbytes = self.count * 2
         self.out = np.dtype("<i2")
+        self.result = np.dtype(np.float32) if result == "float32" else self.out  # what `run` returns
+        self.bytes_read = 0  # bytes read from the shard files by this reader (records checked whole included)
+        self._lock = threading.Lock()
+        self._scratch = threading.local()
         super().__init__()
+
+    def _count(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
+
+    def _scratch_of(self, key: tuple[int, ...]) -> np.ndarray:
+        """This thread's int16 scratch buffer for `key` (a tag, then the buffer's shape)."""
+        buffers = self._scratch.__dict__.setdefault("buffers", {})
+        if key not in buffers:
+            buffers[key] = np.empty(key[1:], self.out)
+        return buffers[key]
 
     def run(self, files: np.ndarray, rows: np.ndarray) -> np.ndarray:
         batch = len(files)
-        out = host_calls.pool.take(batch * self.nbytes).view(self.out).reshape((batch,) + self.shape)
-        for i in range(batch):
-            self._read_one(out[i], int(files[i]), int(rows[i]))
+        out = host_calls.pool.take(batch * self.count * self.result.itemsize).view(self.result)
+        out = out.reshape((batch,) + self.shape)
+        if self.result == self.out:
+            read = sum(self._read_one(out[i], int(files[i]), int(rows[i])) for i in range(batch))
+        else:
+            read = sum(self._read_converted(out[i], int(files[i]), int(rows[i])) for i in range(batch))
+        self._count(read)
         return out
 
-    def _read_one(self, target: np.ndarray, file: int, row: int) -> None:
-        """One volume into `target`; the record's length and CRC32C checked on its first read."""
+    def _read_converted(self, target: np.ndarray, file: int, row: int) -> int:
+        """One volume into a float32 `target`, a cache-sized chunk at a time (bytes read)."""
+        index = self.indexes[file]
+        if not index.verified[row]:  # the first read in this process: the whole record, its CRC32C checked
+            whole = self._scratch_of((0,) + self.shape)
+            read = self._read_one(whole, file, row)
+            np.copyto(target, whole, casting="unsafe")
+            return read
+        step = self.chunk_bytes // 2
+        scratch = self._scratch_of((1, step))
+        view, flat = memoryview(scratch).cast("B"), target.reshape(-1)
+        base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
+        fd = os.open(index.path, os.O_RDONLY)
+        try:
+            for at in range(0, self.count, step):
+                n = min(step, self.count - at)
+                got = os.preadv(fd, [view[: n * 2]], base + at * 2)
+                if got != n * 2:
+                    raise ValueError(f"{index.path}: the record at byte {int(index.starts[row])} could not be read whole "
+                                     f"({got} of {n * 2} bytes of a chunk): the file changed or was cut short since it "
+                                     f"was indexed. {self.verify}")
+                np.copyto(flat[at: at + n], scratch[:n], casting="unsafe")
+        finally:
+            os.close(fd)
+        return self.nbytes
+
+    def _read_one(self, target: np.ndarray, file: int, row: int) -> int:
+        """One volume into `target` (bytes read); the record's length and CRC32C checked on its first read."""
         index = self.indexes[file]
         start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
         check = not index.verified[row]
@@ -242,6 +296,105 @@ class VolumeReads(host_calls.HostCall):
             if _mask(crc) != int.from_bytes(after[-_FOOTER:], "little"):
                 raise ValueError(f"{where} is corrupted (its CRC32C does not match). {self.verify}")
             index.verified[row] = True
+        return got
+
+
+class PatchReads(VolumeReads):
+    """Python body of the augmented `volume_batch`: each volume's random patches read from its shard, flipped and turned.
+
+    Only the rows of a patch come from the file (`runs`): one run from its first voxel to its last
+    (the rows and row ends between come along), one run per D slice, or one per (D, H) row (the
+    patch's bytes alone), whichever costs least, counting a read call as `call_bytes` (what the
+    kernel copies in the time one call costs; each call is also a hand-over of the GIL). The runs
+    land in a scratch buffer, from which the patch is written into the batch through its
+    flip/rotation view (`augment_volume.VolumePlan.write_sample`). A record's first read in the
+    process reads it whole (its CRC32C), and so does every read where a volume's patches would
+    together read as many bytes.
+    """
+
+    call_bytes = 16 << 10
+
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str,
+                 plan: augment_volume.VolumePlan, dtype: str):
+        super().__init__(indexes, shape, verify)
+        self.plan, self.work = plan, plan.work_dtype(dtype)
+        self.mode = self.layout()
+        self.whole = self.reads_whole  # fixed by the layout
+
+    def layout(self) -> str:
+        """'block' | 'slab' | 'row': the cheapest way to read a patch's rows (`call_bytes` per call, plus the bytes)."""
+        (_, h, w), (pd, ph, pw) = self.shape, self.plan.patch
+        costs = {"block": self.call_bytes + ((pd - 1) * h * w + (ph - 1) * w + pw) * 2,
+                 "slab": pd * (self.call_bytes + ((ph - 1) * w + pw) * 2),
+                 "row": pd * ph * (self.call_bytes + pw * 2)}
+        return min(costs, key=costs.get)
+
+    @property
+    def patch_bytes(self) -> int:
+        """Bytes the runs of one patch read (the same wherever the patch lies)."""
+        return sum(count for _, count, _ in self.runs((0, 0, 0))) * 2
+
+    @property
+    def reads_whole(self) -> bool:
+        """Whether a volume's patches together would read as much as the volume: then it is read once, and cut."""
+        return self.plan.samples * self.patch_bytes >= self.nbytes
+
+    def scratch_shape(self) -> tuple[int, int, int]:
+        """The scratch buffer of a patch: its rows as read (whole slices, slice rows, or just the patch's rows)."""
+        (_, h, w), (pd, ph, pw) = self.shape, self.plan.patch
+        return {"block": (pd, h, w), "slab": (pd, ph, w), "row": (pd, ph, pw)}[self.mode]
+
+    def runs(self, start: Sequence[int]) -> list[tuple[int, int, int]]:
+        """The reads of the patch at `start`: (voxel offset in the volume, voxels, voxel offset in the scratch) each;
+        the patch's voxel (d, r, c) then lies at scratch[d, r, c]."""
+        (_, h, w), (pd, ph, pw), (s0, s1, s2) = self.shape, self.plan.patch, (int(v) for v in start)
+        first = (s0 * h + s1) * w + s2
+        if self.mode == "block":
+            return [(first, (pd - 1) * h * w + (ph - 1) * w + pw, 0)]
+        if self.mode == "slab":
+            return [(first + d * h * w, (ph - 1) * w + pw, d * ph * w) for d in range(pd)]
+        return [(first + d * h * w + r * w, pw, (d * ph + r) * pw) for d in range(pd) for r in range(ph)]
+
+    def run(self, files: np.ndarray, rows: np.ndarray, boxes: np.ndarray, seeds: np.ndarray, epochs: np.ndarray,
+            indices: np.ndarray):
+        plan = self.plan
+        draws = plan.batch_draws(seeds, epochs, indices)
+        shape = (len(files), plan.samples) + plan.patch
+        out = host_calls.pool.take(int(np.prod(shape)) * self.work.itemsize).view(self.work).reshape(shape)
+        new_boxes = np.zeros((len(files), plan.samples, 3, 2), np.int64)
+        read = 0
+        for i, d in enumerate(draws):
+            read += self._read_patches(out[i], new_boxes[i], boxes[i], int(files[i]), int(rows[i]), d)
+        self._count(read)
+        return out, new_boxes
+
+    def _read_patches(self, targets: np.ndarray, new_boxes: np.ndarray, box: np.ndarray, file: int, row: int,
+                      draws: augment_volume.Draws) -> int:
+        """One volume's patches into `targets` [S, ...] and their mask boxes into `new_boxes` (bytes read)."""
+        plan, index = self.plan, self.indexes[file]
+        if not index.verified[row] or self.whole:  # first read in this process (CRC32C checked), or cheaper whole
+            whole = self._scratch_of((0,) + self.shape)
+            read = self._read_one(whole, file, row)
+            new_boxes[:] = plan.write(targets, whole, box, draws)
+            return read
+        base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
+        scratch = self._scratch_of((2,) + self.scratch_shape())
+        flat = memoryview(scratch.reshape(-1)).cast("B")
+        (pd, ph, pw), box_list, read = plan.patch, box.tolist(), 0
+        fd = os.open(index.path, os.O_RDONLY)
+        try:
+            for j, sample in enumerate(draws):
+                for at, count, into in self.runs(sample.start):
+                    got = os.preadv(fd, [flat[into * 2: (into + count) * 2]], base + at * 2)
+                    if got != count * 2:
+                        raise ValueError(f"{index.path}: the record at byte {int(index.starts[row])} could not be "
+                                         f"read whole ({got} of {count * 2} bytes of a patch): the file changed or "
+                                         f"was cut short since it was indexed. {self.verify}")
+                    read += got
+                new_boxes[j] = plan.write_sample(targets[j], scratch[:, :ph, :pw], box_list, sample)
+        finally:
+            os.close(fd)
+        return read
 
 
 def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | None:
@@ -287,8 +440,10 @@ def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
 
 
 def volume_batch(files: tf.Tensor, rows: tf.Tensor, reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
-    """The batch's volumes as `dtype`: int16 as stored, or one TensorFlow cast of them (float32/float16/bfloat16)."""
-    values = tf.numpy_function(reads, [files, rows], tf.int16, stateful=False, name="vidvol_read_volumes")
+    """The batch's volumes as `dtype`: int16 as stored, float32 converted as read, or one TensorFlow cast of the int16
+    batch (float16/bfloat16)."""
+    values = tf.numpy_function(reads, [files, rows], tf.as_dtype(reads.result), stateful=False,
+                               name="vidvol_read_volumes")
     values.set_shape((batch_size,) + reads.shape)
     return values if values.dtype == dtype else tf.cast(values, dtype)
 
@@ -297,19 +452,37 @@ class DirectParser:
     """Parses a batch of example indices: the small records with TFDS's specs, the volume from its shard."""
 
     def __init__(self, builder: tfds.core.DatasetBuilder, source: records.SplitRecords, volume: str,
-                 indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None):
+                 indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None,
+                 augment: augment_volume.VolumePlan | None = None):
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
-        self.reads = VolumeReads(indexes, shape, verify_hint(builder))
+        self.augment = augment
+        self.reads = (VolumeReads(indexes, shape, verify_hint(builder), dtype) if augment is None
+                      else PatchReads(indexes, shape, verify_hint(builder), augment, dtype))
         self.small = [index.small[int(row)] for index, row in
                       zip((indexes[f] for f in source.file_of), source.row_of)]  # storage order
         self.file_of, self.row_of = source.file_of.astype(np.int64), source.row_of
 
-    def parse(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
-        """The features of the examples at `index` ([B] storage indices of the split)."""
+    def parse(self, draw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """The features of the examples of a batch of draws (`index`: [B] storage indices of the split).
+
+        With augmentation (`augment`), the volume's patches of each draw are read and transformed, the
+        mask (read as its box) following them (`augment_volume.VolumePlan.finish`).
+        """
+        index = draw["index"]
         out = {}
         if self.small_parser is not None:
             out = dict(self.small_parser.parse(tf.gather(tf.constant(self.small, tf.string), index)))
         files, rows = tf.gather(tf.constant(self.file_of), index), tf.gather(tf.constant(self.row_of), index)
-        out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size)
+        plan = self.augment
+        if plan is None:
+            out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size)
+            return out
+        boxes = out[plan.mask] if plan.mask else plan.full_boxes(tf.shape(index)[0])
+        values, boxes = tf.numpy_function(
+            self.reads, [files, rows, boxes, draw["seed"], draw["epoch"], index],
+            [tf.as_dtype(self.reads.work), tf.int64], stateful=False, name="vidvol_read_patches")
+        out[self.volume], mask = plan.finish(values, boxes, self.dtype, self.batch_size)
+        if plan.mask:
+            out[plan.mask] = mask
         return out

@@ -139,23 +139,28 @@ class MaskAs(tfds.decode.Decoder):
 
 
 def feature_decoders(info: tfds.core.DatasetInfo, names: Sequence[str], dtype: str, mask_dtype: tf.DType | None, *,
-                     decode_mask: bool) -> dict[str, tfds.decode.Decoder]:
-    """Decoders for the volumes (to `dtype`) among `names`, and for a box `mask` input (to `mask_dtype`)."""
+                     decode_mask: bool, mask_boxes: bool = False) -> dict[str, tfds.decode.Decoder]:
+    """Decoders for the volumes (to `dtype`) among `names`, and for a box `mask` input (to `mask_dtype`).
+
+    `mask_boxes`: a box `mask` stays its boxes whatever it becomes later (volume augmentation moves
+    the box with the patch and makes it dense at the patch shape: `augment_volume`).
+    """
     out: dict[str, tfds.decode.Decoder] = {}
     for name in names:
         feature = info.features[name]
         if is_volume(feature):
             out[name] = StoredAs(dtype)
-        elif decode_mask and name == MASK and isinstance(feature, vidvol_features.BoxMask):
-            out[name] = MaskAs(mask_dtype)
+        elif (decode_mask or mask_boxes) and name == MASK and isinstance(feature, vidvol_features.BoxMask):
+            out[name] = MaskAs(None if mask_boxes else mask_dtype)
     return out
 
 
-def full_mask_check(info: tfds.core.DatasetInfo, mask: tf.Tensor) -> tf.Operation:
-    """An assertion that every mask of a batch is all ones (`mask` dense, or a `BoxMask`'s boxes)."""
+def full_mask_check(info: tfds.core.DatasetInfo, mask: tf.Tensor, shape: Sequence[int] | None = None) -> tf.Operation:
+    """An assertion that every mask of a batch is all ones (`mask` dense, or a `BoxMask`'s boxes over `shape`, default
+    the feature's: a patch's boxes are checked against the patch)."""
     feature = info.features[MASK]
     if isinstance(feature, vidvol_features.BoxMask) and mask.dtype == tf.int64:  # the stored boxes (MaskAs(None))
-        full = feature.is_full(mask)
+        full = (feature if shape is None else vidvol_features.BoxMask(shape)).is_full(mask)
     else:
         full = tf.reduce_all(tf.equal(mask, tf.ones([], mask.dtype)))
     return tf.debugging.Assert(full, [

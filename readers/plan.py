@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.readers import augment_video
+from vidvol.readers import augment_volume
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
 from vidvol.readers import order
@@ -332,6 +333,7 @@ class LoadPlan:
     drop_remainder: bool
     deterministic: bool
     parser: BatchParser | None  # one parse per batch of serialized records; None: TFDS's per-example parse
+    augment: augment_volume.VolumePlan | None  # volume augmentation (the mask read as boxes, which follow the patches)
     direct_reads: bool  # try reading volumes straight from the shard files (`direct_volumes`; falls back itself)
     lean: bool  # lean memory mode: a few float batches would not fit the memory budget
     layout: order.Layout  # this pipeline's share of the split per epoch
@@ -445,14 +447,24 @@ def plan_load(
     if omit_mask and len(inputs) == 1:
         raise ValueError(f"{info.full_name}: Output(mask_dtype=None) leaves the mask out, and it is the only input; "
                          "pass Output(mask_dtype='uint8') (or another dtype), or other Output.inputs")
+    video_augment = spec.augment if isinstance(spec.augment, augment_video.VideoAugment) else None
     read = ReadPlan.make(info, names, spec.clips.window(), training, batch_size if drop_remainder else None,
-                         spec.augment)
+                         video_augment)
     if spec.normalize != Normalize() and not read.videos:
         raise ValueError(f"{info.full_name}: Normalize (mean, std, resize) applies to video frames, and none of "
                          f"{list(names)} is one; use Normalize() (volumes come out as stored)")
     mask_dtype = None if out.mask_dtype is None else tf.as_dtype(out.mask_dtype)
+    mask_input = inputs is not None and output.MASK in inputs
+    augment = None
+    if isinstance(spec.augment, augment_volume.VolumeAugment):
+        # The mask comes out as the supervised input's dtype (its boxes when left out), or as stored (uint8) in dicts.
+        augment = augment_volume.plan_for(info, names, spec.augment, training,
+                                          mask_dtype=mask_dtype if mask_input else tf.uint8)
+    # Augmented volumes decode as float32 (int16 output: as stored) and reach the output dtype after the transforms.
+    volume_dtype = out.dtype if augment is None or out.dtype == "int16" else "float32"
     read = read.with_decoders(output.feature_decoders(
-        info, names, out.dtype, mask_dtype, decode_mask=inputs is not None and output.MASK in inputs))
+        info, names, volume_dtype, mask_dtype, decode_mask=mask_input,
+        mask_boxes=augment is not None and augment.mask is not None))
 
     # How much this pipeline reads per epoch, and how big its buffers may be.
     layout = layout_of(split, training, input_context)
@@ -475,7 +487,8 @@ def plan_load(
     return LoadPlan(
         info=info, split=split, spec=spec, read=read, inputs=inputs, target=target, omit_mask=omit_mask,
         training=training, seed=seed, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic,
-        parser=parser, direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
+        parser=parser, augment=augment,
+        direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
         lean=lean, layout=layout, read_parallelism=tuning.cycle_length or AUTOTUNE, memory_budget=budget,
         decode_parallelism=sizing.lean_decode_parallelism(read.decoded_bytes(), budget) if lean else AUTOTUNE,
         float_batch_bytes=float_batch_bytes,

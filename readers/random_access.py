@@ -38,6 +38,7 @@ from tensorflow_datasets.core import file_adapters
 
 from vidvol.readers import api
 from vidvol.readers import augment_video
+from vidvol.readers import augment_volume
 from vidvol.readers import clip_sampling
 from vidvol.readers import frames
 from vidvol.readers import legacy
@@ -113,15 +114,18 @@ class DataSource:
     segmentation fault), so its first access raises `RandomAccessError` saying to use
     `multiprocessing_context="spawn"` (or "forkserver"), where the copy arrives pickled.
 
-    `augment` (a `VideoAugment`): the decoded frames cropped as `vidvol.load` crops them; in
+    `augment`: a `VideoAugment` crops the decoded frames as `vidvol.load` crops them; a
+    `VolumeAugment` patches and transforms the volume (and mask) as `vidvol.load` does. In
     `training`, drawn from (`seed`, epoch, index): `set_epoch(e)` sets the epoch (an index from a
-    `resumable.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones.
+    `resumable.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones;
+    otherwise evaluation's crops (the centre patch).
     """
 
     def __init__(
         self, name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
         features: Sequence[str] | None = None, decode_frames: bool = True, num_threads: int | None = None,
-        augment: augment_video.VideoAugment | None = None, training: bool = False, seed: int | None = None,
+        augment: augment_video.VideoAugment | augment_volume.VolumeAugment | None = None, training: bool = False,
+        seed: int | None = None,
     ):
         builder = api.get_builder(name, data_dir)
         check_random_access(builder)
@@ -144,12 +148,15 @@ class DataSource:
         self.decode_frames = decode_frames
         self.training, self.seed, self.epoch = bool(training), seed, [0]
         frame_features = tuple(n for n in names if n in self.videos or frames.is_raw_video(info.features[n]))
-        if augment is not None and not (frame_features and decode_frames):
+        video_augment = augment if isinstance(augment, augment_video.VideoAugment) else None
+        if video_augment is not None and not (frame_features and decode_frames):
             raise ValueError(f"{info.full_name}: VideoAugment crops decoded video frames, and none of {list(names)} is "
                              "a video feature (or frames are left encoded); leave ReadSpec.augment None")
-        self._augments = {v: augment.geometry(info.features[v].shape[1:], self.training, v)
-                          for v in frame_features} if augment is not None else {}
+        self._augments = {v: video_augment.geometry(info.features[v].shape[1:], self.training, v)
+                          for v in frame_features} if video_augment is not None else {}
         self._per_frame = per_frame_features(info.features, frame_features[0], names) if self._augments else ()
+        self._volume_augment = (augment_volume.plan_for(info, names, augment, self.training)
+                                if isinstance(augment, augment_volume.VolumeAugment) else None)
         self._features = tfds.features.FeaturesDict({n: info.features[n] for n in names})
         self._decoders = {v: frames.KeepEncoded() for v in self.videos} or None
         self._records = builder.as_data_source(split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
@@ -189,17 +196,26 @@ class DataSource:
         return list(self._pool.map(self._decode_at, records, indices))
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch of the training crops of plain indices (`augment`; call before each epoch)."""
+        """The epoch of the training draws of plain indices (`augment`; call before each epoch)."""
         self.epoch[0] = int(epoch)
 
     def _decode_at(self, record: bytes, index: Any) -> dict[str, Any]:
-        """`decode`, then `augment`'s crops of example `index` (training: keyed by seed, epoch and index)."""
+        """`decode`, then `augment` on example `index`: frame crops, or volume patches and transforms (training:
+        drawn from seed, epoch and index)."""
         example = self.decode(record)
-        if not self._augments:
+        if self._augments:
+            key = _augment_key(index, self.seed, self.epoch[0]) if self.training else None
+            leads = {v: np.shape(example[v])[:-3] for v in self._augments}
+            return augment_video.augment_example(example, self._augments, leads, self._per_frame, key)
+        plan = self._volume_augment
+        if plan is None:
             return example
-        key = _augment_key(index, self.seed, self.epoch[0]) if self.training else None
-        leads = {v: np.shape(example[v])[:-3] for v in self._augments}
-        return augment_video.augment_example(example, self._augments, leads, self._per_frame, key)
+        gen = draw_rng(index, self.seed, self.epoch[0], rng.VOLUME_AUGMENT) if self.training else None
+        volume, mask = plan.example_np(example[plan.volume], example[plan.mask] if plan.mask else None, gen)
+        example[plan.volume] = volume
+        if plan.mask:
+            example[plan.mask] = mask
+        return example
 
     def __iter__(self):
         for i in range(len(self)):
@@ -251,11 +267,12 @@ def data_source(
     (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`:
     `Output(features=[...])` (the features decoded; default all) and `augment` (`VideoAugment`: the
     uint8 frames cropped as `vidvol.load` crops them, per-frame values repeated for multi_crop's
-    views) apply, since the examples are otherwise the stored ones; anything else is a ValueError
-    pointing to `grain_dataset` / `torch_dataset`. `training` (default: the split's name starts with
-    "train") and `seed` choose the crops as `vidvol.load`'s do: random ones from (seed, epoch, index)
-    (`ds.set_epoch(e)`), else evaluation's. `num_threads`: threads decoding one `__getitems__` batch
-    (default two per core, at most 8).
+    views; `VolumeAugment`: the volume and mask patched and transformed as `vidvol.load` does) apply,
+    since the examples are otherwise the stored ones; anything else is a ValueError pointing to
+    `grain_dataset` / `torch_dataset`. `training` (default: the split's name starts with "train") and
+    `seed` choose the draws as `vidvol.load`'s do: random ones from (seed, epoch, index)
+    (`ds.set_epoch(e)`), else evaluation's (centre crops, the centre patch). `num_threads`: threads
+    decoding one `__getitems__` batch (default two per core, at most 8).
     """
     spec = spec or ReadSpec()
     spec.check_supported("vidvol.data_source", ("output.features", "augment"),
@@ -282,6 +299,7 @@ class SupervisedExamples:
     std: Any = 1.0
     mask_dtype: Any = np.float32
     seed: int | None = None
+    augment: augment_volume.VolumePlan | None = None  # volume augmentation, drawn from rng.VOLUME_AUGMENT
     epoch: list[int] = dataclasses.field(default_factory=lambda: [0])  # set_epoch (PyTorch)
 
     @classmethod
@@ -310,10 +328,13 @@ class SupervisedExamples:
             raise ValueError(f"{where} cannot leave the mask out (Output(mask_dtype=None)); pass another "
                              "Output.mask_dtype, or Output.inputs without the mask")
         names = tuple(dict.fromkeys(in_names + (tgt,)))
-        plan = ReadPlan.make(info, names, spec.clips.window(), training, None, spec.augment)
+        video_augment = spec.augment if isinstance(spec.augment, augment_video.VideoAugment) else None
+        plan = ReadPlan.make(info, names, spec.clips.window(), training, None, video_augment)
+        augment = (augment_volume.plan_for(info, names, spec.augment, training)
+                   if isinstance(spec.augment, augment_volume.VolumeAugment) else None)
         source = DataSource(builder, split, data_dir=data_dir, features=names, decode_frames=False, num_threads=num_threads)
         mask_dtype = np.dtype(tf.as_dtype(spec.output.mask_dtype or "float32").as_numpy_dtype)
-        return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed)
+        return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed, augment)
 
     @property
     def training(self) -> bool:
@@ -326,34 +347,31 @@ class SupervisedExamples:
         """Random clips of a seeded dataset differ per epoch (call before each epoch's DataLoader iterator)."""
         self.epoch[0] = int(epoch)
 
-    def rng_for(self, index: int) -> np.random.Generator:
-        """The clip RNG of example `index`: `rng.example_rng(seed, epoch, index, rng.CLIP)`, else fresh entropy.
+    def rng_for(self, index: int, stream: int = rng.CLIP) -> np.random.Generator:
+        """The RNG of example `index` for `stream` (`draw_rng`: this dataset's seed and `set_epoch`'s epoch)."""
+        return draw_rng(index, self.seed, self.epoch[0], stream)
 
-        An index from `sampler()` (a `resumable.Draw`) carries its own epoch and seed; a plain index
-        takes `set_epoch`'s epoch and this dataset's seed (None: fresh entropy, not reproducible).
-        """
-        seed, epoch = getattr(index, "seed", self.seed), getattr(index, "epoch", self.epoch[0])
-        if seed is None:
-            return np.random.default_rng()
-        return rng.example_rng(int(seed), int(epoch), int(index), rng.CLIP)
-
-    def key_for(self, index: int) -> np.ndarray | None:
-        """The crop key of example `index` in training with `augment` (`augment_video.example_key`), else None.
+    def augment_for(self, index: Any) -> Any:
+        """What draws the augmentation of a training example `index`: `VideoAugment`'s crop key
+        (`augment_video.example_key`), or `VolumeAugment`'s generator (`rng.VOLUME_AUGMENT`); None in evaluation or
+        without `augment`.
 
         Keyed like `rng_for`: a `resumable.Draw` carries its epoch and seed, a plain index takes
         `set_epoch`'s epoch and this dataset's seed (None: fresh entropy).
         """
-        if not (self.training and self.plan.augments):
+        if not self.training:
             return None
-        return _augment_key(index, self.seed, self.epoch[0])
+        if self.plan.augments:
+            return _augment_key(index, self.seed, self.epoch[0])
+        return self.rng_for(index, rng.VOLUME_AUGMENT) if self.augment is not None else None
 
     def __getitem__(self, index: int):
         return self._padded(index, self.example(int(index), self.rng_for(index) if self.training else None,
-                                                self.key_for(index)))
+                                                self.augment_for(index)))
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         examples = self.source.__getitems__([int(i) for i in indices])
-        return [self._padded(i, self.transform(ex, self.rng_for(i) if self.training else None, self.key_for(i)))
+        return [self._padded(i, self.transform(ex, self.rng_for(i) if self.training else None, self.augment_for(i)))
                 for ex, i in zip(examples, indices)]
 
     def _padded(self, index: Any, example):
@@ -370,25 +388,32 @@ class SupervisedExamples:
 
         return resumable.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
 
-    def example(self, index: int, rng: np.random.Generator | None = None, key: np.ndarray | None = None):
-        """`((x, mask), y)` of example `index`; `rng` draws the training clip, `key` the training crops (`key_for`)."""
-        return self.transform(self.source[index], rng, key)
+    def example(self, index: int, rng: np.random.Generator | None = None, augment: Any = None):
+        """`((x, mask), y)` of example `index`; `rng` draws the training clip, `augment` its augmentation (`augment_for`)."""
+        return self.transform(self.source[index], rng, augment)
 
-    def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None,
-                  key: np.ndarray | None = None):
+    def transform(self, example: Mapping[str, Any], rng: np.random.Generator | None = None, augment: Any = None):
         """One example of `source` (frames encoded) -> `((x, mask), y)` (or `(x, y)` for a single input)."""
-        return self.finish(self.select(example, rng, key))
+        return self.finish(self.select(example, rng, augment))
 
     def select(self, example: Mapping[str, Any], rng: np.random.Generator | None = None,
-               key: np.ndarray | None = None) -> dict[str, Any]:
-        """The step before `finish`: the supervised features, clip frames decoded (uint8) and cropped (`augment`: training
-        crops from `key`), per-frame values gathered."""
+               augment: Any = None) -> dict[str, Any]:
+        """The step before `finish`: the supervised features, clip frames decoded (uint8) and cropped (`VideoAugment`:
+        training crops from the key `augment`), per-frame values gathered, the volume augmented (`VolumeAugment`: drawn
+        by the generator `augment`; its patches float32, the mask following them)."""
         out = self._select(example, rng)
         if self.plan.augments:
-            if self.training and key is None:
-                raise ValueError("a training example with ReadSpec.augment needs a key for its random crops (key_for)")
+            if self.training and augment is None:
+                raise ValueError("a training example with ReadSpec.augment needs a key for its random crops (augment_for)")
             leads = {v: self.plan.frame_dims(v) for v in self.plan.augments}
-            out = augment_video.augment_example(out, self.plan.augments, leads, self.plan.per_frame, key)
+            out = augment_video.augment_example(out, self.plan.augments, leads, self.plan.per_frame, augment)
+        plan = self.augment
+        if plan is not None:
+            volume, mask = plan.example_np(np.asarray(out[plan.volume]), None if plan.mask is None else
+                                           np.asarray(out[plan.mask]), augment)
+            out[plan.volume] = volume
+            if plan.mask is not None:
+                out[plan.mask] = mask
         return {n: out[n] for n in dict.fromkeys(self.inputs + (self.target,))}
 
     def finish(self, selected: Mapping[str, Any]):
@@ -422,7 +447,7 @@ class SupervisedExamples:
         return out
 
     def _finish(self, name: str, value: Any) -> np.ndarray:
-        """Frames -> float32 in [0, 1], then (x - mean) / std; other inputs -> mask_dtype (strings as they are)."""
+        """Frames -> float32 in [0, 1], then (x - mean) / std; volumes float32; other inputs -> mask_dtype (strings kept)."""
         if name in self.plan.videos:
             scale = float(np.iinfo(self.plan.features[name].np_dtype).max)
             y = np.multiply(value, np.float32(1.0 / scale), dtype=np.float32)  # one pass, no uint8 -> float copy first
@@ -431,7 +456,23 @@ class SupervisedExamples:
                 y = (y - mean) / std
             return y
         value = np.asarray(value)
-        return value if value.dtype.kind in "SUO" else value.astype(self.mask_dtype)
+        if value.dtype.kind in "SUO":
+            return value
+        if output.is_volume(self.plan.features[name]):
+            return value.astype(np.float32, copy=False)  # a volume stays float32 whatever the mask's dtype
+        return value.astype(self.mask_dtype)
+
+
+def draw_rng(index: Any, seed: int | None, epoch: int, stream: int) -> np.random.Generator:
+    """`rng.example_rng(seed, epoch, index, stream)`, or fresh entropy when `seed` is None.
+
+    An index from a sampler (a `resumable.Draw`) carries its own epoch and seed; a plain index takes
+    the `seed` and `epoch` given (None: fresh entropy, not reproducible).
+    """
+    seed, epoch = getattr(index, "seed", seed), getattr(index, "epoch", epoch)
+    if seed is None:
+        return np.random.default_rng()
+    return rng.example_rng(int(seed), int(epoch), int(index), stream)
 
 
 def _augment_key(index: Any, seed: int | None, epoch: int) -> np.ndarray:

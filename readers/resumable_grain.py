@@ -2,9 +2,9 @@
 
 `Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
 example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
-index, rng.CLIP)`, its crops (`ReadSpec.augment`) from `rng.example_seed(seed, epoch, index,
-rng.VIDEO_AUGMENT)`. `Resumable` wraps the batched dataset so that its iterators' state carries the
-seed and the data's fingerprint beside Grain's own position.
+index, rng.CLIP)`, its augmentation (`ReadSpec.augment`) from `rng.VIDEO_AUGMENT`'s key (crops) or
+`rng.VOLUME_AUGMENT`'s generator (volumes). `Resumable` wraps the batched dataset so that its iterators'
+state carries the seed and the data's fingerprint beside Grain's own position.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Epochs(grain.MapDataset):
         example = self.examples.source[int(draw)]
         clip_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.CLIP)
                     if self.examples.training and self.examples.plan.clip is not None else None)
-        return self.examples.select(example, clip_rng, self.examples.key_for(draw)), draw.valid
+        return self.examples.select(example, clip_rng, self.examples.augment_for(draw)), draw.valid
 
     def _getitems(self, i):
         raise TypeError(f"{type(self).__name__} takes one integer index, got {i!r}")

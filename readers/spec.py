@@ -13,9 +13,10 @@ clip sampler object and a transform; `tfds.load` its output options (`as_supervi
 `decoders`) beside its read options (`read_config`). The
 spec is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a
 spec can be compared and stored with an experiment while the tuning follows the machine.
-Augmentation of the uint8 frames before `normalize` is the `augment` part (`VideoAugment`:
-`readers.augment_video`), a frozen dataclass like the others but None by default (nothing
-augmented); iteration state belongs to the readers, not here.
+Augmentation is the `augment` part, a frozen dataclass like the others but None by default (nothing
+augmented): `VideoAugment` crops and flips the uint8 frames before `normalize` (`readers.augment_video`),
+`VolumeAugment` takes MONAI's `Rand*` transforms to volumes (`readers.augment_volume`); iteration state
+belongs to the readers, not here.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from vidvol.readers import clip_sampling
 from vidvol.readers.augment_video import VideoAugment
 from vidvol.readers import output
 from vidvol.readers import sizing
+from vidvol.readers.augment_volume import VolumeAugment
 
 
 def _positive_int(owner: str, name: str, value: Any, *, optional: bool = False) -> None:
@@ -172,25 +174,33 @@ _PARTS = {"clips": Clips, "normalize": Normalize, "output": Output}
 
 @dataclasses.dataclass(frozen=True)
 class ReadSpec:
-    """The options every reader shares: which clips, how frames are normalized, what comes out, how frames are augmented.
+    """The options every reader shares: which clips, how frames are normalized, what comes out, how it is augmented.
 
     Defaults read every stored frame, frames float32 in [0, 1], the supervised `((x, mask), y)`
     tuple, as `vidvol.load(name, split, batch_size)` always has, and augment nothing
-    (`augment=vidvol.VideoAugment(...)`: crops and flips of the uint8 frames, before `normalize`).
+    (`augment=vidvol.VideoAugment(...)`: crops and flips of the uint8 frames, before `normalize`;
+    `augment=vidvol.VolumeAugment(...)`: patches, flips, rotations and intensity of volumes).
     """
 
     clips: Clips = Clips()
     normalize: Normalize = Normalize()
     output: Output = Output()
-    augment: VideoAugment | None = None
+    augment: VideoAugment | VolumeAugment | None = None
 
     def __post_init__(self):
         for name, cls in _PARTS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
                 raise ValueError(f"ReadSpec.{name} must be a vidvol.{cls.__name__}, got {value!r}")
-        if self.augment is not None and not isinstance(self.augment, VideoAugment):
-            raise ValueError(f"ReadSpec.augment must be None or a vidvol.VideoAugment, got {self.augment!r}")
+        if self.augment is not None and not isinstance(self.augment, (VideoAugment, VolumeAugment)):
+            raise ValueError(f"ReadSpec.augment must be None, a vidvol.VideoAugment or a vidvol.VolumeAugment, "
+                             f"got {self.augment!r}")
+        if isinstance(self.augment, VolumeAugment) and self.augment.changes_values and (
+                self.output.dtype in output.INTEGER_DTYPES):
+            raise ValueError(
+                f"VolumeAugment's intensity scale/shift gives values that Output.dtype={self.output.dtype!r} cannot "
+                "hold; use a float Output.dtype, or keep the spatial transforms only (patches, flips, rotations) and "
+                "scale/shift on the device")
         if self.output.dtype in output.INTEGER_DTYPES:
             if self.normalize.resize is not None:
                 raise ValueError(

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
+from vidvol.readers import augment_volume
 from vidvol.readers import direct_volumes
 from vidvol.readers import order
 from vidvol.readers import output
@@ -36,6 +37,7 @@ class BatchRead:
     parse: Callable[[Mapping[str, tf.Tensor]], dict[str, tf.Tensor]] | None
     fetch: Callable[[Mapping[str, tf.Tensor]], tf.Tensor] | None = None
     direct: bool = False
+    augmented: bool = False  # `parse` gives the volume augmented already (direct reads of its patches)
 
 
 def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.SplitRecords) -> BatchRead:
@@ -52,8 +54,8 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
         others = [n for n in names if n != volume]
         small = BatchParser.for_features(builder.info.features, others, (), decoders) if others else None
         parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
-                                             plan.static_batch)
-        return BatchRead(parse=lambda draw: parser.parse(draw["index"]), direct=True)
+                                             plan.static_batch, plan.augment)
+        return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
     reads = records.RecordReads(source)
     fetch = lambda draw: records.read_records(reads, draw["index"])  # noqa: E731
     if plan.parser is not None:
@@ -131,7 +133,8 @@ def finisher(plan: LoadPlan) -> Callable[[Mapping[str, tf.Tensor]], Any]:
     read, inputs, target, mask_dtype = plan.read, plan.inputs, plan.target, plan.mask_dtype
     mean, std, resize = plan.spec.normalize.mean, plan.spec.normalize.std, plan.spec.normalize.resize
     output_dtype = plan.spec.output.dtype
-    full_mask = (lambda m: output.full_mask_check(plan.info, m)) if plan.omit_mask else None
+    patch = plan.augment.patch if plan.augment is not None else None
+    full_mask = (lambda m: output.full_mask_check(plan.info, m, patch)) if plan.omit_mask else None
 
     def frames(name: str, x: tf.Tensor) -> tf.Tensor:
         if output_dtype not in ("float32", "bfloat16", "float16"):
@@ -173,10 +176,12 @@ def finish_batches(ds: tf.data.Dataset, plan: LoadPlan, batch_read: BatchRead, f
     def uint8_batch(*element):
         batch, draw = (batch_read.parse(element[0]), element[0]) if len(element) == 1 else element
         batch = plan.read.decode_batch(batch)
-        # Here a batch is uint8 frames (or stored volumes) with its draws: its crops are keyed by
-        # order.draw_seed(draw, rng.VIDEO_AUGMENT) (a volume transform would take rng.VOLUME_AUGMENT), before pads are zeroed.
+        # Here a batch is uint8 frames (or stored volumes) with its draws: frame crops keyed by
+        # order.draw_seed(draw, rng.VIDEO_AUGMENT), volume transforms by rng.VOLUME_AUGMENT, before pads are zeroed.
         if plan.read.augments:
             batch = plan.read.augment(batch, order.draw_seed(draw, rng.VIDEO_AUGMENT) if plan.training else None)
+        if plan.augment is not None and not batch_read.augmented:
+            batch = augment_volume.augment_decoded(plan.augment, batch, draw, plan.spec.output.dtype)
         return zero_pads(plan, batch, draw["valid"]) if plan.pads else batch
 
     uint8_batch = tf.autograph.experimental.do_not_convert(uint8_batch)

@@ -19,7 +19,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol
-from vidvol import Clips, Normalize, Output, ReadSpec, Tuning, VideoAugment  # noqa: F401  (names for the spec expressions)
+from vidvol import Clips, Normalize, Output, ReadSpec, Tuning, VideoAugment, VolumeAugment  # noqa: F401  (names for the spec expressions)
 
 
 @contextlib.contextmanager

@@ -120,7 +120,9 @@ def stored_document() -> dict:
                                  _rate(280, 600, 32, pipeline="vidvol.load", config="split1_20x64x64", seed=0)],
                        "raw": _rate(1500, 2000, 32, pipeline="vidvol.load", config="split1_20x64x64_raw", seed=None),
                        "float32": _rate(450, 500, 4, pipeline="vidvol.load", config="128", output_dtype="float32"),
-                       "int16": _rate(700, 1000, 4, pipeline="vidvol.load", config="128", output_dtype="int16")},
+                       "int16": _rate(700, 1000, 4, pipeline="vidvol.load", config="128", output_dtype="int16"),
+                       "augment": _rate(300, 450, 4, pipeline="vidvol.load", config="128", output_dtype="float32",
+                                        augment={"patch_size": [96] * 3})},
             "video": video, "volume": volume, "duration_s": 600.0,
             "failed": [{"pipeline": "pyav", "batch_size": 64, "augment": False, "log": "/x/pyav_b64.log",
                         "error": "peer_jobs.py job pyav_b64 failed (1):\nTraceback ...\nav.error.InvalidDataError: boom"}],
@@ -146,6 +148,9 @@ def test_ratios_winners_and_targets_from_a_stored_document(tmp_path):
     assert r["video_b32"]["value"] == pytest.approx(280 / 28) and r["raw"]["value"] == pytest.approx(1500 / 28)
     assert r["mri_float32"]["value"] == pytest.approx(4.5) and r["mri_int16"]["value"] == pytest.approx(7.0)
     assert r["mri_float32"]["against"] == "monai_persistent"
+    assert r["mri_augment"]["value"] == pytest.approx(300 / 80) and r["mri_augment"]["cpu"] == pytest.approx(450 / 120)
+    aug_row = next(x for x in doc["volume"] if x["pipeline"] == "monai_cache" and x["augment"])
+    assert aug_row["vidvol_x"] == pytest.approx(300 / 85)  # augmented peers against vidvol's augmented row
     assert doc["best_volume_peer"] == {
         "plain": {"pipeline": "monai_persistent", "examples_per_s": 100, "cpu_examples_per_s": 150},
         "augmented": {"pipeline": "monai_cache", "examples_per_s": 85, "cpu_examples_per_s": 110}}
@@ -156,15 +161,18 @@ def test_ratios_winners_and_targets_from_a_stored_document(tmp_path):
         "hmdb51 raw (split1_20x64x64_raw, batch 32, unseeded): vidvol.load vs best read-time video peer "
         "(TorchCodec (exact seek))",
         "mri_volumes_128: vidvol.load float32 + mask (batch 4) vs MONAI PersistentDataset",
-        "mri_volumes_128: vidvol.load(output_dtype='int16', mask_dtype=None) (batch 4) vs MONAI PersistentDataset"]
-    assert [v[1:] for v in verdicts.values()] == [(15, True), (15, False), (30, True), (4, True), (8, False)]
+        "mri_volumes_128: vidvol.load(output_dtype='int16', mask_dtype=None) (batch 4) vs MONAI PersistentDataset",
+        "mri_volumes_128: vidvol.load float32 + mask with augmentation (patches, flip, rot90, scale, shift) (batch 4) "
+        "vs MONAI PersistentDataset with its Rand* augmentation"]
+    assert [v[1:] for v in verdicts.values()] == [(15, True), (15, False), (30, True), (4, True), (8, False),
+                                                  (3.5, True)]
     tfds_row = next(x for x in doc["video"] if x["pipeline"] == "tfds_video" and x["batch_size"] == 8)
     assert tfds_row["vidvol_x"] == pytest.approx(2.0)
     assert any("batch 8" in w and "cpu-normalized, PyAV" in w for w in doc["winners"])  # PyAV leads per CPU-second
     assert any("failed the first-batch check" in n and "decord" in n for n in doc["notes"])
     assert any("PyAV (decode in order) (batch 64) did not run: av.error.InvalidDataError: boom" in n for n in doc["notes"])
     for heading in ("## Peers", "### Video", "### Volumes", "Versions: torch 2.13.0+cpu",
-                    "vidvol's augmentation rows join"):
+                    "vidvol.load float32 + mask + augmentation", "the same Rand* set on both sides"):
         assert heading in text
     for t in doc["targets"]:
         assert t["name"] in text
@@ -189,7 +197,7 @@ def test_a_document_without_the_peers_has_no_targets(tmp_path):
     doc = stored_document()
     doc["video"] = [x for x in doc["video"] if x["pipeline"] == "tfds_video"]
     doc["volume"] = []
-    for key in ("float32", "int16"):
+    for key in ("float32", "int16", "augment"):
         del doc["vidvol"][key]
     doc["skipped"] = "read-time peers not measured: no peers venv at /x/peers_venv"
     out, text = _resummarize(tmp_path, copy.deepcopy(doc))

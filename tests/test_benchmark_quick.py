@@ -34,9 +34,9 @@ pytestmark = pytest.mark.slow
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 READS = ("hmdb51", "hmdb51_uint8", "hmdb51_raw", "fire_hrr", "mri_volumes_32", "mri_volumes_32_float32", "mri_volumes_32_int16",
-         "mri_volumes_40x40x24")
+         "mri_volumes_32_augment", "mri_volumes_40x40x24")
 DTYPE_ROWS = {"hmdb51_uint8": "hmdb51", "mri_volumes_32_float32": "mri_volumes_32",  # output_dtype row -> the row
-              "mri_volumes_32_int16": "mri_volumes_32"}  # whose baseline run it is compared with
+              "mri_volumes_32_int16": "mri_volumes_32", "mri_volumes_32_augment": "mri_volumes_32"}  # whose baseline run it is compared with
 MRI_DUMMY = REPO / "datasets" / "mri_volumes" / "dummy_data"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
@@ -107,13 +107,15 @@ def test_quick_run_writes_every_section(quick):
         assert math.isclose(r["x_baseline"], r["loader"]["examples_per_s"] / baseline["examples_per_s"])
     assert results["read"]["hmdb51_uint8"]["loader"]["output_dtype"] == "uint8"
     assert results["read"]["mri_volumes_32_int16"]["loader"]["mask_dtype"] is None
+    assert results["read"]["mri_volumes_32_augment"]["loader"]["augment"]["patch_size"] == [24, 24, 24]  # 3/4 side
     raw = results["read"]["hmdb51_raw"]  # the stored-raw twin: JPEG limit of the same clips, same baseline run
     assert raw["config"] == "split1_20x64x64_raw" and raw["baseline"] == results["read"]["hmdb51"]["baseline"]
     disk = raw["disk"]["configs"]
     assert disk["split1_20x64x64_raw"]["bytes_per_clip"] >= 20 * 64 * 64 * 3 > disk["split1_20x64x64"]["bytes_per_clip"]
     assert disk["split1_20x64x64_raw"]["examples"] == results["builds_for_reads"]["hmdb51_raw"]["examples"]
     assert "Disk cost of the configs" in (out / "RESULTS.md").read_text()
-    for name in ("hmdb51", "hmdb51_uint8", "hmdb51_raw", "fire_hrr", "mri_volumes_32", "mri_volumes_32_float32", "mri_volumes_32_int16"):
+    for name in ("hmdb51", "hmdb51_uint8", "hmdb51_raw", "fire_hrr", "mri_volumes_32", "mri_volumes_32_float32", "mri_volumes_32_int16",
+                 "mri_volumes_32_augment"):
         limit = results["read"][name]["limit"]
         assert limit["frames_per_s_one_core"] > 0 and limit["cores"] == len(os.sched_getaffinity(0))
         assert 0 < results["read"][name]["of_limit"]
@@ -135,7 +137,7 @@ def test_quick_run_writes_every_section(quick):
     assert "every read path, batch size and seed" in (out / "RESULTS.md").read_text()
     assert results["inputs"]["hmdb51"]["stored_frame_kib"] > 0 and results["inputs"]["hmdb51"]["decode_frames_per_s_per_core"] > 0
     names = [t["name"] for t in results["targets"]]
-    assert len(names) == 26 and all(isinstance(t["pass"], bool) for t in results["targets"])
+    assert len(names) == 27 and any("augmentation cost" in n for n in names) and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)

@@ -1,8 +1,8 @@
 """Stopping and resuming `vidvol.load`: an iterator checkpoint is a few KiB of state, restored exactly in a fresh process.
 
 Every kind of pipeline (batch parse, per-example parse with random clips, evaluation multi-clips,
-host JPEG decode, fire_hrr windows, direct MRI volume reads, lean mode, raw frames, video_folder,
-read-time augmentation;
+host JPEG decode, fire_hrr windows, direct MRI volume reads, augmented MRI patches, lean mode, raw frames,
+video_folder, read-time augmentation;
 seeded and unseeded; `repeat` or not) is read for a while in this process, checkpointed with
 `tf.train.Checkpoint(iterator=it)`, and read on; one fresh Python process then restores every
 checkpoint into a pipeline made anew (with another seed, or none) and must give exactly the same
@@ -85,6 +85,11 @@ CASES = {
     "fire_windows_unseeded": ("fire", "train", 1, {}, None),
     "mri_direct_reads_seeded_repeat": ("mri", "train", 2, {"seed": 6, "repeat": True}, None),
     "mri_direct_reads_eval": ("mri", "train", 2, {"training": False}, None),
+    "mri_augmented_seeded_repeat": ("mri", "train", 2, {"seed": 9, "repeat": True, "spec": (
+        "ReadSpec(augment=VolumeAugment(patch_size=(16, 16, 24), samples_per_volume=2, flip_prob=0.5, rotate_prob=0.5, "
+        "scale_prob=0.5, scale_factors=0.1, shift_prob=0.5, shift_offsets=3.0))")}, None),
+    "mri_augmented_unseeded_eval": ("mri", "train", 2, {"training": False, "spec": (
+        "ReadSpec(augment=VolumeAugment(patch_size=(16, 16, 24), flip_prob=0.5))")}, None),
     "video_folder_seeded_repeat": ("folder", "train", 2, {"seed": 8, "repeat": True}, None),
     # Read-time augmentation: crops and flips drawn per (key, epoch, index), so a restore continues them exactly.
     "hmdb_augment_random_clips_seeded_repeat": ("split1_20x64x64", "train", 2, {
