@@ -252,6 +252,7 @@ class _Child:
             os.close(req_r)
             os.close(rep_w)
         self.served = 0
+        self.started_in = _surroundings()
         self.requests = open(req_w, "wb")  # pylint: disable=consider-using-with
         self.replies = open(rep_r, "rb")  # pylint: disable=consider-using-with
         ready = _receive(self.replies)
@@ -281,6 +282,11 @@ class _Child:
         return code
 
 
+def _surroundings() -> int:
+    """What a child inherits when it starts (the environment, with bucket credentials, and sys.path), as a hash."""
+    return hash((frozenset(os.environ.items()), tuple(sys.path)))
+
+
 def _take() -> _Child | None:
     """An idle child, else a new one; None when this worker cannot start one (then it decodes inline)."""
     global _start_failed
@@ -289,9 +295,11 @@ def _take() -> _Child | None:
             child = _idle.pop() if _idle else None
         if child is None:
             break
-        if child.process.poll() is None:
+        if child.process.poll() is None and child.started_in == _surroundings():
             return child
-        child.end()  # died while idle (killed from outside): not the next source's fault
+        # Died while idle (killed from outside: not the next source's fault), or started before this process's
+        # environment changed (a notebook that set AWS_* after its first build): a new child gets the current one.
+        child.end(kill=True)
     if _start_failed:
         return None
     try:

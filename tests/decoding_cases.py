@@ -46,5 +46,5 @@ def behaving(rec: Rec):
     if rec.what == "crash":
         os.kill(os.getpid(), 11)  # a segfault, as a decoder would die of one
     yield example_io.Skip(source=f"{rec.path}#3", reason="frame 3 unreadable", example=rec.path)
-    yield rec.path, {"pid": os.getpid()}
+    yield rec.path, {"pid": os.getpid(), "mark": os.environ.get("VIDVOL_TEST_MARK")}
     yield rec.path + "/2", {"pid": os.getpid()}

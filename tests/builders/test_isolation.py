@@ -59,6 +59,15 @@ def test_a_child_that_dies_is_a_skip_naming_the_signal_and_the_file_and_is_repla
     assert after not in (first, os.getpid())  # a new child
 
 
+def test_a_child_sees_the_environment_of_the_source_it_serves(monkeypatch):
+    first = run(behaving, Rec("a.avi"))[1][1]
+    monkeypatch.setenv("VIDVOL_TEST_MARK", "credentials set after the first build")  # as a notebook sets AWS_*
+    second = run(behaving, Rec("b.avi"))[1][1]
+    assert second["mark"] == "credentials set after the first build" and second["pid"] != first["pid"]
+    third = run(behaving, Rec("c.avi"))[1][1]
+    assert third["pid"] == second["pid"]  # unchanged surroundings: the same child serves on
+
+
 def test_a_consumer_that_stops_early_leaves_no_child_out_of_step():
     gen = example_io.run_example_fn(isolation.InChild(behaving), ("a.avi", Rec("a.avi")), "train")
     next(gen)
