@@ -62,6 +62,8 @@ class Skip:
 
 
 KeyExample = tuple[str, Mapping[str, Any]]
+# An example function may also have a `close()`: the worker calls it once it is done with its sources (Beam's
+# DoFn teardown), for what it keeps between sources (`isolation.InChild`'s decoding child process).
 ExampleFn = Callable[[Any], Iterable["KeyExample | Skip"]]
 Source = tuple[str, Any]  # (stable source id, picklable record handed to the example function)
 WorkerSetup = Callable[[], None]  # run once per Beam worker before its first example (e.g. thread limits)

@@ -142,6 +142,13 @@ class WriteShardFn(beam.DoFn):
             fn()
         self._serializer = example_bytes.Serializer(self._features)
 
+    def teardown(self):
+        # Example functions that keep something between sources (a decoding child process) let go of it.
+        for fn in self._example_fns.values():
+            close = getattr(fn, "close", None)
+            if callable(close):
+                close()
+
     def process(self, task: "int | ShardTask | ShardRef"):
         start = time.monotonic()
         if isinstance(task, int):
