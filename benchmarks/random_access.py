@@ -181,13 +181,7 @@ class RandomAccess(section.Section):
         for p in PIPELINES:
             r[p]["of_sequential"] = round(r[p]["examples_per_s"] / seq["examples_per_s"], 4)
             r[p]["of_sequential_cpu"] = round(r[p]["cpu_examples_per_s"] / seq["cpu_examples_per_s"], 4)
-        others = max(x["other_cores_busy"] for x in r.values())
-        doc["notes"] = [
-            f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
-            + (": the wall-clock rates are understated and noisy; the cpu-normalized ratios are steadier."
-               if others > 0.25 else " (effectively a quiet machine).")]
-        if doc["mode"] == "quick":
-            doc["notes"].append("Quick mode: tiny inputs and batches, one round; it checks the plumbing, not speed.")
+        doc["notes"] = section.run_notes(doc, r, "the cpu-normalized ratios are steadier")
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -109,6 +109,21 @@ def verdict(row: dict[str, Any]) -> str:
             f"(target {row['op']} {row['target']:g})")
 
 
+def run_notes(doc: dict[str, Any], results: dict[str, Any], steadier: str) -> list[str]:
+    """The notes every timed section ends with: how busy other processes kept the cores, and quick mode's caveat.
+
+    `results`: the section's rows (each with `other_cores_busy`); `steadier`: what to read instead
+    when the machine was shared ("the cpu-normalized ratios are steadier").
+    """
+    others = max(x["other_cores_busy"] for x in results.values())
+    notes = [f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
+             + (f": the wall-clock rates are understated and noisy; {steadier}." if others > 0.25
+                else " (effectively a quiet machine).")]
+    if doc["mode"] == "quick":
+        notes.append("Quick mode: tiny inputs and batches, one round; it checks the plumbing, not speed.")
+    return notes
+
+
 # --------------------------------------------------------------------------------------------
 # A benchmark run, as the sections see it
 

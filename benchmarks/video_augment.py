@@ -218,13 +218,7 @@ class VideoAugmentCost(section.Section):
             r["cost"] = round(statistics.median(1 - a["examples_per_s"] / b["examples_per_s"] for a, b in pairs), 4)
             r["cost_cpu"] = round(statistics.median(1 - a["cpu_examples_per_s"] / b["cpu_examples_per_s"]
                                                     for a, b in pairs), 4)
-        others = max(x["other_cores_busy"] for x in doc["results"].values())
-        doc["notes"] = [
-            f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
-            + (": wall-clock rates are understated and noisy; the cpu-normalized costs are steadier."
-               if others > 0.25 else " (effectively a quiet machine).")]
-        if doc["mode"] == "quick":
-            doc["notes"].append("Quick mode: tiny inputs and batches, one round; it checks the plumbing, not speed.")
+        doc["notes"] = section.run_notes(doc, doc["results"], "the cpu-normalized costs are steadier")
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -31,22 +31,27 @@ def _summary(runs: list[dict]) -> dict:
             "cpu_examples_per_s": cpu[len(cpu) // 2], "cores_used": 1.9, "other_cores_busy": 0.05}
 
 
+def _resummarized(out_dir: pathlib.Path, runs: dict, **fields) -> dict:
+    """A stored section document of `runs` (as `measure` writes it), re-derived by `video_augment.py --resummarize`."""
+    doc = {"mode": "full", "dataset": "hmdb51/split1_20x64x64", "split": "train", "examples": 80, "batch_size": 32,
+           "crop_size": 64, "small_crop": 56, "cores": 2, "runs": runs,
+           "results": {p: _summary(r) for p, r in runs.items()}, "duration_s": 60.0,
+           "augments": {p: f"VideoAugment({p})" for p in runs}, **fields}
+    (out_dir / "video_augment.json").write_text(json.dumps(doc))
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "video_augment.py"), "--resummarize", "--out", str(out_dir)],
+                          capture_output=True, text=True, timeout=300, cwd=str(out_dir),
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out_dir / "video_augment.json").read_text())
+
+
 def test_costs_pair_each_round_and_targets_hold_training_augmentation_to_ten_percent(tmp_path):
     runs = {"off": [_run(1000, 1100), _run(800, 1000), _run(1200, 1200)],  # the machine drifts between rounds
             "random_resized_crop": [_run(950, 1000), _run(700, 900), _run(1100, 1080)],
             "random_crop": [_run(1020, 1150), _run(820, 1040), _run(1230, 1260)],
             "random_resized_crop_stored_size": [_run(850, 900), _run(650, 800), _run(1000, 1000)],
             "eval_multi_crop": [_run(600, 700), _run(500, 600), _run(700, 800)]}
-    doc = {"mode": "full", "dataset": "hmdb51/split1_20x64x64", "split": "train", "examples": 80, "batch_size": 32,
-           "crop_size": 64, "small_crop": 56, "rounds": 3, "cores": 2, "runs": runs,
-           "results": {p: _summary(r) for p, r in runs.items()}, "duration_s": 60.0,
-           "augments": {p: f"VideoAugment({p})" for p in runs}}
-    (tmp_path / "video_augment.json").write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "video_augment.py"), "--resummarize", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads((tmp_path / "video_augment.json").read_text())
+    out = _resummarized(tmp_path, runs, rounds=3)
     r = out["results"]
     assert r["random_resized_crop"]["cost"] == pytest.approx(1 - 1100 / 1200, abs=1e-4)  # median of 5, 12.5, 8.3 %
     assert r["random_crop"]["cost"] == pytest.approx(-0.025, abs=1e-4)  # faster: the float pass converts less
@@ -73,15 +78,7 @@ def test_the_augmentation_step_table_shows_what_each_step_adds_to_the_float_conv
             "random_resized_crop_stored_size": {"crop_ms": 6.0, "crop_ms_runs": [6.0] * 3, "float_ms": 3.0,
                                                 "float_ms_runs": [3.0] * 3},
             "eval_multi_crop": {"crop_ms": 2.0, "crop_ms_runs": [2.0] * 3, "float_ms": 7.0, "float_ms_runs": [7.0] * 3}}
-    doc = {"mode": "full", "dataset": "hmdb51/split1_20x64x64", "split": "train", "examples": 80, "batch_size": 32,
-           "crop_size": 64, "small_crop": 56, "rounds": 1, "cores": 2, "runs": runs, "step": step,
-           "results": {p: _summary(r) for p, r in runs.items()}, "duration_s": 60.0,
-           "augments": {p: f"VideoAugment({p})" for p in runs}}
-    (tmp_path / "video_augment.json").write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "video_augment.py"), "--resummarize", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _resummarized(tmp_path, runs, rounds=1, step=step)
     text = (tmp_path / "VIDEO_AUGMENT.md").read_text()
     assert "The augmentation step alone: CPU ms per batch of 32 clips" in text and "medians of 3 alternating rounds" in text
     assert "| VideoAugment(56): random resized crop + flip | 5.50 | 2.25 | +4.75 |" in text  # 5.5 + 2.25 - 3.0

@@ -12,6 +12,7 @@ import pytest
 from in_process_build import build  # tests/in_process_build.py (tests/ is on sys.path via tests/conftest.py)
 from vidvol import samples
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
+from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 
 
@@ -22,6 +23,20 @@ def hmdb_small(tmp_path_factory):
     samples.write_hmdb51_layout(str(root / "manual"), classes=("clap", "run"), videos_per_class=3,
                                 num_frames=(8, 16), height=40, width=48, splits=(1,), seed=5)
     return build(hmdb.Builder, "split1_20x64x64", root / "manual", root / "data")
+
+
+@pytest.fixture(scope="session")
+def hmdb_dummy_builds(tmp_path_factory):
+    """hmdb51's default config (20 frames of 64x64) built from its dummy data as TFRecord and as ArrayRecord:
+    {'tfrecord': data_dir, 'array_record': data_dir} (the random-access readers' and augmentation tests')."""
+    from conftest import in_process_config  # pylint: disable=g-import-not-at-top  (tests/conftest.py)
+
+    dirs = {}
+    for fmt in ("tfrecord", "array_record"):
+        dirs[fmt] = str(tmp_path_factory.mktemp(f"hmdb_{fmt}"))
+        builder = hmdb.Builder(data_dir=dirs[fmt], file_format=fmt)
+        builder.download_and_prepare(download_config=in_process_config(manual_dir=hmdb_dummy.DUMMY_DIR))
+    return dirs
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,6 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec, VideoAugment
-from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
-from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.readers import augment_video
 from vidvol.readers import order
 from vidvol.readers import permutation
@@ -250,16 +248,9 @@ def test_every_crop_path_equals_a_frame_by_frame_crop(channels):
 
 
 @pytest.fixture(scope="module")
-def hmdb_dirs(tmp_path_factory):
-    """hmdb51's default config (20 frames of 64x64) built from the dummy data: {'tfrecord': ..., 'array_record': ...}."""
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
-
-    dirs = {}
-    for fmt in ("tfrecord", "array_record"):
-        dirs[fmt] = str(tmp_path_factory.mktemp(f"hmdb_{fmt}"))
-        builder = hmdb.Builder(data_dir=dirs[fmt], file_format=fmt)
-        builder.download_and_prepare(download_config=in_process_config(manual_dir=hmdb_dummy.DUMMY_DIR))
-    return dirs
+def hmdb_dirs(hmdb_dummy_builds):
+    """hmdb51's default config from its dummy data, as TFRecord and ArrayRecord (tests/readers/conftest.py)."""
+    return hmdb_dummy_builds
 
 
 def _load(dirs, split, batch, **kwargs):

@@ -16,8 +16,6 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec
-from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
-from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.readers import clip_sampling
@@ -28,16 +26,9 @@ MRI = "mri_volumes/small_32"
 
 
 @pytest.fixture(scope="module")
-def hmdb_dirs(tmp_path_factory):
-    """hmdb51's default config built twice from the dummy data: {'tfrecord': data_dir, 'array_record': data_dir}."""
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
-
-    dirs = {}
-    for fmt in ("tfrecord", "array_record"):
-        dirs[fmt] = str(tmp_path_factory.mktemp(f"hmdb_{fmt}"))
-        builder = hmdb.Builder(data_dir=dirs[fmt], file_format=fmt)
-        builder.download_and_prepare(download_config=in_process_config(manual_dir=hmdb_dummy.DUMMY_DIR))
-    return dirs
+def hmdb_dirs(hmdb_dummy_builds):
+    """hmdb51's default config from its dummy data, as TFRecord and ArrayRecord (tests/readers/conftest.py)."""
+    return hmdb_dummy_builds
 
 
 @pytest.fixture(scope="module")
