@@ -33,7 +33,7 @@ from vidvol.readers.random_access import DataSource
 from vidvol.readers.random_access import RandomAccessError
 from vidvol.readers.random_access import data_source
 from vidvol.readers.random_access import torch_dataset
-from vidvol.readers.resumable import EpochSampler
+from vidvol.readers.epochs import EpochSampler
 from vidvol.readers.resumable import grain_dataset
 from vidvol.readers.sizing import DEFAULT_SHUFFLE_BUFFER_BYTES
 from vidvol.readers.sizing import MAX_CYCLE_LENGTH

@@ -40,6 +40,7 @@ from vidvol.readers import api
 from vidvol.readers import augment_video
 from vidvol.readers import augment_volume
 from vidvol.readers import clip_sampling
+from vidvol.readers import epochs
 from vidvol.readers import frames
 from vidvol.readers import legacy
 from vidvol.readers import output
@@ -117,7 +118,7 @@ class DataSource:
     `augment`: a `VideoAugment` crops the decoded frames as `vidvol.load` crops them; a
     `VolumeAugment` patches and transforms the volume (and mask) as `vidvol.load` does. In
     `training`, drawn from (`seed`, epoch, index): `set_epoch(e)` sets the epoch (an index from a
-    `resumable.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones;
+    `epochs.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones;
     otherwise evaluation's crops (the centre patch).
     """
 
@@ -356,7 +357,7 @@ class SupervisedExamples:
         (`augment_video.example_key`), or `VolumeAugment`'s generator (`rng.VOLUME_AUGMENT`); None in evaluation or
         without `augment`.
 
-        Keyed like `rng_for`: a `resumable.Draw` carries its epoch and seed, a plain index takes
+        Keyed like `rng_for`: a `epochs.Draw` carries its epoch and seed, a plain index takes
         `set_epoch`'s epoch and this dataset's seed (None: fresh entropy).
         """
         if not self.training:
@@ -383,10 +384,8 @@ class SupervisedExamples:
         return (zero if isinstance(xs, tuple) else zero[0]), y
 
     def sampler(self, *, shuffle: bool | None = None, seed: int | None = None, num_replicas: int = 1, rank: int = 0):
-        """A resumable sampler for `torch.utils.data.DataLoader(ds, sampler=...)` (`resumable.EpochSampler`)."""
-        from vidvol.readers import resumable  # pylint: disable=g-import-not-at-top  (resumable imports this module)
-
-        return resumable.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        """A resumable sampler for `torch.utils.data.DataLoader(ds, sampler=...)` (`epochs.EpochSampler`)."""
+        return epochs.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
 
     def example(self, index: int, rng: np.random.Generator | None = None, augment: Any = None):
         """`((x, mask), y)` of example `index`; `rng` draws the training clip, `augment` its augmentation (`augment_for`)."""
@@ -466,7 +465,7 @@ class SupervisedExamples:
 def draw_rng(index: Any, seed: int | None, epoch: int, stream: int) -> np.random.Generator:
     """`rng.example_rng(seed, epoch, index, stream)`, or fresh entropy when `seed` is None.
 
-    An index from a sampler (a `resumable.Draw`) carries its own epoch and seed; a plain index takes
+    An index from a sampler (a `epochs.Draw`) carries its own epoch and seed; a plain index takes
     the `seed` and `epoch` given (None: fresh entropy, not reproducible).
     """
     seed, epoch = getattr(index, "seed", seed), getattr(index, "epoch", epoch)
@@ -476,7 +475,7 @@ def draw_rng(index: Any, seed: int | None, epoch: int, stream: int) -> np.random
 
 
 def _augment_key(index: Any, seed: int | None, epoch: int) -> np.ndarray:
-    """The crop key of example `index`: a `resumable.Draw`'s own epoch and seed, else `seed` and `epoch`."""
+    """The crop key of example `index`: a `epochs.Draw`'s own epoch and seed, else `seed` and `epoch`."""
     return augment_video.example_key(getattr(index, "seed", seed), getattr(index, "epoch", epoch), int(index))
 
 

@@ -11,7 +11,7 @@ epoch and the seed, plus the fingerprint of the data (`records.fingerprint`) it 
   `get_state()` -> `{"iterator": Grain's own state, "seed": ..., "data": ...}`; `set_state(state)`
   in a fresh process continues exactly, also for an unseeded dataset (the saved seed is taken up)
   and across epochs (`num_epochs`). Data other than the saved one is a `ValueError` naming both.
-- `EpochSampler` (`torch_dataset(...).sampler()`): torchdata's `StatefulDataLoader` protocol,
+- `EpochSampler` (`torch_dataset(...).sampler()`, defined in `readers.epochs` with `Draw`): torchdata's `StatefulDataLoader` protocol,
   `state_dict()` / `load_state_dict()` (and `set_epoch`, as `DistributedSampler`). It yields `Draw`s,
   example indices that carry their epoch and seed, so the dataset's clip draws follow the sampler
   in any worker process. Needs no torch.
@@ -21,101 +21,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.readers import legacy
 from vidvol.readers import order
+from vidvol.readers.epochs import Draw  # noqa: F401  (re-exported: indices that carry their epoch and seed)
+from vidvol.readers.epochs import EpochOrder
+from vidvol.readers.epochs import EpochSampler  # noqa: F401  (re-exported: torch_dataset(...).sampler())
+from vidvol.readers.epochs import refusal  # noqa: F401  (re-exported)
 from vidvol.readers import sizing
 from vidvol.readers.random_access import SupervisedExamples
 from vidvol.readers.random_access import stack_batch
 from vidvol.readers.spec import ReadSpec
-
-
-class Draw(int):
-    """An example index with the epoch and seed of its random draws, and whether it is a real example (not a pad)."""
-
-    def __new__(cls, index: int, epoch: int, seed: int, valid: bool = True):
-        draw = super().__new__(cls, int(index))
-        draw.epoch, draw.seed, draw.valid = int(epoch), int(seed), bool(valid)
-        return draw
-
-    def __reduce__(self):
-        return Draw, (int(self), self.epoch, self.seed, self.valid)
-
-    def __repr__(self) -> str:
-        return f"Draw({int(self)}, epoch={self.epoch}, seed={self.seed}{', pad' if not self.valid else ''})"
-
-
-def refusal(saved: str, current: str) -> ValueError:
-    return ValueError(f"vidvol: this state was saved reading {saved}; this reader reads {current}. The data (or the "
-                      "layout) changed since, so its position would point at other examples: start a new pass without "
-                      "the state (docs/reading.md, section Stopping and resuming)")
-
-
-@dataclasses.dataclass
-class EpochOrder:
-    """Which example each position of an epoch reads (`order.Layout` in NumPy), under a seed that a restore may replace."""
-
-    layout: order.Layout
-    seed: int
-
-    def draws(self, epoch: int, positions) -> list[Draw]:
-        index, valid = self.layout.examples_np(np.asarray(positions, np.int64), epoch, self.seed, 0)
-        return [Draw(i, epoch, self.seed, v) for i, v in zip(index.tolist(), valid.tolist())]
-
-
-class EpochSampler:
-    """A resumable sampler: `vidvol.load`'s order over `SupervisedExamples`, for `torch.utils.data.DataLoader`.
-
-    `shuffle` (default: the dataset's `training`): a new permutation of the split per epoch (call
-    `set_epoch(e)` before each epoch, as with `DistributedSampler`); else storage order.
-    `num_replicas`/`rank`: this process's equal share (training drops `n mod num_replicas` examples an
-    epoch, rotating; evaluation pads, inputs zero). `seed` None: the dataset's, else a fresh one (kept
-    in the state). `state_dict()` / `load_state_dict()` follow torchdata's `StatefulDataLoader`:
-    `{"epoch", "yielded", "seed", "data"}`; after `load_state_dict`, the next `iter()` of that epoch
-    continues after the `yielded` indices.
-    """
-
-    def __init__(self, examples: SupervisedExamples, *, shuffle: bool | None = None, seed: int | None = None,
-                 num_replicas: int = 1, rank: int = 0):
-        shuffle = examples.training if shuffle is None else bool(shuffle)
-        seed = examples.seed if seed is None else seed
-        self.order = EpochOrder(order.Layout(len(examples), int(num_replicas), int(rank), shuffle),
-                                order.fresh_seed() if seed is None else int(seed))
-        self.data = examples.source.fingerprint + self.order.layout.describe()
-        self.epoch, self.yielded, self._resume_at = 0, 0, None
-
-    @property
-    def seed(self) -> int:
-        return self.order.seed
-
-    def __len__(self) -> int:
-        return self.order.layout.per_epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch the next `iter()` reads (a pending restored position applies to its own epoch only)."""
-        if int(epoch) != self.epoch:
-            self._resume_at = None
-        self.epoch = int(epoch)
-
-    def __iter__(self) -> Iterator[Draw]:
-        start, self._resume_at = self._resume_at or 0, None
-        self.yielded = start
-        for draw in self.order.draws(self.epoch, np.arange(start, len(self))):
-            self.yielded += 1
-            yield draw
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "yielded": self.yielded, "seed": self.seed, "data": self.data}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state["data"] != self.data:
-            raise refusal(state["data"], self.data)
-        self.order.seed, self.epoch = int(state["seed"]), int(state["epoch"])
-        self.yielded = self._resume_at = int(state["yielded"])
 
 
 @legacy.old_keywords(*legacy.SUPERVISED)

@@ -14,6 +14,7 @@ from typing import Any
 
 import grain
 
+from vidvol.readers.epochs import refusal
 from vidvol.readers import rng
 
 
@@ -92,9 +93,7 @@ class _SeededIterator(grain.DatasetIterator):
         return {"iterator": self._parent.get_state(), "seed": self.owner.epochs.seed, "data": self.owner.data}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        from vidvol.readers import resumable  # pylint: disable=g-import-not-at-top  (it imports this module)
-
         if state["data"] != self.owner.data:
-            raise resumable.refusal(state["data"], self.owner.data)
+            raise refusal(state["data"], self.owner.data)
         self.owner.epochs.seed = int(state["seed"])  # the saved run's order and clips from here on
         self._parent.set_state(state["iterator"])
