@@ -188,7 +188,7 @@ def test_the_augmented_vidvol_row_is_held_against_the_best_video_peer(tmp_path):
     row = next(t for t in out["targets"] if "with augmentation" in t["name"])
     assert row["name"] == ("hmdb51: vidvol.load float32 with augmentation (batch 32, seed=0, random resized crop + flip) "
                            "vs best read-time video peer (TorchCodec (exact seek))")
-    assert (row["target"], row["pass"]) == (12, False) and len(out["targets"]) == 6
+    assert (row["target"], row["pass"]) == (12, False) and len(out["targets"]) == 7  # and mri_augment
     assert "(`split1_20x64x64`, seed=0), VideoAugment(64): random resized crop to the stored size + flip |" in text
     assert row["name"] in text
 

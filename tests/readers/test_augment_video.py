@@ -66,7 +66,7 @@ def test_defaults_follow_the_peers_and_values_are_canonical():
     (lambda: VideoAugment(32, multi_crop=1), r"VideoAugment.multi_crop must be True or False, got 1"),
     (lambda: VideoAugment(32, min_size=32, max_size=40), r"max_size is the short side's jitter"),
     (lambda: VideoAugment(32, training_crop="random_short_side_scale", scale=(0.5, 1.0)), r"take.* min_size and max_size"),
-    (lambda: ReadSpec(augment=Clips()), r"ReadSpec.augment must be None or a vidvol.VideoAugment"),
+    (lambda: ReadSpec(augment=Clips()), r"ReadSpec.augment must be None, a vidvol.VideoAugment or a vidvol.VolumeAugment"),
     (lambda: VideoAugment(72).geometry((64, 64, 3), training=False), r"does not fit 'video'.s frames of 64x64 at "
                                                                      r"evaluation.*set min_size >= 72"),
     (lambda: VideoAugment(32, min_size=16).geometry((64, 64, 3), training=False), r"does not fit.*short side at 16"),
