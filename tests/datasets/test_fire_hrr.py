@@ -32,6 +32,7 @@ class FireHrrDummyTest(tfds.testing.DatasetBuilderTestCase):
     SKIP_CHECKSUMS = True
 
 
+@pytest.mark.slow  # a full builder test; `make test` runs it, `make test-fast` has its dataset's first
 class FireHrrDummyArrayRecordTest(array_record_testing.ArrayRecordBuilderTest, FireHrrDummyTest):
     """The same checks with the builder writing ArrayRecord shards (`--file_format array_record`), read back by index."""
     pass

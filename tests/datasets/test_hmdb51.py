@@ -34,6 +34,7 @@ class Hmdb51DummyTest(tfds.testing.DatasetBuilderTestCase):
     SKIP_CHECKSUMS = True
 
 
+@pytest.mark.slow  # a full builder test; `make test` runs it, `make test-fast` has its dataset's first
 class Hmdb51DummyArrayRecordTest(array_record_testing.ArrayRecordBuilderTest, Hmdb51DummyTest):
     """The same checks with the builder writing ArrayRecord shards (`--file_format array_record`), read back by index."""
     BUILDER_CONFIG_NAMES_TO_TEST = ["split1_20x64x64"]  # the default config; the all-frames one is covered above

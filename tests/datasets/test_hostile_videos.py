@@ -73,6 +73,7 @@ def test_every_hostile_input_is_an_example_or_a_skip_with_its_reason(corpus, tmp
     assert result["peak_rss_mib"] < PEAK_RSS_MIB and result["children_peak_rss_mib"] < PEAK_RSS_MIB, result
 
 
+@pytest.mark.slow
 def test_ffmpeg_cases_decode_as_before(corpus):
     """Kept working: 10-bit HEVC decodes to the H.264 twin's 8-bit frames, rotation is applied, grayscale is RGB."""
     if not hv.FFMPEG:

@@ -35,6 +35,7 @@ class VideoFolderFoldersTest(tfds.testing.DatasetBuilderTestCase):
     SKIP_CHECKSUMS = True
 
 
+@pytest.mark.slow  # a full builder test; `make test` runs it, `make test-fast` has its dataset's first
 class VideoFolderUcf101Test(tfds.testing.DatasetBuilderTestCase):
     """UCF101 layout: UCF-101/<Class>/..., ucfTrainTestlist/ with classInd.txt; set 1 by default, set 2 by config."""
 
@@ -45,6 +46,7 @@ class VideoFolderUcf101Test(tfds.testing.DatasetBuilderTestCase):
     SKIP_CHECKSUMS = True
 
 
+@pytest.mark.slow  # a full builder test; `make test` runs it, `make test-fast` has its dataset's first
 class VideoFolderHmdb51ListsTest(tfds.testing.DatasetBuilderTestCase):
     """Class folders one level down with HMDB51-format split files."""
 

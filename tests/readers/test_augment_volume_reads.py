@@ -80,6 +80,7 @@ def test_load_gives_each_examples_transformed_patch_and_the_mask_follows(mri_pad
     assert all(not np.array_equal(first[k], second[k]) for k in first)  # every example differs between epochs
 
 
+@pytest.mark.slow
 def test_equal_seeds_give_equal_batches_and_every_read_path_agrees(mri_padded):
     builder = mri_padded["tfrecord"]
     want = _batches(builder)
@@ -152,6 +153,7 @@ def test_evaluation_reads_the_centre_patch_deterministically(mri_padded):
     np.testing.assert_array_equal(source[1]["volume"], x[1])
 
 
+@pytest.mark.slow
 def test_an_augmented_read_resumes_exactly(mri_padded, tmp_path):
     case = dict(data_path=mri_padded["tfrecord"].data_path, split="train", batch=2, checkpoint=str(tmp_path / "c" / "k"),
                 kwargs={"seed": 3, "repeat": True, "spec": f"ReadSpec(augment={AUGMENT!r})"}, restore_seed=77)

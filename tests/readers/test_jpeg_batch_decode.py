@@ -56,6 +56,7 @@ def test_hmdb51_host_decode_equals_tensorflows_decode(hmdb_small, monkeypatch, k
     _assert_same(host, ops)
 
 
+@pytest.mark.slow
 def test_fire_hrr_host_decode_equals_tensorflows_decode_and_tfds_load(fire_small, monkeypatch):
     names = ["video", "mask", "experiment", "window"]
     host = _batches(fire_small, "train", 1, "host", monkeypatch, training=False, spec=ReadSpec(output=Output(features=names)))

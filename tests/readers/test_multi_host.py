@@ -54,6 +54,7 @@ def test_training_pipelines_yield_equal_batches_of_disjoint_examples(uneven, pip
     assert len(set(batched)) == 1 and batched[0] == (13 // pipelines) // 2
 
 
+@pytest.mark.slow
 def test_the_left_out_examples_rotate_from_epoch_to_epoch(uneven):
     """3 pipelines, 13 examples: one left out an epoch; over the epochs of a repeated read each is left out in turn,
     and every epoch of every pipeline is disjoint from the others' (the hosts agree without sharing a seed)."""

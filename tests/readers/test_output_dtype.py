@@ -127,6 +127,7 @@ def test_left_out_mask_with_padding_stops_the_read_naming_the_fix(mri_int16):
         list(ds)
 
 
+@pytest.mark.slow
 def test_int16_of_a_volume_stored_as_float_is_an_error_naming_float_output(mri_int16):
     floats = _eval(mri_int16, "test", 1)
     assert np.any(floats[0][0][0] != np.rint(floats[0][0][0]))  # really non-whole values

@@ -207,7 +207,7 @@ CASES = [  # (split, old keywords, new keywords)
 ]
 
 
-@pytest.mark.parametrize("split,old,new", CASES)
+@pytest.mark.parametrize("split,old,new", CASES[:2] + [pytest.param(*c, marks=pytest.mark.slow) for c in CASES[2:]])
 def test_old_and_new_spelling_read_the_same_batches(hmdb_small, split, old, new):
     spelled_old = {k for k in old if k not in ("seed", "spec")}
     with pytest.warns(DeprecationWarning) as record:

@@ -126,6 +126,7 @@ def _watch_records(data_dir: str, stop: threading.Event, seen: list) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_in_process_build_writes_records_while_running_and_the_bar_reaches_the_total(tmp_path, capsys):
     builder = ProgressToy(data_dir=str(tmp_path))
     builder.pause = 0.3  # 4 inputs per train shard: a record is rewritten mid-shard (every 0.5 s)
