@@ -270,7 +270,7 @@ def test_quick_benchmark_measures_the_section_with_the_venv(tmp_path):
     assert {(r["pipeline"], r["augment"]) for r in doc["volume"]} == {
         (p, a) for p in peer_jobs.VOLUME_PEERS for a in (False, True)}
     assert all(r["check"]["ok"] for r in doc["video"] + doc["volume"]), [r["check"] for r in doc["video"] + doc["volume"]]
-    assert len(doc["targets"]) == 4 and all(t["value"] > 0 for t in doc["targets"])  # quick: one batch size
+    assert len(doc["targets"]) == 6 and all(t["value"] > 0 for t in doc["targets"])  # video float32, raw, augmented; MRI float32 + mask, int16, augmented
     assert doc["versions"]["peers_venv"]["torchcodec"] and doc["vidvol"]["float32"]["batch_size"] == 4
     assert "## Peers" in (out / "RESULTS.md").read_text()
-    assert proc.stdout.count("[bench] peers: ") == 4
+    assert proc.stdout.count("[bench] peers: ") == 6

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -50,7 +53,19 @@ def test_regenerating_keeps_the_studies_block(tmp_path, results):
     text = out.read_text(encoding="utf-8")
     assert report.studies_block(text) == report.studies_block(committed)
     assert text.count(report.STUDIES_BEGIN) == 1
-    # Outside the block the committed file is exactly what report.py renders from results.json.
+
+
+@pytest.mark.slow  # run.py imports TensorFlow and Beam (its sections' renderers)
+def test_report_only_renders_exactly_the_committed_results_md(tmp_path):
+    """Outside the block the committed file is exactly what `run.py --report-only` renders from results.json,
+    the registered sections' documents (cluster, resume, peers, ...) included."""
+    shutil.copy(BENCHMARKS / "results.json", tmp_path / "results.json")
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "run.py"), "--out", str(tmp_path), "--report-only",
+                           "--no-publish"], capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "RESULTS.md").read_text(encoding="utf-8")
+    committed = (BENCHMARKS / "RESULTS.md").read_text(encoding="utf-8")
     assert text == committed
 
 
