@@ -9,6 +9,7 @@ it to the end; the guides in `docs/` carry the rest. No network: URLs with a sch
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import urllib.parse
@@ -128,3 +129,52 @@ def test_the_checker_finds_what_is_broken(tmp_path):
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+# A measured figure: a rate, a speed-up, a timing per item, or "measured" followed by a number.
+_FIGURE = re.compile(r"[0-9][0-9,.]* ?(?:vol/s|volumes/s|clips/s|examples/s|frames/s|batches/s|steps/s)\b"
+                     r"|[0-9.]+ ?% (?:faster|slower)|[0-9.]+x (?:faster|slower)|[Mm]easured:? [0-9(]"
+                     r"|[0-9.]+ ?(?:ms|µs) (?:per|a) ")
+_NOT_PACKAGE = ("tests", "benchmarks", "examples", "docs", "build", "dist")
+
+
+def measurement_figures(root: pathlib.Path = ROOT) -> list[str]:
+    """`file:line: text` of each measured figure in the package's Python files (comments, docstrings, strings).
+
+    Figures and their dates live in benchmarks/RESULTS.md; code that states one goes stale with the next run.
+    Sizes and limits (`64 << 30  # 64 GiB`) are not figures and are not matched.
+    """
+    paths = []
+    for here, dirs, names in os.walk(root):
+        top = pathlib.Path(here) == root
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".") and not d.endswith(".egg-info")
+                         and not (top and d in _NOT_PACKAGE))
+        paths += [pathlib.Path(here, n) for n in names if n.endswith(".py") and not (top and n == "setup.py")]
+    out = []
+    for path in sorted(paths):
+        rel = path.relative_to(root)
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _FIGURE.search(line):
+                out.append(f"{rel.as_posix()}:{n}: {line.strip()}")
+    return out
+
+
+def test_no_measurement_figures_in_package_code():
+    assert measurement_figures() == [], "move these to benchmarks/RESULTS.md and link its row from the docs"
+
+
+def test_the_figure_checker_finds_figures_and_leaves_sizes(tmp_path):
+    (tmp_path / "readers").mkdir()
+    (tmp_path / "readers" / "x.py").write_text(
+        "LIMIT = 64 << 30  # 64 GiB: a cap, not a figure\n"
+        "# reads ~1,100 clips/s on 2 cores\n"
+        '"""The cast is 1.3x faster than before."""\n'
+        "CHUNK = 1 << 16  # 256 KiB of float32\n"
+        "# costs 5.2 ms per batch\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("# 900 vol/s in a test is not the package's\n")
+    assert measurement_figures(tmp_path) == [
+        "readers/x.py:2: # reads ~1,100 clips/s on 2 cores",
+        'readers/x.py:3: """The cast is 1.3x faster than before."""',
+        "readers/x.py:5: # costs 5.2 ms per batch",
+    ]
