@@ -9,12 +9,12 @@ it to the end; the guides in `docs/` carry the rest. No network: URLs with a sch
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import urllib.parse
 
 import pytest
+from package_files import package_paths
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SKIPPED_DIRS = {".venv", "bench_out", "demo_out", "build", "dist", "node_modules", "__pycache__"}
@@ -135,7 +135,6 @@ def test_readme_is_short():
 _FIGURE = re.compile(r"[0-9][0-9,.]* ?(?:vol/s|volumes/s|clips/s|examples/s|frames/s|batches/s|steps/s)\b"
                      r"|[0-9.]+ ?% (?:faster|slower)|[0-9.]+x (?:faster|slower)|[Mm]easured:? [0-9(]"
                      r"|[0-9.]+ ?(?:ms|µs) (?:per|a) ")
-_NOT_PACKAGE = ("tests", "benchmarks", "examples", "docs", "build", "dist")
 
 
 def measurement_figures(root: pathlib.Path = ROOT) -> list[str]:
@@ -144,14 +143,8 @@ def measurement_figures(root: pathlib.Path = ROOT) -> list[str]:
     Figures and their dates live in benchmarks/RESULTS.md; code that states one goes stale with the next run.
     Sizes and limits (`64 << 30  # 64 GiB`) are not figures and are not matched.
     """
-    paths = []
-    for here, dirs, names in os.walk(root):
-        top = pathlib.Path(here) == root
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".") and not d.endswith(".egg-info")
-                         and not (top and d in _NOT_PACKAGE))
-        paths += [pathlib.Path(here, n) for n in names if n.endswith(".py") and not (top and n == "setup.py")]
     out = []
-    for path in sorted(paths):
+    for path in package_paths(root):
         rel = path.relative_to(root)
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if _FIGURE.search(line):
@@ -165,6 +158,7 @@ def test_no_measurement_figures_in_package_code():
 
 def test_the_figure_checker_finds_figures_and_leaves_sizes(tmp_path):
     (tmp_path / "readers").mkdir()
+    (tmp_path / "readers" / "__init__.py").write_text("")
     (tmp_path / "readers" / "x.py").write_text(
         "LIMIT = 64 << 30  # 64 GiB: a cap, not a figure\n"
         "# reads ~1,100 clips/s on 2 cores\n"

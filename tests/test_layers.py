@@ -18,6 +18,7 @@ import ast
 import pathlib
 
 import pytest
+from package_files import package_paths
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root is the `vidvol` package
 # Layer of each top-level part of the package; a part may import its own modules and lower layers.
@@ -29,7 +30,6 @@ LAYERS = {
     "__init__": 4,  # the facade: `import vidvol` registers the datasets and exposes `load`
     "preview": 5, "demo": 6, "__main__": 6,
 }
-NOT_PACKAGE = {"tests", "benchmarks", "examples", ".venv", "build", "dist", "setup.py"}  # setup.py: packaging, not installed
 
 
 def part_of(module: str) -> str:
@@ -40,10 +40,8 @@ def part_of(module: str) -> str:
 
 def package_files(root: pathlib.Path):
     """(module name, path) of every Python file installed as part of vidvol."""
-    for path in sorted(root.rglob("*.py")):
+    for path in package_paths(root):
         rel = path.relative_to(root)
-        if rel.parts[0] in NOT_PACKAGE or any(p.startswith(".") for p in rel.parts):
-            continue
         parts = list(rel.with_suffix("").parts)
         if parts[-1] == "__init__" and len(parts) > 1:
             parts = parts[:-1]
@@ -98,7 +96,11 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     (tmp_path / "builders" / "__init__.py").write_text("")
     (tmp_path / "builders" / "w.py").write_text("def f():\n    from vidvol.beam_jobs import runners\n")
     (tmp_path / "readers").mkdir()
+    (tmp_path / "readers" / "__init__.py").write_text("")
     (tmp_path / "readers" / "r.py").write_text("from vidvol.builders import w\nfrom vidvol.core import features\n")
+    # Not the package: a venv `make bench` leaves in bench_out/ (no __init__.py on the way) is never read.
+    (tmp_path / "bench_out" / "peers_venv" / "lib").mkdir(parents=True)
+    (tmp_path / "bench_out" / "peers_venv" / "lib" / "x.py").write_text("from vidvol.beam_jobs import runners\n")
     assert upward_edges(tmp_path) == [
         "builders/w.py:2 builders -> beam_jobs (vidvol.beam_jobs.runners)",
         "readers/r.py:1 readers -> builders (vidvol.builders.w)",
@@ -169,6 +171,11 @@ def test_the_room_checker_sees_upward_and_sideways_imports(tmp_path):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
+    for name in files:  # every folder a package, as in the checkout
+        for folder in (tmp_path / name).parents:
+            if folder == tmp_path:
+                break
+            (folder / "__init__.py").touch()
     assert room_edges(tmp_path) == [
         "beam_jobs/build.py:1 imports the deprecated shim (vidvol.builders.beam_writer)",
         "builders/example_io.py:1 builders/example_io -> builders/writer (vidvol.builders.writer.plan)",

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from package_files import package_paths
 from vidvol.builders.writer import example_bytes
 from vidvol.core import tfds_api
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository root is the `vidvol` package
-NOT_PACKAGE = {"tests", "benchmarks", "examples", ".venv", "build", "dist", "setup.py"}
 HOME = pathlib.Path("core/tfds_api.py")
 
 
@@ -45,9 +45,9 @@ def private_uses(path: pathlib.Path) -> list[str]:
 def package_private_uses(root: pathlib.Path) -> dict[str, list[str]]:
     """{file: private TFDS uses} for every installed module of vidvol but core/tfds_api.py."""
     out = {}
-    for path in sorted(root.rglob("*.py")):
+    for path in package_paths(root):
         rel = path.relative_to(root)
-        if rel.parts[0] in NOT_PACKAGE or any(p.startswith(".") for p in rel.parts) or rel == HOME:
+        if rel == HOME:
             continue
         if uses := private_uses(path):
             out[str(rel)] = uses
@@ -61,6 +61,7 @@ def test_no_module_but_tfds_api_touches_tfds_private_api():
 
 def test_the_checker_sees_a_private_import_and_a_private_attribute(tmp_path):
     (tmp_path / "builders").mkdir()
+    (tmp_path / "builders" / "__init__.py").write_text("")
     (tmp_path / "builders" / "w.py").write_text(
         "import tensorflow_datasets as tfds\n"
         "from tensorflow_datasets.core import example_serializer as es\n"
