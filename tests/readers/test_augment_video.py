@@ -274,6 +274,7 @@ def _by_id(batches, epochs: int, per_epoch: int) -> dict:
     return out
 
 
+@pytest.mark.slow  # three repeating pipelines (make test); the fast lane keeps test_all_four_readers_give_the_same_training_crops
 def test_load_crops_are_seeded_static_and_new_every_epoch(hmdb_dirs):
     spec = ReadSpec(augment=VideoAugment(48), output=Output(features=["video", "video_id"], dtype="uint8"))
     read = lambda seed: list(tfds.as_numpy(_load(hmdb_dirs, "train", 2, seed=seed, repeat=True, spec=spec).take(6)))  # noqa: E731

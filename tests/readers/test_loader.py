@@ -199,6 +199,7 @@ def test_drop_remainder_in_training_only(hmdb_fixed):
     assert [int(b[1].shape[0]) for b in readers.load(hmdb_fixed, "train", 4, training=False)] == [4, 2]
 
 
+@pytest.mark.slow  # ten pipelines (make test); the fast lane keeps test_training_clips_decode_the_sampled_frames_and_vary_per_epoch
 def test_training_epoch_covers_split_and_is_deterministic_under_seed(hmdb_fixed):
     all_ids = sorted(_by_id(hmdb_fixed, "train"))
     ids_labels = ReadSpec(output=Output(features=["video_id", "label"]))
