@@ -84,7 +84,13 @@ def examples(builder: tfds.core.DatasetBuilder, draws: tf.data.Dataset, plan: Lo
 
     ds = ds.map(tf.autograph.experimental.do_not_convert(one), num_parallel_calls=plan.decode_parallelism,
                 deterministic=plan.deterministic)
-    return ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+    ds = ds.batch(plan.batch_size, drop_remainder=plan.drop_remainder)
+    # unbatch/batch lose the count the draws have; a finite read states it again (Keras's evaluate and
+    # predict then know their steps, and tf.data raises if the batches ever differed from the draws').
+    batches = int(draws.cardinality()) if tf.executing_eagerly() else tf.data.UNKNOWN_CARDINALITY
+    if batches >= 0:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    return ds
 
 
 def zero_pads(plan: LoadPlan, batch: Mapping[str, tf.Tensor], valid: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -62,6 +62,7 @@ def _fit(model: keras.Model, train: tf.data.Dataset, loss: str) -> list[float]:
     return history.history["loss"]
 
 
+@pytest.mark.filterwarnings("error:Your input ran out of data:UserWarning")  # evaluate/predict know their steps
 def test_hmdb51_trains_from_the_loader(tmp_path):
     samples.write_hmdb51_layout(str(tmp_path / "manual"), videos_per_class=3, num_frames=(12, 30), height=48, width=64, splits=(1,))
     _build("hmdb51", "split1_16x112x112", tmp_path / "manual", tmp_path / "data")

@@ -477,3 +477,17 @@ def test_public_fallback_gives_the_same_batches(hmdb_fixed, tmp_path):
     np.testing.assert_array_equal(public["label"], np.stack([b[1] for b in private]))
     template = tfds_api.filename_template(hmdb_fixed, "train").sharded_filepath(shard_index=1, num_shards=4)
     assert f"TEMPLATE {template}" in proc.stdout
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_finite_read_states_how_many_batches_it_yields(hmdb_fixed, batch):
+    """Keras's evaluate/predict take their steps from the cardinality (unknown: a warning that the input 'ran out of
+    data'); the count stated is the count yielded, for each pipeline of a multi-host evaluation too."""
+    reads = [readers.load(hmdb_fixed, split, batch, training=training, seed=0)
+             for split, training in (("test", False), ("train", False), ("train", True))]
+    reads += [readers.load(hmdb_fixed, "test", batch, training=False,
+                           input_context=tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=p))
+              for p in range(3)]
+    for ds in reads:
+        assert int(ds.cardinality()) >= 0
+        assert int(ds.cardinality()) == sum(1 for _ in ds)
