@@ -26,3 +26,17 @@ def package_paths(root: pathlib.Path) -> list[pathlib.Path]:
         if not top:
             out += [folder / n for n in names if n.endswith(".py")]
     return sorted(out)
+
+
+def plant(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    """Writes `{relative path: text}` under `root`, every folder on the way a package (an empty `__init__.py`
+    where the files give none), as the checkers' own tests plant a small vidvol; returns `root`."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    for name in files:
+        for folder in (root / name).parents:
+            if folder == root:
+                break
+            (folder / "__init__.py").touch()
+    return root

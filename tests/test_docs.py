@@ -14,7 +14,7 @@ import re
 import urllib.parse
 
 import pytest
-from package_files import package_paths
+from package_files import package_paths, plant
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SKIPPED_DIRS = {".venv", "bench_out", "demo_out", "build", "dist", "node_modules", "__pycache__"}
@@ -157,16 +157,14 @@ def test_no_measurement_figures_in_package_code():
 
 
 def test_the_figure_checker_finds_figures_and_leaves_sizes(tmp_path):
-    (tmp_path / "readers").mkdir()
-    (tmp_path / "readers" / "__init__.py").write_text("")
-    (tmp_path / "readers" / "x.py").write_text(
-        "LIMIT = 64 << 30  # 64 GiB: a cap, not a figure\n"
-        "# reads ~1,100 clips/s on 2 cores\n"
-        '"""The cast is 1.3x faster than before."""\n'
-        "CHUNK = 1 << 16  # 256 KiB of float32\n"
-        "# costs 5.2 ms per batch\n")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "t.py").write_text("# 900 vol/s in a test is not the package's\n")
+    plant(tmp_path, {
+        "readers/x.py": ("LIMIT = 64 << 30  # 64 GiB: a cap, not a figure\n"
+                         "# reads ~1,100 clips/s on 2 cores\n"
+                         '"""The cast is 1.3x faster than before."""\n'
+                         "CHUNK = 1 << 16  # 256 KiB of float32\n"
+                         "# costs 5.2 ms per batch\n"),
+        "tests/t.py": "# 900 vol/s in a test is not the package's\n",
+    })
     assert measurement_figures(tmp_path) == [
         "readers/x.py:2: # reads ~1,100 clips/s on 2 cores",
         'readers/x.py:3: """The cast is 1.3x faster than before."""',

@@ -18,7 +18,7 @@ import ast
 import pathlib
 
 import pytest
-from package_files import package_paths
+from package_files import package_paths, plant
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root is the `vidvol` package
 # Layer of each top-level part of the package; a part may import its own modules and lower layers.
@@ -92,12 +92,8 @@ def test_imports_point_down():
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
-    (tmp_path / "builders").mkdir()
-    (tmp_path / "builders" / "__init__.py").write_text("")
-    (tmp_path / "builders" / "w.py").write_text("def f():\n    from vidvol.beam_jobs import runners\n")
-    (tmp_path / "readers").mkdir()
-    (tmp_path / "readers" / "__init__.py").write_text("")
-    (tmp_path / "readers" / "r.py").write_text("from vidvol.builders import w\nfrom vidvol.core import features\n")
+    plant(tmp_path, {"builders/w.py": "def f():\n    from vidvol.beam_jobs import runners\n",
+                     "readers/r.py": "from vidvol.builders import w\nfrom vidvol.core import features\n"})
     # Not the package: a venv `make bench` leaves in bench_out/ (no __init__.py on the way) is never read.
     (tmp_path / "bench_out" / "peers_venv" / "lib").mkdir(parents=True)
     (tmp_path / "bench_out" / "peers_venv" / "lib" / "x.py").write_text("from vidvol.beam_jobs import runners\n")
@@ -168,14 +164,7 @@ def test_the_room_checker_sees_upward_and_sideways_imports(tmp_path):
         "datasets/a/builder.py": "from vidvol.datasets.a import layout\nfrom vidvol.datasets.b import layout as other\n",
         "beam_jobs/build.py": "from vidvol.builders import beam_writer\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    for name in files:  # every folder a package, as in the checkout
-        for folder in (tmp_path / name).parents:
-            if folder == tmp_path:
-                break
-            (folder / "__init__.py").touch()
+    plant(tmp_path, files)
     assert room_edges(tmp_path) == [
         "beam_jobs/build.py:1 imports the deprecated shim (vidvol.builders.beam_writer)",
         "builders/example_io.py:1 builders/example_io -> builders/writer (vidvol.builders.writer.plan)",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from package_files import package_paths
+from package_files import package_paths, plant
 from vidvol.builders.writer import example_bytes
 from vidvol.core import tfds_api
 
@@ -60,16 +60,13 @@ def test_no_module_but_tfds_api_touches_tfds_private_api():
 
 
 def test_the_checker_sees_a_private_import_and_a_private_attribute(tmp_path):
-    (tmp_path / "builders").mkdir()
-    (tmp_path / "builders" / "__init__.py").write_text("")
-    (tmp_path / "builders" / "w.py").write_text(
+    plant(tmp_path, {"builders/w.py": (
         "import tensorflow_datasets as tfds\n"
         "from tensorflow_datasets.core import example_serializer as es\n"
         "from tensorflow_datasets.core.example_serializer import _as_bytes\n"
         "x = es._item_to_np_array(1)\n"
         "y = tfds.core.DatasetBuilder._get_filename_template\n"
-        "z = self_like._private\n"
-    )
+        "z = self_like._private\n")})
     assert package_private_uses(tmp_path) == {"builders/w.py": [
         "3: tensorflow_datasets.core.example_serializer._as_bytes",
         "4: es._item_to_np_array",
