@@ -12,6 +12,8 @@ from vidvol.builders import dataset_builder
 from vidvol.builders import example_io
 from vidvol.builders.writer import skip_report
 
+from toy_features import ToyFeatures
+
 
 def toy_example_fn(record):
     """Yields one example per record, a skip for 'bad' records and a masked part for 'half'."""
@@ -23,21 +25,13 @@ def toy_example_fn(record):
     yield name, {"x": np.full((4,), value, np.int64), "name": name}
 
 
-class ToyBuilder(dataset_builder.StreamingBeamBuilder, skip_registration=True):
+class ToyBuilder(ToyFeatures, dataset_builder.StreamingBeamBuilder, skip_registration=True):
     """A tiny dataset built through the streaming writer."""
 
     name = "vidvol_toy"
     VERSION = tfds.core.Version("1.0.0")
     MIN_SHARDS = 3
     NUM_TRAIN = 10
-
-    def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self,
-            features=tfds.features.FeaturesDict(
-                {"x": tfds.features.Tensor(shape=(4,), dtype=np.int64), "name": tfds.features.Text()}
-            ),
-        )
 
     def _split_generators(self, dl_manager):
         train = [(f"ok{i}", (f"ok{i}", i)) for i in range(self.NUM_TRAIN)] + [("bad0", ("bad0", -1)), ("half0", ("half0", 99))]

@@ -7,7 +7,6 @@ import functools
 import logging
 import os
 
-import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -19,6 +18,7 @@ from vidvol.builders import isolation
 from vidvol.builders.writer import skip_report
 
 from decoding_cases import LATIN1, Rec, behaving, opencv_directly
+from toy_features import ToyFeatures
 
 
 def run(fn, rec: Rec):
@@ -101,21 +101,13 @@ def test_off_switch_runs_in_the_worker(monkeypatch):
 # A real crash in a real build
 
 
-class CrashingBuilder(dataset_builder.StreamingBeamBuilder, skip_registration=True):
+class CrashingBuilder(ToyFeatures, dataset_builder.StreamingBeamBuilder, skip_registration=True):
     """Probes each video with OpenCV given its raw path, in a child (`InChild`): the Latin-1 name segfaults OpenCV."""
 
     name = "vidvol_toy_crash"
     VERSION = tfds.core.Version("1.0.0")
     MIN_SHARDS = 2
     FOLDER = ""
-
-    def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self,
-            features=tfds.features.FeaturesDict(
-                {"x": tfds.features.Tensor(shape=(4,), dtype=np.int64), "name": tfds.features.Text()}
-            ),
-        )
 
     def _split_generators(self, dl_manager):
         names = sorted(os.listdir(self.FOLDER))
