@@ -3,7 +3,8 @@
 Writes `max(--experiments)` full-resolution textured JPEG experiments once (vidvol.samples), then
 for each count N builds `fire_hrr/<config>` over the first N with the real `tfds build` CLI in a
 subprocess (multi-process Beam), polling the RSS of the whole process tree every `--interval`
-seconds with psutil, and reading the tree's `ru_maxrss` from `wait4` as a cross-check. The
+seconds with psutil, and reading the tree's `ru_maxrss` from `wait4` as a cross-check (an upper bound
+only: Linux carries this launching process's own peak into it through exec; see cluster_driver.peak_rss_mib). The
 streaming writer's promise is that a worker's peak is one example plus small buffers, whatever N.
 `--writer tfds` builds with TFDS's stock Beam writer instead (`stock_writer.py`: the same CLI, with
 vidvol's builders patched to TFDS's own `_download_and_prepare`), for comparison.

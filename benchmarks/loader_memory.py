@@ -18,7 +18,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -35,9 +34,12 @@ import vidvol  # noqa: E402,F401  (registers the datasets)
 from vidvol import samples  # noqa: E402
 from vidvol import readers  # noqa: E402
 
+from cluster_driver import peak_rss_mib  # noqa: E402
+
 logger = logging.getLogger(__name__)
 
 GIB = 2**30
+MIB = 2**20
 DATASET = "fire_hrr/full_161x540x960"
 
 
@@ -103,7 +105,7 @@ def measure(builder: tfds.core.DatasetBuilder, batches: int, batch_size: int, tr
         "video_batch_shape": video.shape.as_list(), "float_batch_gib": batch_bytes / GIB,
         "rss_before_gib": before / GIB, "rss_peak_gib": peak / GIB,
         "rss_between_batches_gib": {"first": between[0] / GIB, "max": max(between) / GIB, "last": between[-1] / GIB},
-        "ru_maxrss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
+        "hwm_rss_gib": peak_rss_mib() * MIB / GIB,  # cross-check: VmHWM (ru_maxrss would carry the parent's peak)
         "peak_over_float_batch": peak / batch_bytes, "seconds_per_batch": elapsed / max(1, batches),
         "cpu_seconds_per_batch": cpu / max(1, batches),
     }

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import resource
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ import numpy as np
 
 import report
 import section
+from cluster_driver import peak_rss_mib
 
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
@@ -172,7 +172,7 @@ class RandomAccess(section.Section):
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
                 "batch_size": settings.batch_size, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
                 "results": {p: summarize_rounds(r) for p, r in runs.items()},
-                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+                "peak_rss_mib": round(peak_rss_mib(), 1)}  # VmHWM: not run.py's peak, as ru_maxrss would be
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Ratios to the sequential rate, and the notes."""

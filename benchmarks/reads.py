@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import resource
 import statistics
 import sys
 from typing import Any, Callable, Sequence
@@ -33,6 +32,7 @@ import psutil
 import tensorflow as tf
 
 import baselines
+from cluster_driver import peak_rss_mib
 import fire_memory
 import jobs
 import streams
@@ -171,7 +171,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         "seed": job.seed,
         "rss_before_mib": round(rss_before / MIB, 1),
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
-        "ru_maxrss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),  # KiB on Linux
+        "hwm_rss_mib": round(peak_rss_mib(), 1),  # cross-check: VmHWM (ru_maxrss would carry run.py's peak)
         **(paired_limit(runs, limits, frames, job.frames_per_example, cores) if frames is not None else {}),
         **({"output_dtype": job.output_dtype, "mask_dtype": job.mask_dtype}
            if (job.output_dtype, job.mask_dtype) != ("float32", "float32") else {}),

@@ -119,12 +119,13 @@ def test_a_file_name_that_is_not_utf8_builds(tmp_path):
 
 
 CHILD = r"""
-import json, resource, sys
+import json, sys
 import tensorflow_datasets as tfds
 import in_process_build
+from peak_memory import peak_rss_mib
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 config = mri.MriVolumesConfig(name="hostile_16", spatial_size=(16, 16, 16), max_source_bytes=int(sys.argv[4]))
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = lambda: peak_rss_mib() * 2**20  # VmHWM: this process's own (ru_maxrss carries the pytest worker's)
 in_process_build.build(mri.Builder, config, sys.argv[1], sys.argv[3] + "/warm")  # good scans: imports, Beam, TF warm
 before = peak()
 builder = in_process_build.build(mri.Builder, config, sys.argv[2], sys.argv[3] + "/hostile")
