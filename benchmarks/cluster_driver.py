@@ -232,7 +232,7 @@ def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.
     with open(job_path, "w", encoding="utf-8") as f:
         json.dump({"n": n, "work": work, "submit": submit}, f)
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
-    from reads import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
+    from streams import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
 
     busy0, start = busy_cpu_seconds(), time.monotonic()
     status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)

@@ -20,6 +20,8 @@ from vidvol.builders.writer import skip_report
 from decoding_cases import LATIN1, Rec, behaving, opencv_directly
 from toy_features import ToyFeatures
 
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def run(fn, rec: Rec):
     return list(example_io.run_example_fn(isolation.InChild(fn), (rec.path, rec), "train"))
@@ -117,14 +119,22 @@ class CrashingBuilder(ToyFeatures, dataset_builder.StreamingBeamBuilder, skip_re
         return dataset_builder.ExamplesFromSources(sources, isolation.InChild(opencv_directly))
 
 
-def test_a_real_opencv_segfault_is_one_skip_and_the_build_goes_on(tmp_path):
+@pytest.mark.parametrize("mode", [
+    "in_memory",
+    # Beam's SDK workers are processes of their own here: the decoding child is the worker's, the worker survives.
+    pytest.param("multi_processing", marks=pytest.mark.slow),
+])
+def test_a_real_opencv_segfault_is_one_skip_and_the_build_goes_on(tmp_path, monkeypatch, mode):
     folder = tmp_path / "videos"
     for name in ("a.avi", "b.avi", "latin1.avi"):
         samples.write_video(str(folder / name), 5, height=48, width=64, fourcc="MJPG")
     os.rename(folder / "latin1.avi", os.path.join(str(folder), LATIN1))
     CrashingBuilder.FOLDER = str(folder)
     builder = CrashingBuilder(data_dir=str(tmp_path / "out"))
-    opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    workers = 1 if mode == "in_memory" else 2
+    if mode == "multi_processing":  # the workers unpickle decoding_cases.opencv_directly by reference
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    opts = PipelineOptions([f"--direct_num_workers={workers}", f"--direct_running_mode={mode}"])
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(beam_options=opts))
     names = sorted(ex["name"].decode() for ex in tfds.as_numpy(builder.as_dataset(split="train")))
     assert names == ["a.avi", "b.avi"]
