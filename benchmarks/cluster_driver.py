@@ -125,8 +125,10 @@ def peak_rss_mib(pid: int | str = "self") -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _note_rss(times: dict[str, Any], phase: str) -> None:
-    times.setdefault("_maxrss", {})[phase] = round(peak_rss_mib(), 1)
+def _note_rss(times: dict[str, Any], phase: str) -> float:
+    """Notes the peak RSS so far after `phase` (MiB) and returns it."""
+    peak = times.setdefault("_maxrss", {})[phase] = round(peak_rss_mib(), 1)
+    return peak
 
 
 def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
@@ -185,8 +187,7 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     final = lambda i, k: os.path.join(shard_dir, f"kinetics-{split}.tfrecord-{i:05d}-of-{k:05d}")  # noqa: E731
     result = results.collect_split(split, tasks, final)
     times["collect"] = round(time.monotonic() - t, 3)
-    _note_rss(times, "collect")
-    peak_driver = peak_rss_mib()
+    peak_driver = _note_rss(times, "collect")  # one reading: a second one could see a background thread's later growth
 
     # The elements pickled on their own (last, so that their buffers do not count in the driver's peak).
     t = time.monotonic()
