@@ -9,19 +9,13 @@ before it. The reading itself is `benchmarks/cluster_driver.peak_rss_mib`.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import threading
 
 import psutil
 
-_SPEC = importlib.util.spec_from_file_location(
-    "vidvol_bench_cluster_driver",
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "cluster_driver.py"))
-_DRIVER = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(_DRIVER)
+from bench_modules import bench_module
 
-peak_rss_mib = _DRIVER.peak_rss_mib
+peak_rss_mib = bench_module("cluster_driver").peak_rss_mib
 
 
 class DescendantPeaks:

@@ -11,13 +11,11 @@ volumes nibabel reads, and a quick benchmark run measures the whole section with
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import pathlib
 import subprocess
 import sys
-import types
 
 import nibabel as nib
 import numpy as np
@@ -26,23 +24,18 @@ import pytest
 from vidvol import samples
 from vidvol.builders.transforms import video
 
+from bench_modules import bench_module
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
-def _bench_module(name: str) -> types.ModuleType:
-    """benchmarks/<name>.py as a module (one whose top level imports no sibling)."""
-    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
-peer_jobs = _bench_module("peer_jobs")
-peers_env = _bench_module("peers_env")
-jobs = _bench_module("jobs")
+peer_jobs = bench_module("peer_jobs")
+peers_env = bench_module("peers_env")
+jobs = bench_module("jobs")
 
 
 def _peers_venv() -> str | None:
@@ -241,7 +234,7 @@ def test_every_video_peer_decodes_the_evenly_spaced_frames(tmp_path):
 @pytest.mark.slow
 @needs_venv
 def test_every_volume_peer_returns_what_nibabel_reads(tmp_path):
-    inputs = _bench_module("inputs")
+    inputs = bench_module("inputs")
     inputs.write_inputs([inputs.mri_plan(str(tmp_path / "mri"), num=2, shape=(32, 32, 32))])
     paths = inputs.mri_paths(str(tmp_path / "mri"))
     for peer in peer_jobs.VOLUME_PEERS:

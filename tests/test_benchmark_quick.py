@@ -7,7 +7,6 @@ writing into a folder other than --out except a source checkout's own benchmarks
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -15,7 +14,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import types
 import zipfile
 
 import cv2
@@ -31,6 +29,8 @@ from vidvol.builders.writer import skip_report
 
 pytestmark = pytest.mark.slow
 
+from bench_modules import bench_module
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 READS = ("hmdb51", "hmdb51_uint8", "hmdb51_raw", "fire_hrr", "mri_volumes_32", "mri_volumes_32_float32", "mri_volumes_32_int16",
@@ -41,20 +41,13 @@ MRI_DUMMY = REPO / "datasets" / "mri_volumes" / "dummy_data"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
-def _bench_module(name: str) -> types.ModuleType:
-    """benchmarks/<name>.py as a module (one that imports no sibling: the scripts' folder is not on sys.path here)."""
-    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
-baselines = _bench_module("baselines")
-inputs = _bench_module("inputs")
-report = _bench_module("report")
-section = _bench_module("section")
-stock_writer = _bench_module("stock_writer")
+baselines = bench_module("baselines")
+inputs = bench_module("inputs")
+report = bench_module("report")
+section = bench_module("section")
+stock_writer = bench_module("stock_writer")
 
 
 def _snapshot(folder: pathlib.Path) -> dict[str, tuple[int, int]]:

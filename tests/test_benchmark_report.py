@@ -8,7 +8,6 @@ committed files are only read).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -18,20 +17,12 @@ import sys
 
 import pytest
 
+from bench_modules import bench_module
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 
-
-def _report():
-    """benchmarks/report.py as a module (it imports no sibling; benchmarks/ is not on sys.path here)."""
-    spec = importlib.util.spec_from_file_location("vidvol_bench_report_for_docs", BENCHMARKS / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-report = _report()
+report = bench_module("report")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ measured, finite, and that the counts read back from the workers' sidecars equal
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -22,23 +21,18 @@ from vidvol.builders.writer import plan
 
 pytestmark = pytest.mark.slow
 
+from bench_modules import bench_module
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 SIZE = 2000
 
 
-def _bench_module(name: str):
-    """benchmarks/<name>.py as a module (one that imports its siblings only inside functions)."""
-    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
-cluster_builds = _bench_module("cluster_builds")
-cluster_driver = _bench_module("cluster_driver")
+cluster_builds = bench_module("cluster_builds")
+cluster_driver = bench_module("cluster_driver")
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ REPORT = "import resource, sys; sys.path.insert(0, {tests!r}); import peak_memor
 
 
 def _child(work: str = "") -> tuple[float, float]:
-    tests = peak_memory.__file__.rsplit("/", 1)[0]
+    tests = os.path.dirname(peak_memory.__file__)
     out = subprocess.run([sys.executable, "-c", REPORT.format(tests=tests, work=work)],
                          capture_output=True, text=True, check=True).stdout
     hwm, maxrss = map(float, out.split())
