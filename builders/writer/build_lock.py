@@ -359,6 +359,9 @@ class BuildLock:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._mutex = threading.Lock()  # the heartbeat thread and check_held never write at once
+        self._last_ok = _now()  # the last heartbeat written; failures are retried until the stale age
+        self.refresh_error: str | None = None  # the last failed refresh's error while failures go on
+        self.lost_because: str | None = None  # why the lock counts as lost when nobody else took it
 
     def _parent_exists(self) -> None:
         parent = self.path.rsplit("/", 1)[0]
@@ -432,6 +435,7 @@ class BuildLock:
             self._check_timeout(holder, waited_since)
             time.sleep(POLL_S)
         self.lost_to = None
+        self._last_ok = _now()
         self._stop.clear()
         self._beat = threading.Thread(target=self._heartbeat, name="vidvol-build-lock", daemon=True)
         self._beat.start()
@@ -446,7 +450,10 @@ class BuildLock:
         with self._mutex:
             if self.lost_to is not None:
                 return False
-            held = read(self.path)
+            try:
+                held = read(self.path)
+            except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: an NFS EIO, a transient GCS error)
+                return self._refresh_failed(e)
             if not held or held.get("token") != self.content["token"]:
                 self.lost_to = held or {}
                 logger.error("%s: the build lock was taken over while this build runs (now %s); this build will stop "
@@ -457,8 +464,23 @@ class BuildLock:
             try:
                 _write(self.path, self.content, exclusive=False)
             except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: a full disk must not kill the build here)
-                logger.info("could not refresh the build lock %s: %s", self.path, e)
+                return self._refresh_failed(e)
+            self._last_ok = _now()
+            self.refresh_error = None
             return True
+
+    def _refresh_failed(self, error: BaseException) -> bool:
+        """A read or write of the lock failed: retried at the next beat, given up only past the stale age."""
+        failing = _now() - self._last_ok
+        logger.warning("%s: could not refresh the build lock %s (%s: %s; failing for %.0f s, retried every %g s)",
+                       self.what, self.path, type(error).__name__, error, failing, HEARTBEAT_S)
+        self.refresh_error = f"{type(error).__name__}: {error}"
+        if failing > self.stale_s:
+            self.lost_to = {}
+            self.lost_because = (f"its heartbeat could not be written for {failing:.0f} s (past "
+                                 f"{ENV_STALE}={self.stale_s:g} s), last error {self.refresh_error}")
+            return False
+        return True
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -470,6 +492,7 @@ class BuildLock:
         if self._refresh():
             return
         other = (f"another build ({describe(self.lost_to, self.path)})" if self.lost_to
+                 else f"nobody: {self.lost_because}" if self.lost_because
                  else f"nobody: its lock file {self.path} was removed")
         raise BuildLockLostError(
             f"{self.what}: this build lost its build lock to {other} while it ran, and stops before publishing its "

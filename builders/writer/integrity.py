@@ -389,7 +389,11 @@ def verify(data_path: str, *, dataset: str, data_dir: str) -> Report:
             if problem is not None:
                 report.problems.append(problem)
     for name in sorted(set(recorded) - listed):
-        report.notes.append(f"{name} is in {artifacts.SHARDS_NAME} but not in dataset_info.json (never read)")
+        # A shard the build wrote that dataset_info.json no longer lists is never read: a reader of that split
+        # (or of `all`) silently gets fewer examples, so this is a failure, not a note.
+        report.problems.append(Problem(os.path.join(data_path, name),
+                                       f"is in {artifacts.SHARDS_NAME} but not in dataset_info.json, so no reader "
+                                       "ever reads it (dataset_info.json lost a split or shard)"))
     return report
 
 

@@ -218,3 +218,63 @@ def test_two_concurrent_builds_one_builds_the_other_reuses_and_fail_mode_stops(t
         os.listdir(parent)  # no lock and no incomplete.* folder left; build logs only
     n = built[0]["splits"]["train"]["examples"]
     assert len(list(tfds.load(DATASET, split="train", data_dir=str(data_dir), download=False))) == n > 0
+
+
+def test_the_heartbeat_survives_transient_read_and_write_errors(tmp_path, monkeypatch, caplog):
+    """Injected OSErrors (an NFS EIO) are logged and retried; the lock stays held and is refreshed after them."""
+    monkeypatch.setattr(build_lock, "HEARTBEAT_S", 0.1)
+    path = str(tmp_path / "build_1.0.0.lock")
+    lock = build_lock.BuildLock(path, what="x", stale_s=60)
+    real_read, real_write = build_lock.read, build_lock._write  # pylint: disable=protected-access
+    failures = {"read": 3, "write": 3}
+
+    def flaky_read(p):
+        if failures["read"] > 0:
+            failures["read"] -= 1
+            raise OSError(5, "Input/output error")
+        return real_read(p)
+
+    def flaky_write(p, content, *, exclusive):
+        if not exclusive and failures["write"] > 0:
+            failures["write"] -= 1
+            raise OSError(5, "Input/output error")
+        return real_write(p, content, exclusive=exclusive)
+
+    lock.acquire()
+    try:
+        first = real_read(path)["heartbeat"]
+        with caplog.at_level(logging.WARNING, logger=build_lock.logger.name):
+            monkeypatch.setattr(build_lock, "read", flaky_read)
+            monkeypatch.setattr(build_lock, "_write", flaky_write)
+            deadline = time.time() + 10
+            while (failures["read"] or failures["write"]) and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)
+        assert failures == {"read": 0, "write": 0}
+        assert lock._beat is not None and lock._beat.is_alive()  # pylint: disable=protected-access
+        assert real_read(path)["heartbeat"] > first
+        assert "could not refresh the build lock" in caplog.text and "Input/output error" in caplog.text
+        lock.check_held()  # still ours: no BuildLockLostError
+    finally:
+        lock.release()
+    assert not os.path.exists(path)
+
+
+def test_a_heartbeat_failing_past_the_stale_age_loses_the_lock_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_lock, "HEARTBEAT_S", 0.1)
+    path = str(tmp_path / "build_1.0.0.lock")
+    lock = build_lock.BuildLock(path, what="x", stale_s=0.5)
+    lock.acquire()
+
+    def broken(*a, **k):
+        raise OSError(5, "Input/output error")
+
+    try:
+        monkeypatch.setattr(build_lock, "read", broken)
+        time.sleep(1.5)
+        assert lock._beat is not None and not lock._beat.is_alive()  # pylint: disable=protected-access
+        with pytest.raises(build_lock.BuildLockLostError, match="could not be written for .* Input/output error"):
+            lock.check_held()
+    finally:
+        monkeypatch.undo()
+        lock.release()

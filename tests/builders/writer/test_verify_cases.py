@@ -161,3 +161,19 @@ def test_an_array_record_shard_with_more_records_than_recorded_is_flagged_and_re
     assert code == 1 and f"BROKEN {shard}: {len(records) + 1} records, {len(records)} expected" in out, out
     with pytest.raises(ValueError, match=f"shard file {shard} holds more than the build wrote"):
         vidvol.data_source(DATASET, "train", data_dir=data_dir)
+
+
+def test_a_split_dropped_from_dataset_info_fails_naming_its_shard(tfrecord, copy, capsys):
+    """A shard shards.json records but dataset_info.json no longer lists is never read: exit 1, not a note."""
+    data_dir, data_path = copy(tfrecord)
+    path = os.path.join(data_path, "dataset_info.json")
+    with open(path, encoding="utf-8") as f:
+        info = json.load(f)
+    dropped = [s for s in info["splits"] if s["name"] == "validation"]
+    assert dropped, [s["name"] for s in info["splits"]]
+    info["splits"] = [s for s in info["splits"] if s["name"] != "validation"]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(info, f)
+    code, out = _verify(data_dir, capsys)
+    assert code == 1, out
+    assert "BROKEN" in out and "mri_volumes-validation.tfrecord-00000-of-" in out and "OK " not in out, out
