@@ -360,7 +360,6 @@ class BuildLock:
         self._beat: threading.Thread | None = None
         self._mutex = threading.Lock()  # the heartbeat thread and check_held never write at once
         self._last_ok = _now()  # the last heartbeat written; failures are retried until the stale age
-        self.refresh_error: str | None = None  # the last failed refresh's error while failures go on
         self.lost_because: str | None = None  # why the lock counts as lost when nobody else took it
 
     def _parent_exists(self) -> None:
@@ -466,7 +465,6 @@ class BuildLock:
             except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: a full disk must not kill the build here)
                 return self._refresh_failed(e)
             self._last_ok = _now()
-            self.refresh_error = None
             return True
 
     def _refresh_failed(self, error: BaseException) -> bool:
@@ -474,11 +472,10 @@ class BuildLock:
         failing = _now() - self._last_ok
         logger.warning("%s: could not refresh the build lock %s (%s: %s; failing for %.0f s, retried every %g s)",
                        self.what, self.path, type(error).__name__, error, failing, HEARTBEAT_S)
-        self.refresh_error = f"{type(error).__name__}: {error}"
         if failing > self.stale_s:
             self.lost_to = {}
             self.lost_because = (f"its heartbeat could not be written for {failing:.0f} s (past "
-                                 f"{ENV_STALE}={self.stale_s:g} s), last error {self.refresh_error}")
+                                 f"{ENV_STALE}={self.stale_s:g} s), last error {type(error).__name__}: {error}")
             return False
         return True
 
