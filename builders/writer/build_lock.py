@@ -454,10 +454,11 @@ class BuildLock:
             except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: an NFS EIO, a transient GCS error)
                 return self._refresh_failed(e)
             if not held or held.get("token") != self.content["token"]:
-                self.lost_to = held or {}
+                # Logged before lost_to is set: whoever sees lost_to (check_held, a test) finds the reason logged.
                 logger.error("%s: the build lock was taken over while this build runs (now %s); this build will stop "
                              "before publishing its dataset", self.what,
                              describe(held, self.path) if held else f"removed: {self.path}")
+                self.lost_to = held or {}
                 return False
             self.content["heartbeat"] = _now()
             try:
@@ -473,9 +474,9 @@ class BuildLock:
         logger.warning("%s: could not refresh the build lock %s (%s: %s; failing for %.0f s, retried every %g s)",
                        self.what, self.path, type(error).__name__, error, failing, HEARTBEAT_S)
         if failing > self.stale_s:
-            self.lost_to = {}
             self.lost_because = (f"its heartbeat could not be written for {failing:.0f} s (past "
                                  f"{ENV_STALE}={self.stale_s:g} s), last error {type(error).__name__}: {error}")
+            self.lost_to = {}
             return False
         return True
 
