@@ -6,7 +6,7 @@ the offline runner defaults for their Beam builds, and exposes the read side (`v
 
 from vidvol.core.version import VERSION as __version__  # noqa: E402
 
-from vidvol.readers import allocator as _allocator  # noqa: E402
+from vidvol.readers.tfdata import allocator as _allocator  # noqa: E402
 
 _allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must precede TF's first op
 

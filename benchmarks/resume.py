@@ -143,10 +143,11 @@ def quality(shapes: Sequence[tuple], settings: ResumeSettings) -> list[dict[str,
 
 
 def _drop_indexes() -> None:
-    from vidvol.readers import direct_volumes, records  # pylint: disable=g-import-not-at-top
+    from vidvol.core import tfrecord  # pylint: disable=g-import-not-at-top
+    from vidvol.readers.tfdata import direct_volumes  # pylint: disable=g-import-not-at-top
 
-    records._cache.clear()  # pylint: disable=protected-access
-    direct_volumes._index_cache.clear()  # pylint: disable=protected-access
+    tfrecord._indexes.clear()  # pylint: disable=protected-access
+    direct_volumes._indexes.clear()  # pylint: disable=protected-access
 
 
 def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -> dict[str, Any]:

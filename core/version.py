@@ -1,3 +1,3 @@
 """The vidvol release: the one place it is written (setup.cfg reads it; workers are checked against it)."""
 
-VERSION = "0.1.0"
+VERSION = "0.2.0"

@@ -10,7 +10,7 @@ frames too, and masks (one value per frame) are untouched by spatial crops.
 
 The draws are a pure function of the example's `[2]` key from `rng.example_seed(key, epoch,
 index, rng.VIDEO_AUGMENT)` (`vidvol.load`: its draw's iteration key; the random-access readers:
-`permutation.seed_np` of their seed, the same integers), turned into uniforms by splitmix64 in
+`rng.seed_np` of their seed, the same integers), turned into uniforms by splitmix64 in
 NumPy (`_uniforms`) and into boxes by NumPy in every reader: the same (key, epoch, index) gives the
 same crop, bit for bit, in `vidvol.load`, `data_source`, `grain_dataset` and `torch_dataset`, and a
 restored iterator continues with the crops of the uninterrupted run. `vidvol.load` runs the crops
@@ -47,7 +47,6 @@ import numpy as np
 import tensorflow as tf
 
 from vidvol.readers import host_calls
-from vidvol.readers import permutation
 from vidvol.readers import rng
 
 TRAINING_CROPS = ("random_resized_crop", "random_short_side_scale")
@@ -60,8 +59,6 @@ _AREA = 4  # TRIES area fractions, then TRIES aspect ratios
 _DRAWS = _AREA + 2 * TRIES
 
 _LINEAR = cv2.INTER_LINEAR
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 def _pair(owner: str, name: str, value: Any, *, positive_int: bool) -> tuple:
@@ -148,19 +145,12 @@ class VideoAugment:
         return Geometry(self, int(height), int(width), int(channels), bool(training), name)
 
 
-def _mix(u: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer (uint64, wrapping)."""
-    u = (u ^ (u >> np.uint64(30))) * _M1
-    u = (u ^ (u >> np.uint64(27))) * _M2
-    return u ^ (u >> np.uint64(31))
-
-
 def _uniforms(keys: np.ndarray, count: int) -> np.ndarray:
     """(B, count) float64 uniforms in [0, 1), a pure function of each example's `[2]` int64 key (B, 2)."""
     words = np.ascontiguousarray(np.asarray(keys, np.int64).reshape(-1, 2)).view(np.uint64)
     slots = np.arange(1, count + 1, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        x = _mix(_mix(words[:, :1] + slots * _GOLDEN) ^ words[:, 1:])
+        x = rng.mix_np(rng.mix_np(words[:, :1] + slots * np.uint64(rng.GOLDEN)) ^ words[:, 1:])
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
@@ -391,7 +381,7 @@ def augment_example(example: Mapping[str, Any], geometries: Mapping[str, Geometr
 
 def example_key(seed: int | None, epoch: int, index: int) -> np.ndarray:
     """The `[2]` key of one example's crops in the random-access readers: `rng.example_seed(seed, epoch, index,
-    rng.VIDEO_AUGMENT)`'s integers (`permutation.seed_np`), or fresh entropy for an unseeded reader."""
+    rng.VIDEO_AUGMENT)`'s integers (`rng.seed_np`), or fresh entropy for an unseeded reader."""
     if seed is None:
         return np.random.default_rng().integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=2, dtype=np.int64)
-    return permutation.seed_np(int(seed), int(epoch), int(index), rng.VIDEO_AUGMENT).reshape(2)
+    return rng.seed_np(int(seed), int(epoch), int(index), rng.VIDEO_AUGMENT).reshape(2)

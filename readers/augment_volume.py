@@ -169,10 +169,10 @@ class Sample(NamedTuple):
     shift: np.float32  # the offset (0 when not drawn)
 
 
-Draws = tuple  # tuple[Sample, ...]: one volume's samples
+VolumeSamples = tuple  # tuple[Sample, ...]: one volume's samples
 
 
-def draw(augment: VolumeAugment, shape: Sequence[int], patch: Sequence[int], gen: np.random.Generator) -> Draws:
+def draw(augment: VolumeAugment, shape: Sequence[int], patch: Sequence[int], gen: np.random.Generator) -> VolumeSamples:
     """A training volume's samples from `gen`: 12 uniforms each, always (so enabling one transform moves no other).
 
     MONAI's rules: the corner uniform in [0, size - patch] per axis; each flip with `flip_prob`; with
@@ -193,7 +193,7 @@ def draw(augment: VolumeAugment, shape: Sequence[int], patch: Sequence[int], gen
     return tuple(out)
 
 
-def centre(shape: Sequence[int], patch: Sequence[int]) -> Draws:
+def centre(shape: Sequence[int], patch: Sequence[int]) -> VolumeSamples:
     """The evaluation draw: one centre patch (MONAI `CenterSpatialCrop`: start `size // 2 - patch // 2`), nothing random."""
     start = tuple(max(n // 2 - p // 2, 0) for n, p in zip(shape, patch))
     return (Sample(start, (), 0, np.float32(1), np.float32(0)),)
@@ -271,7 +271,7 @@ class VolumePlan:
     def changes_values(self) -> bool:
         return self.training and self.augment.changes_values
 
-    def draws(self, gen: np.random.Generator | None) -> Draws:
+    def draws(self, gen: np.random.Generator | None) -> VolumeSamples:
         """One example's draws: from `gen` in training, the centre patch at evaluation."""
         if not self.training:
             return centre(self.shape, self.patch)
@@ -279,7 +279,7 @@ class VolumePlan:
             raise ValueError("a training example with VolumeAugment needs an rng for its draws")
         return draw(self.augment, self.shape, self.patch, gen)
 
-    def batch_draws(self, seeds: np.ndarray, epochs: np.ndarray, indices: np.ndarray) -> list[Draws]:
+    def batch_draws(self, seeds: np.ndarray, epochs: np.ndarray, indices: np.ndarray) -> list[VolumeSamples]:
         """The draws of a batch of `vidvol.load` draws (iteration key, epoch, example index)."""
         return [self.draws(rng.example_rng(int(k), int(e), int(i), rng.VOLUME_AUGMENT) if self.training else None)
                 for k, e, i in zip(seeds.tolist(), epochs.tolist(), indices.tolist())]
@@ -288,7 +288,7 @@ class VolumePlan:
         """What the host call writes: int16 for an int16 output (the stored values), else float32 (cast by one copy)."""
         return np.dtype(np.int16) if tf.as_dtype(output_dtype) == tf.int16 else np.dtype(np.float32)
 
-    def write(self, targets: np.ndarray, volume: np.ndarray, box: np.ndarray, draws: Draws) -> np.ndarray:
+    def write(self, targets: np.ndarray, volume: np.ndarray, box: np.ndarray, draws: VolumeSamples) -> np.ndarray:
         """One volume's samples into `targets` [S, ...] (`volume`: the whole volume); returns the samples' mask boxes
         [S, 3, 2] (`write_sample` each)."""
         boxes = np.empty((self.samples, 3, 2), np.int64)

@@ -16,13 +16,13 @@ that runs through the epochs (one pass for `repeat=False`, forever with `repeat=
 
 Every random choice about an example is drawn from `rng.example_seed(key, e, index, stream)` (its
 clip: `rng.CLIP`; read-time augmentation: `rng.VIDEO_AUGMENT` / `rng.VOLUME_AUGMENT`, via
-`draw_seed`). `key` is the *iteration key*: derived from the `seed` given to `load` (or one drawn
+`stream_seed`). `key` is the *iteration key*: derived from the `seed` given to `load` (or one drawn
 when it is None) and a per-iterator value, so each `iter(ds)` of a `repeat=False` dataset is a new
 pass (same sequence of passes under the same seed, as tf.data's reshuffling gives).
 
 What a tf.data iterator checkpoint then holds (`tf.data.Options.experimental_symbolic_checkpoint`:
 no buffered element is saved, each stage recomputes from its input's position): the counter, the
-iteration key and rotation value, and the fingerprint of the data it was reading (`draws`), about 2
+iteration key and rotation value, and the fingerprint of the data it was reading (`index_batches`), about 2
 KiB for any dataset. Restored into a pipeline made afresh (another process, another `seed=`), the
 counter and keys are the saved ones, so the next batches are those the uninterrupted run would have
 read; a pipeline over other data (a rebuilt dataset, another split or pipeline layout) refuses the
@@ -43,11 +43,14 @@ import tensorflow as tf
 
 from vidvol.readers import permutation
 from vidvol.readers import rng
-from vidvol.readers.sizing import ShardingError
 
 # Op seed of the per-iterator value: fixed, so every host's pipelines agree on the rotation of an epoch.
 ITERATION_SEED = 0x76696476
 _FOREVER = 1 << 62
+
+
+class ShardingError(ValueError):
+    """More input pipelines than examples: some pipelines would read nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +110,7 @@ class Layout:
         """", pipeline P of N, training" (the part of a checkpoint's fingerprint this layout adds)."""
         return f", pipeline {self.pipeline + 1} of {self.pipelines}, {'training' if self.training else 'evaluation'}"
 
-    # The rule, in NumPy (the reference; random-access readers, tests) and in TensorFlow (`draws`).
+    # The rule, in NumPy (the reference; random-access readers, tests) and in TensorFlow (`index_batches`).
 
     def examples_np(self, positions, epoch: int, key: int, rotation: int) -> tuple[np.ndarray, np.ndarray]:
         """(storage index, valid) of `positions` of one epoch, NumPy."""
@@ -115,7 +118,7 @@ class Layout:
         n = self.examples
         if not self.training:
             return self.start + np.minimum(j, self.count - 1), j < self.count
-        order_seed = permutation.seed_np(key, epoch, self.pipeline, rng.ORDER)
+        order_seed = rng.seed_np(key, epoch, self.pipeline, rng.ORDER)
         shift = ((int(rotation) + int(epoch)) % n) * self.left_over % n
         index = (shift + self.pipeline * self.share + permutation.permute_np(j, self.share, order_seed)) % n
         return index, np.ones(j.shape, bool)
@@ -136,7 +139,7 @@ class Layout:
         return {"index": index, "epoch": epoch, "seed": key, "valid": valid}
 
 
-def draw_seed(draw, stream: int) -> tf.Tensor:
+def stream_seed(draw, stream: int) -> tf.Tensor:
     """The stateless seed of one use of randomness (`rng.CLIP`, `rng.VIDEO_AUGMENT`...) for each draw: [..., 2]."""
     return rng.example_seed(draw["seed"], draw["epoch"], draw["index"], stream)
 
@@ -155,7 +158,7 @@ def _refusal(saved: tf.Tensor, current: str) -> tf.Tensor:
         "and layout the checkpoint was saved with (docs/reading.md, section Stopping and resuming)."])
 
 
-def draws(layout: Layout, batch_size: int, *, drop_remainder: bool, repeat: bool, seed: int,
+def index_batches(layout: Layout, batch_size: int, *, drop_remainder: bool, repeat: bool, seed: int,
           fingerprint: str) -> tf.data.Dataset:
     """Batches of draws (`index`, `epoch`, `seed`, `valid`: [B] each) in the pipeline's order; the checkpointed state.
 

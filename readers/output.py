@@ -19,8 +19,7 @@ stops with an error naming the fix when a mask has a 0 (padding), so nothing is 
 from __future__ import annotations
 
 import dataclasses
-import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf

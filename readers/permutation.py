@@ -5,7 +5,7 @@ integers: position `j` of an epoch reads example `permute(j, n, seed)`, and ever
 exactly once. Nothing is held: the order is a pure function of the position and the `[2]` seed
 (`rng.example_seed(seed, epoch, pipeline, rng.ORDER)`), so an iterator restored at position `j`
 continues the same order, another host computes the same one, and the random-access readers
-(`readers.resumable`) share it.
+(`readers.random_access`) share it.
 
 A balanced Feistel network on the smallest even number of bits holding n (at least 2), six rounds
 of splitmix64's finalizer keyed per round, restricted to [0, n) by cycle-walking: a value that
@@ -21,10 +21,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from vidvol.readers import rng
+
 ROUNDS = 6
-_GOLDEN = 0x9E3779B97F4A7C15
-_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_U64 = 0xFFFFFFFFFFFFFFFF
 
 
 def half_bits(n: int) -> int:
@@ -36,32 +35,10 @@ def half_bits(n: int) -> int:
 # ----------------------------------------------------------------------------------------------- NumPy
 
 
-def _mix_np(u: np.ndarray) -> np.ndarray:
-    u = u ^ (u >> np.uint64(30))
-    u = u * np.uint64(_M1)
-    u = u ^ (u >> np.uint64(27))
-    u = u * np.uint64(_M2)
-    return u ^ (u >> np.uint64(31))
-
-
-def seed_np(seed, epoch, index, stream: int) -> np.ndarray:
-    """`rng.example_seed` in NumPy, the same integers ([..., 2] int64; `index` may be an array): the
-    random-access readers key their orders with it without running TensorFlow."""
-    u = lambda v: np.asarray(v, np.int64).astype(np.uint64)  # noqa: E731  (two's complement, as TF's bitcast)
-    with np.errstate(over="ignore"):
-        g = np.uint64(_GOLDEN)
-        a = _mix_np(u(seed) * g + np.uint64(stream + 1))
-        b = _mix_np(a + u(epoch) * g)
-        c = _mix_np(b + u(index) * g)
-        d = _mix_np(c + np.uint64(0x5851F42D4C957F2D))
-    c, d = np.broadcast_arrays(c, d)
-    return np.stack([c, d], axis=-1).astype(np.int64)
-
-
 def _round_keys_np(seed: np.ndarray) -> np.ndarray:
     """(ROUNDS, K) round keys of K [2] seeds (K, 2)."""
     s = np.ascontiguousarray(seed, np.int64).view(np.uint64)
-    return np.stack([_mix_np(s[:, 0] + np.uint64((_GOLDEN * (r + 1)) & _U64)) ^ s[:, 1] for r in range(ROUNDS)])
+    return np.stack([rng.mix_np(s[:, 0] + np.uint64((rng.GOLDEN * (r + 1)) & rng.U64)) ^ s[:, 1] for r in range(ROUNDS)])
 
 
 def permute_np(positions, n: int, seed) -> np.ndarray:
@@ -82,7 +59,7 @@ def permute_np(positions, n: int, seed) -> np.ndarray:
         def encrypt(v: np.ndarray, k: np.ndarray) -> np.ndarray:
             left, right = v >> np.uint64(half), v & mask
             for key in k:
-                left, right = right, left ^ (_mix_np(right ^ key) & mask)
+                left, right = right, left ^ (rng.mix_np(right ^ key) & mask)
             return (left << np.uint64(half)) | right
 
         y = encrypt(x.astype(np.uint64).reshape(-1), keys)
@@ -94,17 +71,6 @@ def permute_np(positions, n: int, seed) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------- TensorFlow
-
-
-def _u64(value: int) -> tf.Tensor:
-    return tf.constant(value & _U64, tf.uint64)
-
-
-def _mix(u: tf.Tensor) -> tf.Tensor:
-    shift = lambda v, s: tf.bitwise.right_shift(v, _u64(s))  # noqa: E731
-    u = tf.bitwise.bitwise_xor(u, shift(u, 30)) * _u64(_M1)
-    u = tf.bitwise.bitwise_xor(u, shift(u, 27)) * _u64(_M2)
-    return tf.bitwise.bitwise_xor(u, shift(u, 31))
 
 
 def permute(positions: tf.Tensor, n: int, seed: tf.Tensor) -> tf.Tensor:
@@ -119,17 +85,17 @@ def permute(positions: tf.Tensor, n: int, seed: tf.Tensor) -> tf.Tensor:
     if n <= 1:
         return tf.zeros_like(x)
     half = half_bits(n)
-    mask = _u64((1 << half) - 1)
+    mask = rng.u64((1 << half) - 1)
     s = tf.bitcast(tf.cast(seed, tf.int64), tf.uint64)
-    keys = [tf.bitwise.bitwise_xor(_mix(s[..., 0] + _u64(_GOLDEN * (r + 1))), s[..., 1]) for r in range(ROUNDS)]
+    keys = [tf.bitwise.bitwise_xor(rng.mix(s[..., 0] + rng.u64(rng.GOLDEN * (r + 1))), s[..., 1]) for r in range(ROUNDS)]
 
     def encrypt(v: tf.Tensor) -> tf.Tensor:
-        left, right = tf.bitwise.right_shift(v, _u64(half)), tf.bitwise.bitwise_and(v, mask)
+        left, right = tf.bitwise.right_shift(v, rng.u64(half)), tf.bitwise.bitwise_and(v, mask)
         for key in keys:
-            left, right = right, tf.bitwise.bitwise_xor(left, tf.bitwise.bitwise_and(_mix(tf.bitwise.bitwise_xor(right, key)), mask))
-        return tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, _u64(half)), right)
+            left, right = right, tf.bitwise.bitwise_xor(left, tf.bitwise.bitwise_and(rng.mix(tf.bitwise.bitwise_xor(right, key)), mask))
+        return tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, rng.u64(half)), right)
 
-    limit = _u64(n)
+    limit = rng.u64(n)
     y = encrypt(tf.bitcast(x, tf.uint64))
 
     def walk(v: tf.Tensor) -> tf.Tensor:

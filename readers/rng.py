@@ -1,15 +1,8 @@
-"""Per-example randomness as a pure function of (seed, epoch, example index, stream).
+"""Per-example randomness, a pure function of (seed, epoch, example index, stream); splitmix64 in TF and NumPy.
 
-Every random choice a reader makes for one example (its place in the epoch's order, its clip, its
-crop, flip or patch) is drawn from a stateless seed derived from the read's seed, the epoch, the
-example's index in its split and a *stream* naming the use. Nothing random is held as state: an
-iterator restored from a checkpoint, another host, or a random-access reader asked for index `i`
-gets the same draws as the uninterrupted run, and streams never correlate (a clip start and a
-crop of the same example are independent draws).
-
-`example_seed` is the tf.data form (a stateless `[2]` int64 seed for `tf.random.stateless_*`);
-`example_rng` the NumPy form (a `np.random.Generator`) for the random-access readers. The two
-are independent generators: they give the same *distribution* of draws, not the same numbers.
+`example_seed` (a stateless `[2]` int64 seed for `tf.random.stateless_*`) and `seed_np` (the same integers in
+NumPy) key every random choice a reader makes for one example; `example_rng` is the NumPy generator of the
+random-access readers. docs/reading.md says why nothing random is held as state.
 """
 
 from __future__ import annotations
@@ -23,31 +16,70 @@ CLIP = 1  # a training clip's start frame
 VIDEO_AUGMENT = 2  # crops and flips of video frames
 VOLUME_AUGMENT = 3  # patches, flips, rotations and intensity changes of volumes
 
-_GOLDEN = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15 as int64: splitmix64's increment
+GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
+_M1, _M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's multipliers
+U64 = 0xFFFFFFFFFFFFFFFF
+_FINAL = 0x5851F42D4C957F2D  # the increment of the seed's second word
 
 
-def _mix(x: tf.Tensor) -> tf.Tensor:
-    """splitmix64's finalizer on int64 (wrapping arithmetic; logical shifts through uint64)."""
-    u = tf.bitcast(x, tf.uint64)
-    u = tf.bitwise.bitwise_xor(u, tf.bitwise.right_shift(u, tf.constant(30, tf.uint64))) * tf.constant(0xBF58476D1CE4E5B9, tf.uint64)
-    u = tf.bitwise.bitwise_xor(u, tf.bitwise.right_shift(u, tf.constant(27, tf.uint64))) * tf.constant(0x94D049BB133111EB, tf.uint64)
-    u = tf.bitwise.bitwise_xor(u, tf.bitwise.right_shift(u, tf.constant(31, tf.uint64)))
-    return tf.bitcast(u, tf.int64)
+def u64(value: int) -> tf.Tensor:
+    """A Python int as a uint64 constant (wrapped to 64 bits)."""
+    return tf.constant(value & U64, tf.uint64)
+
+
+def mix(u: tf.Tensor) -> tf.Tensor:
+    """splitmix64's finalizer on uint64 (wrapping arithmetic)."""
+    shift = lambda v, s: tf.bitwise.right_shift(v, u64(s))  # noqa: E731
+    u = tf.bitwise.bitwise_xor(u, shift(u, 30)) * u64(_M1)
+    u = tf.bitwise.bitwise_xor(u, shift(u, 27)) * u64(_M2)
+    return tf.bitwise.bitwise_xor(u, shift(u, 31))
+
+
+def mix_np(u: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays, the same integers as `mix` (call inside np.errstate(over="ignore"))."""
+    u = u ^ (u >> np.uint64(30))
+    u = u * np.uint64(_M1)
+    u = u ^ (u >> np.uint64(27))
+    u = u * np.uint64(_M2)
+    return u ^ (u >> np.uint64(31))
 
 
 def example_seed(seed, epoch, index, stream: int) -> tf.Tensor:
     """A stateless `[2]` int64 seed for one example's draws of `stream` (tensors or ints; `index` may be a vector -> `[N, 2]`)."""
-    seed = tf.cast(seed, tf.int64)
-    epoch = tf.cast(epoch, tf.int64)
-    index = tf.cast(index, tf.int64)
-    a = _mix(seed * _GOLDEN + tf.constant(stream + 1, tf.int64))
-    b = _mix(a + epoch * _GOLDEN)
-    c = _mix(b + index * _GOLDEN)
-    d = _mix(c + tf.constant(0x5851F42D4C957F2D, tf.int64))
-    return tf.stack([c, d], axis=-1)
+    as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)  # noqa: E731  (two's complement)
+    g = u64(GOLDEN)
+    a = mix(as_u64(seed) * g + u64(stream + 1))
+    b = mix(a + as_u64(epoch) * g)
+    c = mix(b + as_u64(index) * g)
+    d = mix(c + u64(_FINAL))
+    return tf.bitcast(tf.stack([c, d], axis=-1), tf.int64)
+
+
+def seed_np(seed, epoch, index, stream: int) -> np.ndarray:
+    """`example_seed` in NumPy, the same integers ([..., 2] int64; `index` may be an array): the random-access
+    readers key their orders with it without running TensorFlow."""
+    as_u64 = lambda v: np.asarray(v, np.int64).astype(np.uint64)  # noqa: E731  (two's complement, as TF's bitcast)
+    with np.errstate(over="ignore"):
+        g = np.uint64(GOLDEN)
+        a = mix_np(as_u64(seed) * g + np.uint64(stream + 1))
+        b = mix_np(a + as_u64(epoch) * g)
+        c = mix_np(b + as_u64(index) * g)
+        d = mix_np(c + np.uint64(_FINAL))
+    c, d = np.broadcast_arrays(c, d)
+    return np.stack([c, d], axis=-1).astype(np.int64)
 
 
 def example_rng(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
-    """The NumPy generator for one example's draws of `stream` (random-access readers)."""
-    words = [int(v) & 0xFFFFFFFFFFFFFFFF for v in (seed, epoch, index, stream)]
+    """The NumPy generator for one example's draws of `stream` (random-access readers).
+
+    Args:
+      seed: the read's seed.
+      epoch: the epoch of the draw.
+      index: the example's index in its split.
+      stream: the use of the randomness (`CLIP`, `VIDEO_AUGMENT`, `VOLUME_AUGMENT`).
+
+    Returns:
+      A Philox generator: the same distribution of draws as `example_seed`'s, not the same numbers.
+    """
+    words = [int(v) & U64 for v in (seed, epoch, index, stream)]
     return np.random.Generator(np.random.Philox(np.random.SeedSequence(words)))

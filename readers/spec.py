@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import warnings
 from typing import Any, Collection, Sequence
 
 import numpy as np
@@ -32,7 +31,6 @@ import numpy as np
 from vidvol.readers import clip_sampling
 from vidvol.readers.augment_video import VideoAugment
 from vidvol.readers import output
-from vidvol.readers import sizing
 from vidvol.readers.augment_volume import VolumeAugment
 
 
@@ -236,9 +234,6 @@ class Tuning:
     options and DMVR's `tune()` out of its builders): the same spec reads alike everywhere.
 
     Attributes:
-      shuffle_buffer_bytes: no effect since `vidvol.load` holds no shuffle buffer (training reads a
-        fresh permutation of the whole split every epoch, computed from the position: `readers.order`);
-        accepted for one release with a DeprecationWarning when set.
       cycle_length: batches read (and parsed, decoded) at once; None: autotuned. (It counted shard
         files read in parallel when files were interleaved; examples are now read by index.)
       memory_budget_bytes: cap for tf.data's autotuned buffers and the lean-mode threshold; None: a
@@ -254,7 +249,6 @@ class Tuning:
         checked; same tensors and order). False: through TensorFlow's TFRecord reader.
     """
 
-    shuffle_buffer_bytes: int = sizing.DEFAULT_SHUFFLE_BUFFER_BYTES
     cycle_length: int | None = None
     memory_budget_bytes: int | None = None
     deterministic: bool | None = None
@@ -262,11 +256,6 @@ class Tuning:
     direct_reads: bool = True
 
     def __post_init__(self):
-        _positive_int("Tuning", "shuffle_buffer_bytes", self.shuffle_buffer_bytes)
-        if self.shuffle_buffer_bytes != sizing.DEFAULT_SHUFFLE_BUFFER_BYTES:
-            warnings.warn("Tuning.shuffle_buffer_bytes has no effect: vidvol.load holds no shuffle buffer (training "
-                          "reads a fresh permutation of the whole split every epoch); leave it out", DeprecationWarning,
-                          stacklevel=3)
         _positive_int("Tuning", "cycle_length", self.cycle_length, optional=True)
         _positive_int("Tuning", "memory_budget_bytes", self.memory_budget_bytes, optional=True)
         for name in ("deterministic", "parse_per_batch", "direct_reads"):
@@ -274,3 +263,9 @@ class Tuning:
             if not (isinstance(value, bool) or (name == "deterministic" and value is None)):
                 choices = "None, True or False" if name == "deterministic" else "True or False"
                 raise ValueError(f"Tuning.{name} must be {choices}, got {value!r}")
+
+
+def check_batch_size(batch_size: int) -> None:
+    """ValueError unless `batch_size` is an integer >= 1 (every reader's batch rule)."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")

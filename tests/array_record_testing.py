@@ -44,7 +44,7 @@ class ArrayRecordBuilderTest:
         for split, expected in self.SPLITS.items():
             tfds_source = builder.as_data_source(split)
             ours = vidvol.data_source(builder, split)
-            stored = readers.random_access.DataSource(builder, split, decode_frames=False)
+            stored = readers.random_access.data_source.DataSource(builder, split, decode_frames=False)
             self.assertLen(ours, expected)
             self.assertLen(tfds_source, expected)
             examples = ours.__getitems__(list(range(len(ours))))

@@ -83,7 +83,7 @@ def wheel_files(wheel: pathlib.Path) -> list[str]:
 
 
 def sdist_files(sdist: pathlib.Path) -> list[str]:
-    """Paths inside the sdist, without its top folder (`vidvol-0.1.0/`)."""
+    """Paths inside the sdist, without its top folder (`vidvol-0.2.0/`)."""
     with tarfile.open(sdist) as t:
         return sorted(m.name.split("/", 1)[1] for m in t.getmembers() if m.isfile() and "/" in m.name)
 

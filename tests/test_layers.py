@@ -8,8 +8,7 @@ Inside `builders` the rooms point down too: `example_io` (what an example functi
 ground; `sources` (files, archives, split lists) and `writer` (the Beam write machinery) stand on
 it and know nothing of each other; `transforms` (the array stages) may use `sources`, never
 `writer`; the builder bases (`dataset_builder`, `clip_builder`, `configs`) sit on top. Inside
-`datasets` no dataset imports another's modules, and nothing in the package imports the
-deprecated `vidvol.builders.beam_writer` shim.
+`datasets` no dataset imports another's modules.
 """
 
 from __future__ import annotations
@@ -111,7 +110,6 @@ BUILDER_ROOMS: dict[str, set[str]] = {
     "transforms": {"example_io", "sources"},
     "bases": {"example_io", "sources", "writer", "transforms"},
 }
-SHIM = "vidvol.builders.beam_writer"  # deprecated re-exports for user builders; nothing inside vidvol imports it
 
 
 def builders_room(module: str) -> str:
@@ -128,15 +126,12 @@ def dataset_of(module: str) -> str | None:
 
 
 def room_edges(root: pathlib.Path) -> list[str]:
-    """Every import inside `builders` that points up or across its rooms, every import of one dataset by
-    another, and every import of the deprecated shim, as "file:line a -> b (target)"."""
+    """Every import inside `builders` that points up or across its rooms, and every import of one dataset by
+    another, as "file:line a -> b (target)"."""
     bad = []
     for module, path in package_files(root):
         for line, target in imports(path, module):
             where = f"{path.relative_to(root)}:{line}"
-            if target == SHIM or target.startswith(SHIM + "."):
-                bad.append(f"{where} imports the deprecated shim ({target})")
-                continue
             if part_of(module) == part_of(target) == "builders":
                 src, dst = builders_room(module), builders_room(target)
                 if dst != src and dst not in BUILDER_ROOMS[src]:
@@ -162,11 +157,9 @@ def test_the_room_checker_sees_upward_and_sideways_imports(tmp_path):
         "builders/sources/files.py": "def f():\n    from vidvol.builders import dataset_builder\n",
         "datasets/__init__.py": "from vidvol.datasets.a import builder\n",
         "datasets/a/builder.py": "from vidvol.datasets.a import layout\nfrom vidvol.datasets.b import layout as other\n",
-        "beam_jobs/build.py": "from vidvol.builders import beam_writer\n",
     }
     plant(tmp_path, files)
     assert room_edges(tmp_path) == [
-        "beam_jobs/build.py:1 imports the deprecated shim (vidvol.builders.beam_writer)",
         "builders/example_io.py:1 builders/example_io -> builders/writer (vidvol.builders.writer.plan)",
         "builders/sources/files.py:2 builders/sources -> builders/bases (vidvol.builders.dataset_builder)",
         "builders/transforms/clips.py:2 builders/transforms -> builders/writer (vidvol.builders.writer.plan.ShardTask)",
@@ -190,3 +183,50 @@ def test_build_side_modules_do_not_load_the_read_side(module):
             continue
         todo.extend(t if t in files else t.rpartition(".")[0] for _, t in imports(path, name))
     assert not [n for n in seen if n.startswith("vidvol.readers")]
+
+
+# Rooms inside `readers`: `tfdata` (vidvol.load) and `random_access` (by index) never import each other, and the
+# modules both share (readers/*.py) import neither room; only the `vidvol.readers` facade (__init__) sees all.
+READER_ROOMS = ("tfdata", "random_access")
+
+
+def readers_room(module: str) -> str:
+    """`vidvol.readers.tfdata.plan` -> "tfdata"; `vidvol.readers.order` -> "shared"; `vidvol.readers` -> "facade"."""
+    parts = module.split(".")
+    if len(parts) == 2:
+        return "facade"
+    return parts[2] if parts[2] in READER_ROOMS else "shared"
+
+
+def reader_room_edges(root: pathlib.Path) -> list[str]:
+    """Every import between the two reader rooms, or from a shared reader module into a room, as "file:line a -> b"."""
+    bad = []
+    for module, path in package_files(root):
+        if part_of(module) != "readers":
+            continue
+        src = readers_room(module)
+        for line, target in imports(path, module):
+            if part_of(target) != "readers" or src == "facade":
+                continue
+            dst = readers_room(target)
+            if dst in READER_ROOMS and dst != src:
+                bad.append(f"{path.relative_to(root)}:{line} readers/{src} -> readers/{dst} ({target})")
+    return bad
+
+
+def test_the_reader_rooms_do_not_import_each_other():
+    assert reader_room_edges(ROOT) == []
+
+
+def test_the_reader_room_checker_sees_crossings(tmp_path):
+    plant(tmp_path, {
+        "readers/__init__.py": "from vidvol.readers.tfdata.load import load\nfrom vidvol.readers.random_access import grain\n",
+        "readers/order.py": "from vidvol.readers import rng\n",
+        "readers/spec.py": "from vidvol.readers.tfdata import sizing\n",
+        "readers/tfdata/load.py": "from vidvol.readers import order\nfrom vidvol.readers.tfdata import plan\n",
+        "readers/random_access/grain.py": "def f():\n    from vidvol.readers.tfdata import load\n",
+    })
+    assert reader_room_edges(tmp_path) == [
+        "readers/random_access/grain.py:2 readers/random_access -> readers/tfdata (vidvol.readers.tfdata.load)",
+        "readers/spec.py:1 readers/shared -> readers/tfdata (vidvol.readers.tfdata.sizing)",
+    ]

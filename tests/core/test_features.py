@@ -10,7 +10,7 @@ from tensorflow_datasets.core import example_parser, example_serializer
 
 from vidvol.builders.transforms import volume
 from vidvol.core import features as vf
-from vidvol.readers.batch_parser import BatchParser
+from vidvol.readers.tfdata.batch_parser import BatchParser
 
 SHAPE = (6, 7, 5)
 

@@ -19,7 +19,7 @@ if sys.argv[1] == "op_first":
     tf.constant(1.0) + 1.0
 import vidvol
 import tensorflow as tf
-from vidvol.readers import allocator
+from vidvol.readers.tfdata import allocator
 tf.zeros((64, 64)) + 1.0
 print("POOL", allocator.pool_active())
 allocator.warn_if_not_pooled()

@@ -20,16 +20,14 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec, VideoAugment
-from vidvol.readers import augment_video
 from vidvol.readers import order
-from vidvol.readers import permutation
 from vidvol.readers import rng
 
 HMDB = "hmdb51/split1_20x64x64"
 
 
 def _keys(seed: int, epoch: int, count: int) -> np.ndarray:
-    return permutation.seed_np(seed, epoch, np.arange(count), rng.VIDEO_AUGMENT)
+    return rng.seed_np(seed, epoch, np.arange(count), rng.VIDEO_AUGMENT)
 
 
 def _within_binomial(hits: int, n: int, p: float, sigmas: float = 4.0) -> bool:
@@ -89,7 +87,7 @@ def test_same_key_same_crops_and_every_epoch_differs():
     for other in (_keys(7, 1, 64), _keys(8, 0, 64)):  # the next epoch, another seed: other crops
         changed, _ = g.training_boxes(other)
         assert (changed != boxes).any(axis=-1).mean() > 0.9
-    one = permutation.seed_np(7, 0, 5, rng.VIDEO_AUGMENT)  # one example alone draws what it draws in a batch
+    one = rng.seed_np(7, 0, 5, rng.VIDEO_AUGMENT)  # one example alone draws what it draws in a batch
     np.testing.assert_array_equal(g.training_boxes(one[None])[0][0], boxes[5])
     tf_keys = rng.example_seed(7, 0, tf.range(64, dtype=tf.int64), rng.VIDEO_AUGMENT)  # vidvol.load's keys
     np.testing.assert_array_equal(tf_keys.numpy(), _keys(7, 0, 64))
@@ -259,7 +257,7 @@ def _load(dirs, split, batch, **kwargs):
 
 def _iteration_key(seed: int, examples: int) -> int:
     """The key of the first pass of `vidvol.load(seed=seed)` over one pipeline (what its draws carry: readers.order)."""
-    draws = order.draws(order.Layout(examples), 1, drop_remainder=True, repeat=False, seed=seed, fingerprint="")
+    draws = order.index_batches(order.Layout(examples), 1, drop_remainder=True, repeat=False, seed=seed, fingerprint="")
     return int(next(iter(draws))["seed"][0])
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from vidvol import Output, ReadSpec, VolumeAugment
 from vidvol.readers import augment_volume as av
-from vidvol.readers import direct_volumes
+from vidvol.readers.tfdata import direct_volumes
 from vidvol.readers import records
 from vidvol.readers import rng
 

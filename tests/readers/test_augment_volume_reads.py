@@ -32,7 +32,7 @@ def _batches(builder, spec=SPEC, count=4, batch=2, **kwargs):
 def _draws(builder, seed: int, batch: int, count: int) -> list[dict]:
     """The draws (index, epoch, key) of the first `count` batches of `vidvol.load(..., seed=seed, repeat=True)`."""
     layout = order.Layout(builder.info.splits["train"].num_examples)
-    ds = order.draws(layout, batch, drop_remainder=True, repeat=True, seed=seed, fingerprint="")
+    ds = order.index_batches(layout, batch, drop_remainder=True, repeat=True, seed=seed, fingerprint="")
     return [{k: v.numpy() for k, v in d.items()} for d in ds.take(count)]
 
 

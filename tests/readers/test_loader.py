@@ -19,8 +19,8 @@ import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec, Tuning
 from vidvol import samples
 from vidvol.readers import clip_sampling
-from vidvol.readers import api as readers_api
-from vidvol.readers.batch_parser import BatchParser
+from vidvol.readers.tfdata import load as readers_api
+from vidvol.readers.tfdata.batch_parser import BatchParser
 from vidvol import readers
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
@@ -222,23 +222,17 @@ def test_load_labels_reads_only_the_target_in_eval_order(hmdb_fixed, hmdb_dirs):
     assert set(ds.element_spec) == {"label", "video_id"}
 
 
-def test_training_order_is_a_whole_split_permutation_and_the_buffer_size_no_longer_matters(hmdb_fixed, caplog):
-    """The release before held a shuffle buffer sized in bytes; the order is now a permutation of the whole split,
-    recomputed from (seed, epoch) (`readers.order`), so `Tuning.shuffle_buffer_bytes` warns and changes nothing."""
+def test_training_order_is_a_whole_split_permutation(hmdb_fixed, caplog):
+    """The order is a permutation of the whole split, recomputed from (seed, epoch) (`readers.order`): no buffer."""
     per_example = readers.example_bytes(hmdb_fixed, "train")
     info = hmdb_fixed.info.splits["train"]
     assert per_example == pytest.approx(info.num_bytes / info.num_examples)
     caplog.set_level("INFO", logger=readers_api.__name__)
     ids = ReadSpec(output=Output(features=["video_id"]))
     plain = _ids(readers.load(hmdb_fixed, "train", 1, seed=4, spec=ids))
-    with pytest.warns(DeprecationWarning, match="shuffle_buffer_bytes has no effect"):
-        tuning = Tuning(shuffle_buffer_bytes=int(1.5 * per_example))
-    assert _ids(readers.load(hmdb_fixed, "train", 1, seed=4, spec=ids, tuning=tuning)) == plain
-    assert sorted(plain) == sorted(_by_id(hmdb_fixed, "train"))
+    assert _ids(readers.load(hmdb_fixed, "train", 1, seed=4, spec=ids)) == plain
+    assert sorted(plain) == sorted(_by_id(hmdb_fixed, "train")) and plain != sorted(plain)
     assert "order: whole-split permutation per epoch" in caplog.text
-    assert readers.shuffle_buffer_size(per_example, 10_000, buffer_bytes=int(per_example * 37.5)) == 37  # the old rule
-    with pytest.raises(ValueError, match="shuffle_buffer_bytes"):
-        readers.shuffle_buffer_size(100, 10, buffer_bytes=0)
 
 
 def test_cycle_length_rule():

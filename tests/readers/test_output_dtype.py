@@ -262,7 +262,7 @@ def test_bad_output_and_mask_dtypes_are_clear_errors(mri_int16, hmdb_small):
 @pytest.mark.parametrize("dtype", ["float32", "int16"])
 def test_direct_volume_reads_equal_tensorflows_reader_batch_for_batch(mri_int16, caplog, dtype):
     kw = dict(seed=5, spec=_out(dtype=dtype, mask_dtype="uint8"), repeat=True)
-    with caplog.at_level("INFO", logger="vidvol.readers.api"):
+    with caplog.at_level("INFO", logger="vidvol.readers.tfdata.load"):
         direct = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, **kw).take(4)))
     assert "direct volume reads" in caplog.text
     through_tf = list(tfds.as_numpy(readers.load(mri_int16, "train", 2, tuning=Tuning(direct_reads=False), **kw).take(4)))
@@ -278,7 +278,7 @@ def test_direct_volume_reads_equal_tensorflows_reader_batch_for_batch(mri_int16,
 
 
 def test_index_keeps_every_other_feature_of_each_record(mri_int16):
-    from vidvol.readers import direct_volumes  # pylint: disable=g-import-not-at-top
+    from vidvol.readers.tfdata import direct_volumes  # pylint: disable=g-import-not-at-top
 
     path = str(next(iter(mri_int16.info.splits["train"].file_instructions)).filename)
     index = direct_volumes.index_shard(path, "volume")

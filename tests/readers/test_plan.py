@@ -18,9 +18,9 @@ from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.readers import clip_sampling
-from vidvol.readers import sizing
-from vidvol.readers.plan import SplitFacts, plan_load
-from vidvol.readers.sizing import ShardingError
+from vidvol.readers.tfdata import sizing
+from vidvol.readers.tfdata.plan import SplitFacts, plan_load
+from vidvol.readers.order import ShardingError
 
 TRAIN = SplitFacts("train", (3, 3, 2, 2), 50_000.0)
 TEST = SplitFacts("test", (3, 3), 50_000.0)
@@ -115,9 +115,9 @@ def test_direct_volume_reads_for_volumes_parsed_per_batch_only(infos):
 
 def test_every_pipeline_reads_an_equal_share_of_examples_not_of_files(infos):
     """The release before dealt shard files round-robin (2 pipelines over shards of 3, 3, 2, 2: 5 and 5, but 3
-    pipelines 5, 3 and 2) and held a shuffle buffer; now each pipeline reads n // pipelines examples of a
+    pipelines 5, 3 and 2); now each pipeline reads n // pipelines examples of a
     whole-split permutation (training) or its contiguous share padded to the largest (evaluation)."""
-    plan = _plan(infos["hmdb"], tuning=Tuning(shuffle_buffer_bytes=175_000))
+    plan = _plan(infos["hmdb"], tuning=Tuning())
     assert (plan.files, plan.examples, plan.layout.dropped) == (4, 10, 0)
     assert plan.read_parallelism == tf.data.AUTOTUNE and _plan(infos["hmdb"], tuning=Tuning(cycle_length=7)).read_parallelism == 7
     for pipelines in (2, 3, 4, 6, 8):

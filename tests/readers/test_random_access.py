@@ -19,7 +19,7 @@ from vidvol import Clips, Normalize, Output, ReadSpec
 from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.readers import clip_sampling
-from vidvol.readers import random_access
+from vidvol.readers.random_access import data_source as random_access
 
 HMDB = "hmdb51/split1_20x64x64"
 MRI = "mri_volumes/small_32"
@@ -191,38 +191,13 @@ def test_torch_dataloader(hmdb_dirs):
         list(forked)
 
 
-def test_old_keywords_give_the_same_random_access_examples(hmdb_dirs):
+def test_the_random_access_readers_refuse_retired_keywords(hmdb_dirs):
     data_dir = hmdb_dirs["array_record"]
-    spec = ReadSpec(clips=Clips(length=6, stride=2), normalize=Normalize(mean=0.5, std=0.25),
-                    output=Output(mask_dtype="uint8"))
-    with pytest.warns(DeprecationWarning, match=r"clip_length=6 is deprecated: pass "
-                                                r"spec=vidvol.ReadSpec\(clips=vidvol.Clips\(length=6\)\)") as record:
-        old = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, seed=3, clip_length=6, clip_stride=2,
-                                        mean=0.5, std=0.25, mask_dtype="uint8"))
-    assert {w.filename for w in record if "is deprecated: pass" in str(w.message)} == {__file__}
-    new = list(vidvol.grain_dataset(HMDB, "train", 2, data_dir=data_dir, seed=3, spec=spec))
-    assert len(old) == len(new) == 3
-    for ((xo, mo), yo), ((xn, mn), yn) in zip(old, new):
-        assert mo.dtype == mn.dtype == np.uint8
-        for a, b in ((xo, xn), (mo, mn), (yo, yn)):
-            np.testing.assert_array_equal(a, b)
-    with pytest.warns(DeprecationWarning, match=r"eval_clips=2 is deprecated"):
-        old = vidvol.torch_dataset(HMDB, "test", data_dir=data_dir, clip_length=4, eval_clips=2, inputs="video")
-    new = vidvol.torch_dataset(HMDB, "test", data_dir=data_dir,
-                               spec=ReadSpec(clips=Clips(length=4, eval_clips=2), output=Output(inputs="video")))
-    for i in range(len(new)):
-        (xo, yo), (xn, yn) = old[i], new[i]
-        assert xo.shape == (2, 4, 64, 64, 3)
-        np.testing.assert_array_equal(xo, xn)
-        np.testing.assert_array_equal(yo, yn)
-    with pytest.warns(DeprecationWarning, match=re.escape("features=['label'] is deprecated: pass "
-                                                          "spec=vidvol.ReadSpec(output=vidvol.Output(features=['label']))")):
-        old = vidvol.data_source(HMDB, "train", data_dir=data_dir, features=["label"])
-    new = vidvol.data_source(HMDB, "train", data_dir=data_dir, spec=ReadSpec(output=Output(features=["label"])))
-    assert [old[i] for i in range(len(old))] == [new[i] for i in range(len(new))] and set(new[0]) == {"label"}
-    with pytest.warns(DeprecationWarning, match=r"mean=0.5 is deprecated"):
-        made = random_access.SupervisedExamples.make(HMDB, "test", data_dir=data_dir, mean=0.5)
-    assert made.mean == 0.5 and made.plan.clip is None
+    with pytest.raises(TypeError, match=r"torch_dataset\(\) no longer takes eval_clips= \(retired in vidvol 0.2.0\): "
+                                        r"pass spec=vidvol.ReadSpec\(clips=vidvol.Clips\(eval_clips=2\)\)"):
+        vidvol.torch_dataset(HMDB, "test", data_dir=data_dir, eval_clips=2)
+    with pytest.raises(TypeError, match=r"data_source\(\) no longer takes features="):
+        vidvol.data_source(HMDB, "test", data_dir=data_dir, features=["label"])
 
 
 def test_random_access_readers_refuse_what_they_cannot_honour(hmdb_dirs):
@@ -254,7 +229,7 @@ def test_random_access_readers_refuse_what_they_cannot_honour(hmdb_dirs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Resuming: Grain iterator state and the PyTorch sampler's state_dict (readers/resumable.py)
+# Resuming: Grain iterator state and the PyTorch sampler's state_dict (readers/random_access/grain.py, epoch_order.py)
 
 
 def _same(a, b) -> None:

@@ -22,8 +22,7 @@ from vidvol.builders.transforms import video
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 from vidvol.readers import frames
-from vidvol.readers import random_access
-from vidvol.readers.batch_parser import BatchParser
+from vidvol.readers.tfdata.batch_parser import BatchParser
 
 # JPEG q90 of 64x64 frames against their uncompressed originals (textured, moving sample content):
 # a few levels on average; single pixels on sharp colour edges (4:2:0 chroma) are off by up to ~90.

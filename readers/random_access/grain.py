@@ -26,19 +26,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 
-from vidvol.readers import legacy
+from vidvol.readers import keywords
 from vidvol.readers import order
-from vidvol.readers.epochs import Draw  # noqa: F401  (re-exported: indices that carry their epoch and seed)
-from vidvol.readers.epochs import EpochOrder
-from vidvol.readers.epochs import EpochSampler  # noqa: F401  (re-exported: torch_dataset(...).sampler())
-from vidvol.readers.epochs import refusal  # noqa: F401  (re-exported)
-from vidvol.readers import sizing
-from vidvol.readers.random_access import SupervisedExamples
-from vidvol.readers.random_access import stack_batch
-from vidvol.readers.spec import ReadSpec
-
-
-@legacy.old_keywords(*legacy.SUPERVISED)
+from vidvol.readers.random_access.epoch_order import EpochOrder
+from vidvol.readers.random_access.data_source import SupervisedExamples
+from vidvol.readers.random_access.data_source import stack_batch
+from vidvol.readers.spec import ReadSpec, check_batch_size
+@keywords.checked(*keywords.SUPERVISED)
 def grain_dataset(
     name: str | tfds.core.DatasetBuilder, split: str, batch_size: int, *, data_dir: str | os.PathLike | None = None,
     training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
@@ -57,19 +51,19 @@ def grain_dataset(
     the seed (pass a seed then).
     """
     try:
-        from vidvol.readers import resumable_grain  # pylint: disable=g-import-not-at-top  (imports grain)
+        from vidvol.readers.random_access import grain_iterators  # pylint: disable=g-import-not-at-top  (imports grain)
     except ImportError as e:  # pragma: no cover  (grain is in the `grain` and `test` extras)
         raise ImportError("vidvol.grain_dataset needs Grain: pip install 'vidvol[grain]'") from e
-    sizing.check_batch_size(batch_size)
+    check_batch_size(batch_size)
     examples = SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec)
     training = examples.training
     drop_remainder = training if drop_remainder is None else drop_remainder
     epochs = EpochOrder(order.Layout(len(examples), 1, 0, training), order.fresh_seed() if seed is None else int(seed))
     data = examples.source.fingerprint + epochs.layout.describe()
-    ds = resumable_grain.Epochs(examples, epochs, num_epochs)
+    ds = grain_iterators.Epochs(examples, epochs, num_epochs)
     # uint8 clips are stacked, then a whole batch becomes float32 at once (one pass, not one per example).
     ds = ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=FinishBatch(examples))
-    return resumable_grain.Resumable(ds, epochs, data)
+    return grain_iterators.Resumable(ds, epochs, data)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,41 +10,22 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from vidvol.readers import allocator
-from vidvol.readers import legacy
+from vidvol.readers import keywords
+from vidvol.readers.tfdata import allocator
 from vidvol.readers import order
 from vidvol.readers import output
 from vidvol.readers import records
 from vidvol.readers import shards
-from vidvol.readers import stages
-from vidvol.readers.plan import SplitFacts
-from vidvol.readers.plan import plan_load
-from vidvol.readers.plan import supervised_keys
+from vidvol.readers.tfdata import stages
+from vidvol.readers.tfdata.plan import SplitFacts
+from vidvol.readers.tfdata.plan import plan_load
+from vidvol.readers.dataset import DatasetNotPreparedError, get_builder, supervised_keys  # noqa: F401  (get_builder: also the readers' entry)
 from vidvol.readers.spec import ReadSpec
 from vidvol.readers.spec import Tuning
 
 logger = logging.getLogger(__name__)
 
 AUTOTUNE = tf.data.AUTOTUNE
-
-
-class DatasetNotPreparedError(FileNotFoundError):
-    """The dataset (config) has not been built into the data directory."""
-
-
-def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLike | None = None) -> tfds.core.DatasetBuilder:
-    """The prepared builder for `name` ("hmdb51" or "hmdb51/split1_20x64x64"), or `name` itself."""
-    if isinstance(name, tfds.core.DatasetBuilder):
-        builder = name
-    else:
-        builder = tfds.builder(name, data_dir=None if data_dir is None else os.fspath(data_dir))
-    if not builder.is_prepared():
-        raise DatasetNotPreparedError(
-            f"{builder.data_dir}: dataset {builder.info.full_name} is not prepared there; build it first, e.g. "
-            f"`tfds build {builder.name}/{builder.builder_config.name if builder.builder_config else ''} "
-            "--imports vidvol --manual_dir DIR --data_dir DATA_DIR`"
-        )
-    return builder
 
 
 def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
@@ -57,9 +38,7 @@ def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
             "read it by index with vidvol.data_source / vidvol.grain_dataset / vidvol.torch_dataset (or "
             "tfds.data_source), or build it with the default file_format (tfrecord) for vidvol.load / tfds.load"
         )
-
-
-@legacy.old_keywords(*legacy.LOAD, tuning=True)
+@keywords.checked(*keywords.LOAD, tuning=True)
 def load(
     name: str | tfds.core.DatasetBuilder,
     split: str,
@@ -116,8 +95,8 @@ def load(
     pipeline without complaint under symbolic checkpoints, and its draws differ after a restore;
     `vidvol.check_resumable(ds)` names it. Recipe: docs/reading.md, "Stopping and resuming".
 
-    The keywords of the release before (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...)
-    still work, with a DeprecationWarning giving the new spelling (`readers.legacy`).
+    The keywords retired in 0.2.0 (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...) are a TypeError
+    giving the new spelling (`readers.keywords`, CHANGELOG.md).
     """
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
@@ -126,7 +105,7 @@ def load(
                      tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
                      input_context=input_context)
     source = records.open_split(builder, split)
-    draws = order.draws(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
+    draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
                         seed=order.fresh_seed() if seed is None else seed, fingerprint=source.fingerprint)
     batch_read = stages.read(builder, plan, source)
     ds = draws if batch_read.parse is not None else stages.examples(builder, draws, plan, batch_read)
@@ -165,9 +144,7 @@ def dequantize_params(
             raise ValueError(f"{info.full_name} has no video or volume feature: nothing to dequantize")
         feature = data[0]
     return output.dequantization(info, feature, output_dtype, mean=mean, std=std)
-
-
-@legacy.old_keywords(*legacy.LOAD, tuning=True)
+@keywords.checked(*keywords.LOAD, tuning=True)
 def distribute(
     strategy: tf.distribute.Strategy, name: str | tfds.core.DatasetBuilder, split: str, global_batch_size: int, **kwargs: Any
 ) -> tf.distribute.DistributedDataset:

@@ -36,21 +36,18 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import file_adapters
 
-from vidvol.readers import api
+from vidvol.readers import keywords
 from vidvol.readers import augment_video
 from vidvol.readers import augment_volume
 from vidvol.readers import clip_sampling
-from vidvol.readers import epochs
+from vidvol.readers.random_access import epoch_order
 from vidvol.readers import frames
-from vidvol.readers import legacy
 from vidvol.readers import output
 from vidvol.readers import records
 from vidvol.readers import rng
 from vidvol.readers import shards
-from vidvol.readers.plan import ReadPlan
-from vidvol.readers.plan import is_training
-from vidvol.readers.plan import per_frame_features
-from vidvol.readers.plan import supervised_keys
+from vidvol.readers.dataset import get_builder, is_training, per_frame_features, supervised_keys
+from vidvol.readers.example_plan import ExamplePlan
 from vidvol.readers.spec import ReadSpec
 
 # Threads decoding one `__getitems__` batch. Frames decode without the GIL (simplejpeg, OpenCV), but each example also
@@ -118,7 +115,7 @@ class DataSource:
     `augment`: a `VideoAugment` crops the decoded frames as `vidvol.load` crops them; a
     `VolumeAugment` patches and transforms the volume (and mask) as `vidvol.load` does. In
     `training`, drawn from (`seed`, epoch, index): `set_epoch(e)` sets the epoch (an index from a
-    `epochs.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones;
+    `epoch_order.EpochSampler` carries its own epoch and seed), `seed` None draws fresh ones;
     otherwise evaluation's crops (the centre patch).
     """
 
@@ -128,7 +125,7 @@ class DataSource:
         augment: augment_video.VideoAugment | augment_volume.VolumeAugment | None = None, training: bool = False,
         seed: int | None = None,
     ):
-        builder = api.get_builder(name, data_dir)
+        builder = get_builder(name, data_dir)
         check_random_access(builder)
         # What a copy in another process reopens the split from (the builder itself does not travel).
         config = f"/{builder.builder_config.name}" if builder.builder_config else ""
@@ -253,9 +250,7 @@ class DataSource:
 
     def __repr__(self) -> str:
         return f"vidvol.DataSource({self.info.full_name!r}, split={self.split!r}, {len(self)} examples)"
-
-
-@legacy.old_keywords("features")
+@keywords.checked("features")
 def data_source(
     name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
     spec: ReadSpec | None = None, num_threads: int | None = None, training: bool | None = None,
@@ -293,7 +288,7 @@ class SupervisedExamples:
     """
 
     source: DataSource
-    plan: ReadPlan
+    plan: ExamplePlan
     inputs: tuple[str, ...]
     target: str
     mean: Any = 0.0
@@ -304,7 +299,7 @@ class SupervisedExamples:
     epoch: list[int] = dataclasses.field(default_factory=lambda: [0])  # set_epoch (PyTorch)
 
     @classmethod
-    @legacy.old_keywords(*legacy.SUPERVISED)
+    @keywords.checked(*keywords.SUPERVISED)
     def make(
         cls, name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
         training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
@@ -320,7 +315,7 @@ class SupervisedExamples:
         where = "vidvol.grain_dataset / vidvol.torch_dataset"
         spec.check_supported(where, ("clips", "normalize.mean", "normalize.std", "output.mask_dtype", "output.inputs",
                                      "output.target", "augment"), "they give float32 NumPy examples of the supervised tuple")
-        builder = api.get_builder(name, data_dir)
+        builder = get_builder(name, data_dir)
         check_random_access(builder)
         info = builder.info
         training = is_training(split, training)
@@ -330,7 +325,7 @@ class SupervisedExamples:
                              "Output.mask_dtype, or Output.inputs without the mask")
         names = tuple(dict.fromkeys(in_names + (tgt,)))
         video_augment = spec.augment if isinstance(spec.augment, augment_video.VideoAugment) else None
-        plan = ReadPlan.make(info, names, spec.clips.window(), training, None, video_augment)
+        plan = ExamplePlan.make(info, names, spec.clips.window(), training, None, video_augment)
         augment = (augment_volume.plan_for(info, names, spec.augment, training)
                    if isinstance(spec.augment, augment_volume.VolumeAugment) else None)
         source = DataSource(builder, split, data_dir=data_dir, features=names, decode_frames=False, num_threads=num_threads)
@@ -357,7 +352,7 @@ class SupervisedExamples:
         (`augment_video.example_key`), or `VolumeAugment`'s generator (`rng.VOLUME_AUGMENT`); None in evaluation or
         without `augment`.
 
-        Keyed like `rng_for`: a `epochs.Draw` carries its epoch and seed, a plain index takes
+        Keyed like `rng_for`: a `epoch_order.SeededIndex` carries its epoch and seed, a plain index takes
         `set_epoch`'s epoch and this dataset's seed (None: fresh entropy).
         """
         if not self.training:
@@ -384,8 +379,8 @@ class SupervisedExamples:
         return (zero if isinstance(xs, tuple) else zero[0]), y
 
     def sampler(self, *, shuffle: bool | None = None, seed: int | None = None, num_replicas: int = 1, rank: int = 0):
-        """A resumable sampler for `torch.utils.data.DataLoader(ds, sampler=...)` (`epochs.EpochSampler`)."""
-        return epochs.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        """A resumable sampler for `torch.utils.data.DataLoader(ds, sampler=...)` (`epoch_order.EpochSampler`)."""
+        return epoch_order.EpochSampler(self, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
 
     def example(self, index: int, rng: np.random.Generator | None = None, augment: Any = None):
         """`((x, mask), y)` of example `index`; `rng` draws the training clip, `augment` its augmentation (`augment_for`)."""
@@ -465,7 +460,7 @@ class SupervisedExamples:
 def draw_rng(index: Any, seed: int | None, epoch: int, stream: int) -> np.random.Generator:
     """`rng.example_rng(seed, epoch, index, stream)`, or fresh entropy when `seed` is None.
 
-    An index from a sampler (a `epochs.Draw`) carries its own epoch and seed; a plain index takes
+    An index from a sampler (a `epoch_order.SeededIndex`) carries its own epoch and seed; a plain index takes
     the `seed` and `epoch` given (None: fresh entropy, not reproducible).
     """
     seed, epoch = getattr(index, "seed", seed), getattr(index, "epoch", epoch)
@@ -475,7 +470,7 @@ def draw_rng(index: Any, seed: int | None, epoch: int, stream: int) -> np.random
 
 
 def _augment_key(index: Any, seed: int | None, epoch: int) -> np.ndarray:
-    """The crop key of example `index`: a `epochs.Draw`'s own epoch and seed, else `seed` and `epoch`."""
+    """The crop key of example `index`: a `epoch_order.SeededIndex`'s own epoch and seed, else `seed` and `epoch`."""
     return augment_video.example_key(getattr(index, "seed", seed), getattr(index, "epoch", epoch), int(index))
 
 
@@ -496,25 +491,6 @@ def stack_batch(examples: Sequence[Any]) -> Any:
     return np.stack([np.asarray(e) for e in examples])
 
 
-@legacy.old_keywords(*legacy.SUPERVISED)
-def torch_dataset(
-    name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
-    training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
-    num_threads: int | None = None,
-) -> SupervisedExamples:
-    """A map-style dataset of `((x, mask), y)` NumPy examples for `torch.utils.data.DataLoader`.
-
-    `len(ds)`, `ds[i]` and `ds.__getitems__(indices)` (the DataLoader's batched fetch) need no
-    torch; the DataLoader shuffles (`shuffle=True`), batches and turns the arrays into tensors.
-    Training clips are random per call, or, with `seed`, fixed by (seed, epoch, index): call
-    `ds.set_epoch(e)` before each epoch. Arguments as in `vidvol.load`; `spec` as
-    `SupervisedExamples.make` takes it; `num_threads` decode one `__getitems__` batch.
-    """
-    return SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec,
-                                   num_threads=num_threads)
-
-
 __all__ = [
     "DataSource", "RandomAccessError", "SupervisedExamples", "check_random_access", "data_source", "stack_batch",
-    "torch_dataset",
-]
+    ]

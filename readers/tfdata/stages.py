@@ -1,6 +1,6 @@
 """The named stages of `vidvol.load`: draws -> read -> (parse and select per example) -> batch -> decode -> finish.
 
-`order.draws` gives batches of draws (which examples, in which order: the iterator's checkpointed
+`order.index_batches` gives batches of draws (which examples, in which order: the iterator's checkpointed
 state); `read` turns a batch of draws into parsed features (one Python read of the batch's records,
 one parse per batch, or direct volume reads), or into records for TFDS's per-example parse and the
 clip selection (`examples`); `finish_batches` decodes the batch's frames, crops them (`ReadSpec.augment`),
@@ -19,13 +19,15 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
 from vidvol.readers import augment_volume
-from vidvol.readers import direct_volumes
+from vidvol.readers.tfdata import direct_volumes
 from vidvol.readers import order
 from vidvol.readers import output
 from vidvol.readers import records
+from vidvol.readers.tfdata import example_graph
+from vidvol.readers.tfdata import record_reads
 from vidvol.readers import rng
-from vidvol.readers.batch_parser import BatchParser
-from vidvol.readers.plan import LoadPlan
+from vidvol.readers.tfdata.batch_parser import BatchParser
+from vidvol.readers.tfdata.plan import LoadPlan
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -45,7 +47,7 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
 
     Volumes straight from the shard files where the plan asks for it and `direct_volumes` finds the
     shards fit (the other features parsed per batch); otherwise the batch's whole records in one
-    Python call (`records.RecordReads`), parsed per batch by `BatchParser` when the plan has one.
+    Python call (`record_reads.RecordReads`), parsed per batch by `BatchParser` when the plan has one.
     """
     names, decoders = plan.read.names, plan.read.feature_decoders
     direct = direct_volumes.plan_direct(builder, source, names) if plan.direct_reads else None
@@ -56,8 +58,8 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
         parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
                                              plan.static_batch, plan.augment)
         return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
-    reads = records.RecordReads(source)
-    fetch = lambda draw: records.read_records(reads, draw["index"])  # noqa: E731
+    reads = record_reads.RecordReads(source)
+    fetch = lambda draw: record_reads.read_records(reads, draw["index"])  # noqa: E731
     if plan.parser is not None:
         return BatchRead(parse=lambda draw: plan.parser.parse(fetch(draw)), fetch=fetch)
     return BatchRead(parse=None, fetch=fetch)
@@ -79,7 +81,7 @@ def examples(builder: tfds.core.DatasetBuilder, draws: tf.data.Dataset, plan: Lo
     def one(record: tf.Tensor, draw: Mapping[str, tf.Tensor]):
         example = features.deserialize_example(record, decoders=decoders)
         if plan.read.needs_example_map:
-            example = plan.read.select(example, order.draw_seed(draw, rng.CLIP) if plan.random_clips else None)
+            example = example_graph.select(plan.read, example, order.stream_seed(draw, rng.CLIP) if plan.random_clips else None)
         return dict(example), draw
 
     ds = ds.map(tf.autograph.experimental.do_not_convert(one), num_parallel_calls=plan.decode_parallelism,
@@ -181,11 +183,11 @@ def finish_batches(ds: tf.data.Dataset, plan: LoadPlan, batch_read: BatchRead, f
     """
     def uint8_batch(*element):
         batch, draw = (batch_read.parse(element[0]), element[0]) if len(element) == 1 else element
-        batch = plan.read.decode_batch(batch)
+        batch = example_graph.decode_batch(plan.read, batch)
         # Here a batch is uint8 frames (or stored volumes) with its draws: frame crops keyed by
-        # order.draw_seed(draw, rng.VIDEO_AUGMENT), volume transforms by rng.VOLUME_AUGMENT, before pads are zeroed.
+        # order.stream_seed(draw, rng.VIDEO_AUGMENT), volume transforms by rng.VOLUME_AUGMENT, before pads are zeroed.
         if plan.read.augments:
-            batch = plan.read.augment(batch, order.draw_seed(draw, rng.VIDEO_AUGMENT) if plan.training else None)
+            batch = example_graph.augment(plan.read, batch, order.stream_seed(draw, rng.VIDEO_AUGMENT) if plan.training else None)
         if plan.augment is not None and not batch_read.augmented:
             batch = augment_volume.augment_decoded(plan.augment, batch, draw, plan.spec.output.dtype)
         return zero_pads(plan, batch, draw["valid"]) if plan.pads else batch

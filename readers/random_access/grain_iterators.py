@@ -14,7 +14,7 @@ from typing import Any
 
 import grain
 
-from vidvol.readers.epochs import refusal
+from vidvol.readers.random_access.epoch_order import refusal
 from vidvol.readers import rng
 
 
@@ -34,7 +34,7 @@ class Epochs(grain.MapDataset):
         if not isinstance(i, int):
             return self._getitems(i)
         epoch, position = divmod(int(i), self.epochs.layout.per_epoch)
-        draw = self.epochs.draws(epoch, [position])[0]
+        draw = self.epochs.indices(epoch, [position])[0]
         example = self.examples.source[int(draw)]
         clip_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.CLIP)
                     if self.examples.training and self.examples.plan.clip is not None else None)

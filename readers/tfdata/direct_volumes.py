@@ -30,14 +30,12 @@ records (`readers.records`) and parses them with TFDS's specs, which gives the s
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import os
 import threading
 from typing import Sequence
 
-import google_crc32c
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -46,15 +44,13 @@ from vidvol.core import artifacts
 from vidvol.core import protowire
 from vidvol.readers import augment_volume
 from vidvol.readers import host_calls
+from vidvol.core import tfrecord
+from vidvol.core.tfrecord import FOOTER as _FOOTER, HEADER as _HEADER, crc32c_extend, masked as _mask
 from vidvol.readers import records
-from vidvol.readers.records import crc32c_extend
 
 logger = logging.getLogger(__name__)
 
-_HEADER, _FOOTER = records.HEADER, records.FOOTER
 _WINDOW = 1 << 12  # bytes read at a time while indexing: a record's small features fit
-_INDEX_CACHE_SIZE = 4096  # shard indexes kept per process, keyed by path, size and mtime
-_mask = records.masked
 
 
 class IndexError_(ValueError):
@@ -67,19 +63,6 @@ def _varint(buf: bytes, at: int) -> tuple[int, int]:
         return protowire.decode_varint(buf, at)
     except ValueError as e:
         raise IndexError_(str(e)) from None
-
-
-class _Window:
-    """Reads of a file through one cached window (records' small parts are read a few KiB at a time)."""
-
-    def __init__(self, f):
-        self.f, self.start, self.buf = f, 0, b""
-
-    def get(self, pos: int, n: int) -> bytes:
-        if not (self.start <= pos and pos + n <= self.start + len(self.buf)):
-            self.f.seek(pos)
-            self.start, self.buf = pos, self.f.read(max(n, _WINDOW))
-        return self.buf[pos - self.start: pos - self.start + n]
 
 
 @dataclasses.dataclass
@@ -116,21 +99,12 @@ def _int64_value(entry: bytes, at: int) -> int:
     raise IndexError_("empty int64_list")
 
 
-_index_cache: "collections.OrderedDict[tuple, ShardIndex]" = collections.OrderedDict()
+_indexes = tfrecord.FileCache()
 
 
 def cached_index(path: str, volume: str) -> ShardIndex:
-    """`index_shard`, remembered while the file keeps its size and mtime (each `load` of a split reuses it)."""
-    st = os.stat(path)
-    key = (path, volume, st.st_size, st.st_mtime_ns, st.st_ino)
-    if key in _index_cache:
-        _index_cache.move_to_end(key)
-        return _index_cache[key]
-    index = index_shard(path, volume)
-    _index_cache[key] = index
-    while len(_index_cache) > _INDEX_CACHE_SIZE:
-        _index_cache.popitem(last=False)
-    return index
+    """`index_shard`, remembered while the file keeps its size, mtime and inode (each `load` of a split reuses it)."""
+    return _indexes.get(path, index_shard, volume)
 
 
 def index_shard(path: str, volume: str) -> ShardIndex:
@@ -139,61 +113,54 @@ def index_shard(path: str, volume: str) -> ShardIndex:
     small, starts, lengths, data_at, data_len, int16 = [], [], [], [], [], []
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        win = _Window(f)
-        pos = 0
-        while pos < size:
-            header = win.get(pos, _HEADER)
-            if len(header) < _HEADER:
-                raise IndexError_(f"truncated record header at byte {pos}")
-            length = int.from_bytes(header[:8], "little")
-            if _mask(google_crc32c.value(header[:8])) != int.from_bytes(header[8:12], "little"):
-                raise IndexError_(f"corrupted record length at byte {pos}")
-            d0 = pos + _HEADER
-            if d0 + length + _FOOTER > size:
-                raise IndexError_(f"record at byte {pos} runs past the end of the file")
-            head = win.get(d0, 12)
-            if not head or head[0] != 0x0A:
-                raise IndexError_(f"record at byte {pos} is not a tf.train.Example")
-            flen, p = _varint(head, 1)
-            p, end = d0 + p, d0 + length
-            if p + flen != end:
-                raise IndexError_(f"record at byte {pos}: unexpected Example layout")
-            kept, found, flag = [], None, None
-            while p < end:
-                entry_head = win.get(p, 16 + len(target))
-                if entry_head[0] != 0x0A:
-                    raise IndexError_(f"record at byte {pos}: unexpected Features layout")
-                elen, q = _varint(entry_head, 1)
-                entry_end = p + q + elen
-                eh = win.get(p + q, min(elen, 32 + len(target)))
-                if eh[:1] != b"\x0a":
-                    raise IndexError_(f"record at byte {pos}: feature entry without a leading key")
-                klen, k = _varint(eh, 1)
-                if eh[k:k + klen] == target:
-                    at, value = k + klen, None
-                    for tag in (0x12, 0x0A, 0x0A):  # Feature value -> bytes_list -> first bytes value
-                        if eh[at:at + 1] != bytes([tag]):
-                            raise IndexError_(f"record at byte {pos}: {volume} data is not a single bytes value")
-                        value, at = _varint(eh, at + 1)
-                    found = (p + q + at - d0, value)
-                    if p + q + at + value > entry_end:
-                        raise IndexError_(f"record at byte {pos}: {volume} data runs past its entry")
-                else:
-                    entry = win.get(p, entry_end - p)
-                    kept.append(entry)
-                    if eh[k:k + klen] == flag_key:
-                        flag = _int64_value(entry, q + k + klen)
-                p = entry_end
-            if found is None or flag is None:
-                raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
-            body = b"".join(kept)
-            small.append(b"\x0a" + protowire.encode_varint(len(body)) + body)
-            starts.append(pos)
-            lengths.append(length)
-            data_at.append(found[0])
-            data_len.append(found[1])
-            int16.append(flag == 1)
-            pos = d0 + length + _FOOTER
+        win = tfrecord.Window(f, _WINDOW)
+        try:
+            for pos, length in tfrecord.walk(win, size):  # lazily: the body reads share the window
+                d0 = pos + _HEADER
+                head = win.get(d0, 12)
+                if not head or head[0] != 0x0A:
+                    raise IndexError_(f"record at byte {pos} is not a tf.train.Example")
+                flen, p = _varint(head, 1)
+                p, end = d0 + p, d0 + length
+                if p + flen != end:
+                    raise IndexError_(f"record at byte {pos}: unexpected Example layout")
+                kept, found, flag = [], None, None
+                while p < end:
+                    entry_head = win.get(p, 16 + len(target))
+                    if entry_head[0] != 0x0A:
+                        raise IndexError_(f"record at byte {pos}: unexpected Features layout")
+                    elen, q = _varint(entry_head, 1)
+                    entry_end = p + q + elen
+                    eh = win.get(p + q, min(elen, 32 + len(target)))
+                    if eh[:1] != b"\x0a":
+                        raise IndexError_(f"record at byte {pos}: feature entry without a leading key")
+                    klen, k = _varint(eh, 1)
+                    if eh[k:k + klen] == target:
+                        at, value = k + klen, None
+                        for tag in (0x12, 0x0A, 0x0A):  # Feature value -> bytes_list -> first bytes value
+                            if eh[at:at + 1] != bytes([tag]):
+                                raise IndexError_(f"record at byte {pos}: {volume} data is not a single bytes value")
+                            value, at = _varint(eh, at + 1)
+                        found = (p + q + at - d0, value)
+                        if p + q + at + value > entry_end:
+                            raise IndexError_(f"record at byte {pos}: {volume} data runs past its entry")
+                    else:
+                        entry = win.get(p, entry_end - p)
+                        kept.append(entry)
+                        if eh[k:k + klen] == flag_key:
+                            flag = _int64_value(entry, q + k + klen)
+                    p = entry_end
+                if found is None or flag is None:
+                    raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
+                body = b"".join(kept)
+                small.append(b"\x0a" + protowire.encode_varint(len(body)) + body)
+                starts.append(pos)
+                lengths.append(length)
+                data_at.append(found[0])
+                data_len.append(found[1])
+                int16.append(flag == 1)
+        except tfrecord.FrameError as e:
+            raise IndexError_(str(e)) from None
     as_array = lambda v: np.asarray(v, np.int64)  # noqa: E731
     return ShardIndex(path, small, as_array(starts), as_array(lengths), as_array(data_at), as_array(data_len),
                       np.asarray(int16, bool))
@@ -369,7 +336,7 @@ class PatchReads(VolumeReads):
         return out, new_boxes
 
     def _read_patches(self, targets: np.ndarray, new_boxes: np.ndarray, box: np.ndarray, file: int, row: int,
-                      draws: augment_volume.Draws) -> int:
+                      draws: augment_volume.VolumeSamples) -> int:
         """One volume's patches into `targets` [S, ...] and their mask boxes into `new_boxes` (bytes read)."""
         plan, index = self.plan, self.indexes[file]
         if not index.verified[row] or self.whole:  # first read in this process (CRC32C checked), or cheaper whole
@@ -408,7 +375,7 @@ def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords,
                 ) -> tuple[str, list[ShardIndex]] | None:
     """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged)."""
     volume = _volume(builder, names)
-    if volume is None or not all(records.is_local(p) for p in source.paths):
+    if volume is None or not all(tfrecord.is_local(p) for p in source.paths):
         return None
     indexes = []
     for file in source.files:

@@ -1,7 +1,7 @@
 """The resumable order of the random-access readers, apart from the readers themselves.
 
 `EpochOrder`: which example each position of an epoch reads (`order.Layout` in NumPy) under a seed;
-`Draw`: an example index that carries its epoch and seed (so a dataset's clip and augmentation draws
+`SeededIndex`: an example index that carries its epoch and seed (so a dataset's clip and augmentation draws
 follow the sampler into any worker process); `EpochSampler`: torchdata's `StatefulDataLoader`
 protocol over them (`torch_dataset(...).sampler()`); `refusal`: the error for a state saved on other
 data. `resumable` (Grain) and `random_access` (PyTorch's sampler) both import this module, and it
@@ -17,7 +17,7 @@ import numpy as np
 
 from vidvol.readers import order
 
-class Draw(int):
+class SeededIndex(int):
     """An example index with the epoch and seed of its random draws, and whether it is a real example (not a pad)."""
 
     def __new__(cls, index: int, epoch: int, seed: int, valid: bool = True):
@@ -26,10 +26,10 @@ class Draw(int):
         return draw
 
     def __reduce__(self):
-        return Draw, (int(self), self.epoch, self.seed, self.valid)
+        return SeededIndex, (int(self), self.epoch, self.seed, self.valid)
 
     def __repr__(self) -> str:
-        return f"Draw({int(self)}, epoch={self.epoch}, seed={self.seed}{', pad' if not self.valid else ''})"
+        return f"SeededIndex({int(self)}, epoch={self.epoch}, seed={self.seed}{', pad' if not self.valid else ''})"
 
 
 def refusal(saved: str, current: str) -> ValueError:
@@ -45,9 +45,9 @@ class EpochOrder:
     layout: order.Layout
     seed: int
 
-    def draws(self, epoch: int, positions) -> list[Draw]:
+    def indices(self, epoch: int, positions) -> list[SeededIndex]:
         index, valid = self.layout.examples_np(np.asarray(positions, np.int64), epoch, self.seed, 0)
-        return [Draw(i, epoch, self.seed, v) for i, v in zip(index.tolist(), valid.tolist())]
+        return [SeededIndex(i, epoch, self.seed, v) for i, v in zip(index.tolist(), valid.tolist())]
 
 
 class EpochSampler:
@@ -85,10 +85,10 @@ class EpochSampler:
             self._resume_at = None
         self.epoch = int(epoch)
 
-    def __iter__(self) -> Iterator[Draw]:
+    def __iter__(self) -> Iterator[SeededIndex]:
         start, self._resume_at = self._resume_at or 0, None
         self.yielded = start
-        for draw in self.order.draws(self.epoch, np.arange(start, len(self))):
+        for draw in self.order.indices(self.epoch, np.arange(start, len(self))):
             self.yielded += 1
             yield draw
 

@@ -1,0 +1,1 @@
+"""The `tf.data` reader: `vidvol.load` and its plan, stages, record reads, parsers and decoders."""
