@@ -4,9 +4,9 @@
 the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
 """
 
-from vidvol.core.version import VERSION as __version__  # noqa: E402
+from vidvol.core.version import VERSION as __version__
 
-from vidvol.readers.tfdata import allocator as _allocator  # noqa: E402
+from vidvol.readers.tfdata import allocator as _allocator
 
 _allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must precede TF's first op
 
@@ -20,22 +20,35 @@ from vidvol.builders.writer import runner as _writer_runner  # noqa: E402
 
 _writer_runner.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
 
-from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402,F401  (model-ready tf.data reads)
-from vidvol.readers import check_resumable  # noqa: E402,F401  (stopping and resuming: docs/reading.md)
+from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402  (model-ready tf.data reads)
+from vidvol.readers import check_resumable  # noqa: E402  (stopping and resuming: docs/reading.md)
 # What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).
-from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402,F401
-from vidvol.readers import VideoAugment  # noqa: E402,F401  (ReadSpec(augment=...): crops and flips of the uint8 frames)
-from vidvol.readers import VolumeAugment  # noqa: E402,F401  (ReadSpec(augment=...): MONAI's Rand* on volumes)
-from vidvol.readers import dequantize_params  # noqa: E402,F401  (output_dtype: scale/offset for the device)
+from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402
+from vidvol.readers import VideoAugment  # noqa: E402  (ReadSpec(augment=...): crops and flips of the uint8 frames)
+from vidvol.readers import VolumeAugment  # noqa: E402  (ReadSpec(augment=...): MONAI's Rand* on volumes)
+from vidvol.readers import dequantize_params  # noqa: E402  (output_dtype: scale/offset for the device)
 
 # Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.
-from vidvol.readers import data_source, grain_dataset, torch_dataset  # noqa: E402,F401
+from vidvol.readers import data_source, grain_dataset, torch_dataset  # noqa: E402
+
+# The public API: `from vidvol import *` and the documentation checks (tests/test_public_api.py) take it from here.
+__all__ = [
+    "__version__",
+    # tf.data reads
+    "load", "load_labels", "distribute", "dequantize_params", "check_resumable", "Tuning",
+    # what every reader reads and hands out
+    "ReadSpec", "Clips", "Normalize", "Output", "VideoAugment", "VolumeAugment",
+    # random access
+    "data_source", "grain_dataset", "torch_dataset",
+    # Keras layers, imported on first use (`__getattr__`)
+    "layers",
+]
 
 
 def __getattr__(name: str):
     """`vidvol.layers` (Keras layers such as `vidvol.layers.Dequantize`), imported on first use: Keras only when asked for."""
     if name == "layers":
-        import importlib  # pylint: disable=g-import-not-at-top
+        import importlib
 
         return importlib.import_module("vidvol.layers")
     raise AttributeError(f"module 'vidvol' has no attribute {name!r}")

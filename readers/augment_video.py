@@ -40,7 +40,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import cv2
 import numpy as np
@@ -80,19 +81,28 @@ def _pair(owner: str, name: str, value: Any, *, positive_int: bool) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class VideoAugment:
-    """Crops and flips of the uint8 frames at read time: random in training, fixed at evaluation (module docstring).
+    """Crops and flips of the uint8 frames at read time: random in training, fixed at evaluation.
 
-    Attributes:
-      crop_size: output (height, width) of every frame (an int: square); every batch keeps it.
-      training_crop: "random_resized_crop" (`scale`, `aspect_ratio`) or "random_short_side_scale"
+    The same (key, epoch, index) gives the same crop in every reader, and every batch keeps one static
+    shape (module docstring; docs/reading.md, "Augmentation").
+
+    Args:
+      crop_size: output (height, width) of every frame (an int: square); every batch keeps it. No default.
+      training_crop: "random_resized_crop" (default; `scale`, `aspect_ratio`) or "random_short_side_scale"
         (`min_size`..`max_size`, then a random `crop_size` crop).
       scale: area fraction range of a random resized crop (pytorchvideo/torchvision default (0.08, 1.0)).
       aspect_ratio: width/height range of a random resized crop, log-uniform (default (3/4, 4/3)).
       min_size: the short side's scaled length: the least in training (random_short_side_scale), the
-        one used at evaluation; None: the stored frames' short side (no scaling).
-      max_size: the greatest scaled short side in training (random_short_side_scale); None: `min_size`.
-      horizontal_flip_prob: probability that a training clip is flipped left-right (0 turns flips off).
-      multi_crop: evaluation takes 3 crops along the long side instead of the centre crop.
+        one used at evaluation; None (default): the stored frames' short side (no scaling).
+      max_size: the greatest scaled short side in training (random_short_side_scale only); None: `min_size`.
+      horizontal_flip_prob: probability that a training clip is flipped left-right (default 0.5; 0 turns
+        flips off).
+      multi_crop: evaluation takes 3 crops along the long side instead of the centre crop (default False);
+        the views are stacked after the batch axis.
+
+    Raises:
+      ValueError: a field out of range, or one that does not apply to `training_crop` (`max_size` with
+        "random_resized_crop"; `scale`/`aspect_ratio` with "random_short_side_scale").
     """
 
     crop_size: int | tuple[int, int]
@@ -137,7 +147,7 @@ class VideoAugment:
             raise ValueError("VideoAugment.scale and aspect_ratio shape training_crop='random_resized_crop'; "
                              "'random_short_side_scale' takes min_size and max_size")
 
-    def geometry(self, frame_shape: Sequence[int | None], training: bool, name: str = "video") -> "Geometry":
+    def geometry(self, frame_shape: Sequence[int | None], training: bool, name: str = "video") -> Geometry:
         """The crops of frames of `frame_shape` (H, W, C) in training or evaluation; a ValueError when they do not fit."""
         height, width, channels = (tuple(frame_shape) + (None, None, None))[:3]
         if height is None or width is None or channels is None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -75,23 +76,32 @@ class VolumeAugment:
     """Random patches, flips, 90-degree rotations and intensity scale/shift of volumes, as MONAI's `Rand*` transforms.
 
     Every transform is off until its `*_prob` is above 0 (MONAI's own default prob is 0.1; here the
-    prob is the switch), its other parameters keep MONAI's defaults.
+    prob is the switch), its other parameters keep MONAI's defaults. Evaluation takes the centre
+    patch and nothing random (module docstring; docs/reading.md, "Volume augmentation").
 
-    Attributes:
-      patch_size: (D, H, W) of the random patch (MONAI `roi_size`); None on an axis (or None for all)
-        keeps that axis whole (MONAI: a non-positive size). Evaluation: the centre patch.
-      samples_per_volume: patches per volume in training (MONAI `num_samples`); more than 1 stacks
-        them after the batch axis: `(batch, samples, D, H, W)`, the label once per volume.
-      flip_prob, flip_axes: each axis of `flip_axes` flipped on its own with `flip_prob` (one
-        MONAI `RandFlip(prob, spatial_axis=a)` per axis; MONAI's `spatial_axis=None` flips all at once).
-      rotate_prob, max_k, rotate_axes: MONAI `RandRotate90(prob, max_k, spatial_axes)`: with
-        `rotate_prob`, k uniform in 1..max_k quarter turns in the plane `rotate_axes` (np.rot90's
-        direction). The plane's two sides must be equal (after the patch), since a rotation of a
-        non-square plane would change the shape of a batch.
-      scale_prob, scale_factors: MONAI `RandScaleIntensity(factors, prob)`: `v * (1 + factor)`,
-        factor uniform in `(-f, f)` for a number `f`, or in a `(min, max)` pair.
-      shift_prob, shift_offsets: MONAI `RandShiftIntensity(offsets, prob)`: `v + offset`, offset
-        uniform likewise; here only where the mask is 1 (padding stays 0).
+    Args:
+      patch_size: (D, H, W) of the random patch (MONAI `roi_size`); None on an axis (or None for all,
+        the default) keeps that axis whole (MONAI: a non-positive size). Evaluation: the centre patch.
+      samples_per_volume: patches per volume in training (MONAI `num_samples`; default 1); more than 1
+        stacks them after the batch axis: `(batch, samples, D, H, W)`, the label once per volume.
+      flip_prob: probability with which each axis of `flip_axes` is flipped, on its own (one MONAI
+        `RandFlip(prob, spatial_axis=a)` per axis; MONAI's `spatial_axis=None` flips all at once).
+      flip_axes: the spatial axes that may flip (default all: 0, 1, 2 for D, H, W).
+      rotate_prob: probability of a MONAI `RandRotate90(prob, max_k, spatial_axes)`: k quarter turns
+        in the plane `rotate_axes` (np.rot90's direction).
+      max_k: k is uniform in 1..max_k (default 3).
+      rotate_axes: the rotation plane (default (0, 1)). Its two sides must be equal (after the patch),
+        since a rotation of a non-square plane would change the shape of a batch.
+      scale_prob: probability of MONAI `RandScaleIntensity(factors, prob)`: `v * (1 + factor)`.
+      scale_factors: factor uniform in `(-f, f)` for a number `f`, or in a `(min, max)` pair; needed
+        when `scale_prob` > 0.
+      shift_prob: probability of MONAI `RandShiftIntensity(offsets, prob)`: `v + offset`, here only
+        where the mask is 1 (padding stays 0).
+      shift_offsets: offset uniform like `scale_factors`; needed when `shift_prob` > 0.
+
+    Raises:
+      ValueError: a field out of range, a probability above 0 without its factors/offsets, or
+        factors/offsets set while their probability is 0.
     """
 
     patch_size: tuple[int | None, int | None, int | None] | None = None
@@ -107,7 +117,7 @@ class VolumeAugment:
     shift_offsets: float | tuple[float, float] | None = None
 
     def __post_init__(self):
-        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        put = lambda name, value: object.__setattr__(self, name, value)
         if self.patch_size is not None:
             size = tuple(self.patch_size) if isinstance(self.patch_size, Sequence) else ()
             if len(size) != 3 or not all(s is None or (isinstance(s, numbers.Integral) and not isinstance(s, bool)
@@ -218,7 +228,7 @@ def box_of(box: Sequence[Sequence[int]], sample: Sample, patch: Sequence[int], p
     for (lo, hi), s, p in zip(box, sample.start, patch):
         lo, hi = min(max(int(lo) - s, 0), p), min(max(int(hi) - s, 0), p)
         out.append([lo, max(hi, lo)])
-    flip = lambda axis: [patch[axis] - out[axis][1], patch[axis] - out[axis][0]]  # noqa: E731
+    flip = lambda axis: [patch[axis] - out[axis][1], patch[axis] - out[axis][0]]
     for axis in sample.flips:
         out[axis] = flip(axis)
     a, b = plane
@@ -364,7 +374,7 @@ class VolumePlan:
         dtype = tf.as_dtype(dtype)
         values = values if values.dtype == dtype else tf.cast(values, dtype)
         if s == 1:  # no samples axis: a reshape (the same buffer), where a slice would copy
-            drop = lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:1], tf.shape(x)[2:]], 0))  # noqa: E731
+            drop = lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:1], tf.shape(x)[2:]], 0))
             values, mask = drop(values), drop(mask)
             values.set_shape((batch_size,) + self.patch)
             mask.set_shape((batch_size,) + ((3, 2) if self.mask_dtype is None else self.patch))

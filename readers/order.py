@@ -190,7 +190,7 @@ def index_batches(layout: Layout, batch_size: int, *, drop_remainder: bool, repe
     initial = (tf.constant(0, tf.int64), tf.constant(False), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
                tf.constant(current))
     ds = tf.data.Dataset.zip((counter, per_iterator)).scan(initial, step)
-    locate = lambda numbers, rotation, key: layout.examples_tf(numbers, key, rotation)  # noqa: E731
+    locate = lambda numbers, rotation, key: layout.examples_tf(numbers, key, rotation)
     return ds.map(tf.autograph.experimental.do_not_convert(locate))
 
 
@@ -199,7 +199,7 @@ class NotResumableError(ValueError):
 
 
 def check_resumable(ds: tf.data.Dataset) -> None:
-    """Raises NotResumableError naming a stateful op in `ds` (e.g. your own map after `vidvol.load`), else nothing.
+    """Checks that an iterator checkpoint of `ds` keeps all its state (e.g. your own map after `vidvol.load`).
 
     `vidvol.load` pipelines checkpoint symbolically (positions, not buffered elements), and under
     symbolic checkpointing TensorFlow does not check for external state when it saves: a stateful
@@ -207,9 +207,16 @@ def check_resumable(ds: tf.data.Dataset) -> None:
     preprocessing layer) is silently left out, and after a restore its draws differ from the
     uninterrupted run's. `vidvol.load`'s own pipeline holds none (its Python reads are stateless
     `tf.numpy_function`s); this runs TensorFlow's own external-state check over the whole pipeline.
+    Recipe: docs/reading.md, "Stopping and resuming".
+
+    Args:
+      ds: the pipeline to check, as you iterate it (after your own maps).
+
+    Raises:
+      NotResumableError: `ds` holds a stateful op (named in the message).
     """
     try:
-        ds._as_serialized_graph(  # pylint: disable=protected-access  (TF's own check; no public entry point)
+        ds._as_serialized_graph(  # TF's own check; no public entry point
             external_state_policy=tf.data.experimental.ExternalStatePolicy.FAIL)
     except tf.errors.FailedPreconditionError as e:
         found = re.search(r"(\S+ is stateful)", e.message)

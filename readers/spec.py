@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,13 +70,21 @@ def _per_channel(owner: str, name: str, value: Any) -> float | tuple[float, ...]
 class Clips:
     """Read-time clips: `length` stored frames, `stride` apart; at evaluation `eval_clips` evenly spaced ones.
 
-    `length=None` (the default: whole examples, as tfds.load reads them; vidvol's fixed-length
-    configs are clips already, where DMVR always samples `num_frames`) reads every stored frame of
-    a fixed-length config; an `all_*` config (a variable number of frames) needs a length. Counted
-    in stored frames, not seconds (pytorchvideo's samplers take seconds because they decode by
-    time; a vidvol example is already a frame sequence at the config's rate). `stride` is DMVR's
-    name; `eval_clips` (DMVR's `num_test_clips`) keeps vidvol's earlier name: >1 stacks the clips
-    after the batch axis. Training draws one uniformly placed clip (`clip_sampling`).
+    Counted in stored frames, not seconds (pytorchvideo's samplers take seconds because they decode
+    by time; a vidvol example is already a frame sequence at the config's rate). Training draws one
+    uniformly placed clip (`clip_sampling`).
+
+    Args:
+      length: frames per clip; None (the default: whole examples, as tfds.load reads them; vidvol's
+        fixed-length configs are clips already, where DMVR always samples `num_frames`) reads every
+        stored frame of a fixed-length config; an `all_*` config (a variable number of frames) needs a length.
+      stride: stored frames between a clip's frames (DMVR's name); default 1. Needs `length`.
+      eval_clips: evenly spaced clips per example at evaluation (DMVR's `num_test_clips`, keeping
+        vidvol's earlier name); >1 stacks the clips after the batch axis. Default 1. Needs `length`.
+
+    Raises:
+      ValueError: a field is not an integer >= 1 (`length`: or None), or `stride`/`eval_clips` are set
+        without `length`.
     """
 
     length: int | None = None
@@ -101,13 +110,21 @@ class Clips:
 class Normalize:
     """How frames become model-ready floats: scaled to [0, 1], then `(x - mean) / std`, then resized.
 
-    `mean`/`std`: a number or one per channel; the defaults 0 and 1 keep frames in [0, 1] (what
-    `tfds.load` gives, over 255), since the right statistics depend on the model (DMVR's
-    `zero_centering_image` and torchvision's `Normalize` leave the choice to the caller too).
-    `resize`: `(height, width)`, bilinear, on the normalized floats. It lives here, not in
-    `Output`, because it is the same kind of step as mean/std: host float work on frames that an
-    integer `Output.dtype` leaves to the device, so "an integer dtype takes `Normalize()`" is one
-    rule; and augmentation (`ReadSpec.augment`: crops of the uint8 frames) runs before all of it.
+    The defaults keep frames in [0, 1] (what `tfds.load` gives, over 255), since the right
+    statistics depend on the model (DMVR's `zero_centering_image` and torchvision's `Normalize` leave
+    the choice to the caller too). `resize` lives here, not in `Output`, because it is the same kind
+    of step as mean/std: host float work on frames that an integer `Output.dtype` leaves to the
+    device, so "an integer dtype takes `Normalize()`" is one rule; and augmentation
+    (`ReadSpec.augment`: crops of the uint8 frames) runs before all of it.
+
+    Args:
+      mean: subtracted from the [0, 1] frames: a number or one per channel; default 0.
+      std: divides them afterwards: a non-zero number or one per channel; default 1.
+      resize: `(height, width)`, bilinear, on the normalized floats; None (default): as stored.
+
+    Raises:
+      ValueError: a non-finite or zero-`std` value, `mean` and `std` with different channel counts, or
+        a `resize` other than two integers >= 1.
     """
 
     mean: float | tuple[float, ...] = 0.0
@@ -135,14 +152,22 @@ class Normalize:
 class Output:
     """What comes out and in which dtype and structure.
 
-    `dtype`: frames and volumes: "float32" (default: what Keras layers and DMVR's outputs take),
-    "bfloat16", "float16", or the stored integers ("uint8" frames, "int16" MRI volumes) to
-    dequantize on the device (`vidvol.dequantize_params`). `mask_dtype`: the `mask` input of the
-    supervised tuple: "float32" (default: multiplies float activations as is), "bfloat16",
-    "float16", "uint8" or "bool"; None leaves it out (data without padding). `features`: dicts of
-    just these features instead of the tuple (`tfds.load`'s default output, restricted); then
-    `inputs`/`target` and `mask_dtype` do not apply. `inputs`/`target`: override the builder's
-    supervised keys (`tfds.load(as_supervised=True)`'s structure, plus the mask).
+    Args:
+      dtype: frames and volumes: "float32" (default: what Keras layers and DMVR's outputs take),
+        "bfloat16", "float16", or the stored integers ("uint8" frames, "int16" MRI volumes) to
+        dequantize on the device (`vidvol.dequantize_params`); names, or the matching tf/np dtypes.
+      mask_dtype: the `mask` input of the supervised tuple: "float32" (default: multiplies float
+        activations as is), "bfloat16", "float16", "uint8" or "bool"; None leaves it out (data
+        without padding).
+      features: dicts of just these features instead of the tuple (`tfds.load`'s default output,
+        restricted); then `inputs`/`target` and `mask_dtype` do not apply (setting them is a ValueError).
+      inputs: override the builder's supervised inputs (`tfds.load(as_supervised=True)`'s structure,
+        plus the mask); one name or a sequence.
+      target: override the builder's supervised target (one feature name).
+
+    Raises:
+      ValueError: an unknown dtype, an empty or non-string name, or `features` together with
+        `inputs`, `target` or a non-default `mask_dtype`.
     """
 
     dtype: str = "float32"
@@ -175,9 +200,21 @@ class ReadSpec:
     """The options every reader shares: which clips, how frames are normalized, what comes out, how it is augmented.
 
     Defaults read every stored frame, frames float32 in [0, 1], the supervised `((x, mask), y)`
-    tuple, as `vidvol.load(name, split, batch_size)` always has, and augment nothing
-    (`augment=vidvol.VideoAugment(...)`: crops and flips of the uint8 frames, before `normalize`;
-    `augment=vidvol.VolumeAugment(...)`: patches, flips, rotations and intensity of volumes).
+    tuple, as `vidvol.load(name, split, batch_size)` always has, and augment nothing.
+
+    Args:
+      clips: the read-time clips (`vidvol.Clips`); default `Clips()`: every stored frame.
+      normalize: the frame normalization and resize (`vidvol.Normalize`); default `Normalize()`.
+      output: dtype, mask dtype and structure of what comes out (`vidvol.Output`); default `Output()`.
+      augment: None (default: nothing augmented); `vidvol.VideoAugment(...)`: crops and flips of the
+        uint8 frames, before `normalize`; `vidvol.VolumeAugment(...)`: patches, flips, rotations and
+        intensity of volumes.
+
+    Raises:
+      ValueError: a part of the wrong type, or parts that contradict each other: an integer
+        `Output.dtype` with a non-default `Normalize` (mean/std: pass them to
+        `vidvol.dequantize_params`; resize: on the device) or with `VolumeAugment`'s intensity
+        scale/shift.
     """
 
     clips: Clips = Clips()
@@ -233,7 +270,7 @@ class Tuning:
     Kept out of `ReadSpec` for that reason (as `tfds.ReadConfig` is out of `tfds.load`'s output
     options and DMVR's `tune()` out of its builders): the same spec reads alike everywhere.
 
-    Attributes:
+    Args:
       cycle_length: batches read (and parsed, decoded) at once; None: autotuned. (It counted shard
         files read in parallel when files were interleaved; examples are now read by index.)
       memory_budget_bytes: cap for tf.data's autotuned buffers and the lean-mode threshold; None: a
@@ -243,10 +280,13 @@ class Tuning:
         repeat or skip a few batches: `readers.order`).
       parse_per_batch: when every feature read has a fixed stored shape and nothing runs per example,
         parse each batch of serialized records in one call (same values and, under a seed, the same
-        order as TFDS's per-example parse). False parses each record with TFDS's decoders.
+        order as TFDS's per-example parse); default True. False parses each record with TFDS's decoders.
       direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
         bytes straight from the file into the batch (`readers.direct_volumes`: indexed once, CRC32C
-        checked; same tensors and order). False: through TensorFlow's TFRecord reader.
+        checked; same tensors and order); default True. False: through TensorFlow's TFRecord reader.
+
+    Raises:
+      ValueError: `cycle_length` or `memory_budget_bytes` not None or an integer >= 1, or a flag not a bool.
     """
 
     cycle_length: int | None = None

@@ -29,7 +29,8 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -85,13 +86,13 @@ def _as_loaded(feature: tfds.features.FeatureConnector, value: Any) -> Any:
 
 def _check_record_counts(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any]) -> None:
     """ValueError naming an ArrayRecord shard that holds more records than the build wrote (its count is in its footer)."""
-    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    from array_record.python import array_record_module
 
     for f in instructions:
         path = os.fspath(f.filename)
         try:
             reader = array_record_module.ArrayRecordReader(path)
-        except Exception:  # pylint: disable=broad-except  (missing or damaged: the read names it)
+        except Exception:  # missing or damaged: the read names it
             continue
         try:
             count = reader.num_records()
@@ -260,15 +261,32 @@ def data_source(
 
     The examples are those of `tfds.data_source(name, split=split, data_dir=data_dir)` in the same
     order, with tfds.load's types (video frames one (T, H, W, C) array, NumPy scalars) and JPEG pixels
-    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). `spec`:
-    `Output(features=[...])` (the features decoded; default all) and `augment` (`VideoAugment`: the
-    uint8 frames cropped as `vidvol.load` crops them, per-frame values repeated for multi_crop's
-    views; `VolumeAugment`: the volume and mask patched and transformed as `vidvol.load` does) apply,
-    since the examples are otherwise the stored ones; anything else is a ValueError pointing to
-    `grain_dataset` / `torch_dataset`. `training` (default: the split's name starts with "train") and
-    `seed` choose the draws as `vidvol.load`'s do: random ones from (seed, epoch, index)
-    (`ds.set_epoch(e)`), else evaluation's (centre crops, the centre patch). `num_threads`: threads
-    decoding one `__getitems__` batch (default two per core, at most 8).
+    (`tf.io.decode_jpeg`'s, as `tfds.data_source` gives them for `VideoFrames` too). Only the parts
+    of `spec` that keep the examples the stored ones apply. Recipe: docs/reading.md, "Random access:
+    JAX and PyTorch".
+
+    Args:
+      name: registered dataset name with optional config, or a builder.
+      split: TFDS split, slices allowed.
+      data_dir: TFDS data directory holding the prepared dataset.
+      spec: `Output(features=[...])` (the features decoded; default all) and `augment` (`VideoAugment`:
+        the uint8 frames cropped as `vidvol.load` crops them, per-frame values repeated for
+        multi_crop's views; `VolumeAugment`: the volume and mask patched and transformed as
+        `vidvol.load` does) apply; None: `ReadSpec()`.
+      num_threads: threads decoding one `__getitems__` batch; None: two per core, at most 8.
+      training: random draws of `augment` from (seed, epoch, index) (`ds.set_epoch(e)`), as
+        `vidvol.load`'s; False: evaluation's (centre crops, the centre patch). None: the split's name
+        starts with "train".
+      seed: the seed of those draws; None: fresh ones.
+
+    Returns:
+      A `DataSource`: `len(ds)`, `ds[i]`, `ds.__getitems__(indices)` (decoded in a thread pool),
+      picklable for worker processes.
+
+    Raises:
+      DatasetNotPreparedError: the dataset is not built in `data_dir`.
+      RandomAccessError: the dataset is stored as TFRecord (the message gives the rebuild command).
+      ValueError: any other part of `spec` (use `grain_dataset` / `torch_dataset`), or an unknown feature.
     """
     spec = spec or ReadSpec()
     spec.check_supported("vidvol.data_source", ("output.features", "augment"),
@@ -304,7 +322,7 @@ class SupervisedExamples:
         cls, name: str | tfds.core.DatasetBuilder, split: str, *, data_dir: str | os.PathLike | None = None,
         training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
         num_threads: int | None = None,
-    ) -> "SupervisedExamples":
+    ) -> SupervisedExamples:
         """Checks the arguments as `vidvol.load` does (same names, same defaults, same spec) and opens the split.
 
         `spec`: clips, `Normalize(mean, std)`, `Output(mask_dtype, inputs, target)` and `augment` apply; resize, a

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -40,18 +41,38 @@ def grain_dataset(
 ):
     """A Grain `MapDataset` of `((x, mask), y)` NumPy batches over a split built with ArrayRecord shards.
 
-    Arguments as in `vidvol.load` (training: a new permutation of the split every epoch, random
-    clips, last partial batch dropped; `spec` as `SupervisedExamples.make` takes it). `seed` makes
-    the order and the clips reproducible (None: a fresh seed, kept in the iterators' state).
-    `num_epochs` None repeats forever (batches then run across epochs, as `vidvol.load(repeat=True)`).
     Iterate it directly, or for parallel reads `ds.to_iter_dataset(grain.ReadOptions(num_threads=8))`,
     then `.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))` for worker processes. The
     iterators of `iter(ds)` and `ds.to_iter_dataset(...)` resume: `it.get_state()` / `it.set_state(...)`
     (module docstring); a transformation you add after this dataset gives Grain's own state, without
     the seed (pass a seed then).
+
+    Args:
+      name: registered dataset name with optional config, or a builder (as in `vidvol.load`).
+      split: TFDS split, slices allowed.
+      batch_size: examples per batch.
+      data_dir: TFDS data directory holding the prepared dataset.
+      training: a new permutation of the split every epoch, random clips, last partial batch dropped.
+        None: the split's name starts with "train".
+      seed: makes the order and the clips reproducible; None: a fresh seed, kept in the iterators' state.
+      spec: as `SupervisedExamples.make` takes it: clips, `Normalize(mean, std)`, `Output(mask_dtype,
+        inputs, target)` and `augment`; None: `ReadSpec()`.
+      drop_remainder: drop the last partial batch; None: `training`.
+      num_epochs: epochs to read (default 1); None repeats forever (batches then run across epochs,
+        as `vidvol.load(repeat=True)`).
+
+    Returns:
+      The Grain `MapDataset` of batches, whose iterators resume.
+
+    Raises:
+      ImportError: Grain is not installed (`pip install 'vidvol[grain]'`).
+      DatasetNotPreparedError: the dataset is not built in `data_dir`.
+      RandomAccessError: the dataset is stored as TFRecord.
+      ValueError: a bad `batch_size`, or a `spec` part these NumPy readers cannot honour (resize, a
+        dtype other than float32, dicts, a left-out mask).
     """
     try:
-        from vidvol.readers.random_access import grain_iterators  # pylint: disable=g-import-not-at-top  (imports grain)
+        from vidvol.readers.random_access import grain_iterators  # imports grain
     except ImportError as e:  # pragma: no cover  (grain is in the `grain` and `test` extras)
         raise ImportError("vidvol.grain_dataset needs Grain: pip install 'vidvol[grain]'") from e
     check_batch_size(batch_size)
@@ -78,5 +99,5 @@ class FinishBatch:
         if valid.all():
             return batch
         xs, y = batch
-        keep = lambda x: np.where(valid.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0).astype(x.dtype)  # noqa: E731
+        keep = lambda x: np.where(valid.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0).astype(x.dtype)
         return (tuple(keep(x) for x in xs) if isinstance(xs, tuple) else keep(xs)), y

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -53,12 +54,22 @@ def load(
     drop_remainder: bool | None = None,
     tuning: Tuning | None = None,
 ) -> tf.data.Dataset:
-    """Batched `((video_or_volume, mask), target)` dataset of a prepared vidvol dataset, streamed from its shards.
+    """Streams a prepared vidvol dataset from its TFRecord shards as model-ready `tf.data` batches.
 
     The parameters are tfds.load's where they mean the same (`name`, `split`, `batch_size`,
     `data_dir`); what to read and hand out is one `spec` shared with the random-access readers
     (DMVR and pytorchvideo likewise keep sampling and transforms out of the reader's own
     arguments), and speed is `tuning` (DMVR's `tune()`), which never changes the examples.
+
+    Stopping and resuming: `tf.train.Checkpoint(iterator=iter(ds))` saves a few KiB of state (an
+    element counter, the iteration's keys, the data's fingerprint: `readers.order`), whatever the
+    dataset; restored into a pipeline made with the same arguments, in any process, the next
+    batches are those the uninterrupted run would have read (also for an unseeded run: the saved
+    seed wins), and a rebuilt dataset or another pipeline layout refuses the checkpoint with an error
+    naming both. A stateful op you map after `load` (`tf.random.uniform`, a `tf.py_function` with
+    state, a random Keras preprocessing layer) is not in that state: TensorFlow saves such a
+    pipeline without complaint under symbolic checkpoints, and its draws differ after a restore;
+    `vidvol.check_resumable(ds)` names it. Recipe: docs/reading.md, "Stopping and resuming".
 
     Args:
       name: registered dataset name with optional config ("hmdb51/split1_20x64x64"), or a builder.
@@ -66,7 +77,7 @@ def load(
       batch_size: examples per batch (per input pipeline when `input_context` is given).
       data_dir: TFDS data directory holding the prepared dataset.
       training: a new permutation of the whole split every epoch, random clips, drop the last partial
-        batch. Default: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
+        batch. None: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
         the caller's choice; here a training split is read as one trains on it).
       seed: makes the example order and random clips reproducible; each epoch (and each new iterator
         of a `repeat=False` dataset) still differs from the last. None: a seed is drawn, and kept in
@@ -82,21 +93,20 @@ def load(
         whose mask, frames and volume are zero (weight each example by `mask.max() > 0`); none lost.
         At most `examples` pipelines. The dataset cards give the figures for their splits.
       repeat: repeat forever (each epoch a new permutation; batches run on across epoch boundaries).
-      drop_remainder: default `training`.
+      drop_remainder: drop the last partial batch; None: `training`.
       tuning: performance knobs (`vidvol.Tuning`); None: `Tuning()`.
 
-    Stopping and resuming: `tf.train.Checkpoint(iterator=iter(ds))` saves a few KiB of state (an
-    element counter, the iteration's keys, the data's fingerprint: `readers.order`), whatever the
-    dataset; restored into a pipeline made with the same arguments, in any process, the next
-    batches are those the uninterrupted run would have read (also for an unseeded run: the saved
-    seed wins), and a rebuilt dataset or another pipeline layout refuses the checkpoint with an error
-    naming both. A stateful op you map after `load` (`tf.random.uniform`, a `tf.py_function` with
-    state, a random Keras preprocessing layer) is not in that state: TensorFlow saves such a
-    pipeline without complaint under symbolic checkpoints, and its draws differ after a restore;
-    `vidvol.check_resumable(ds)` names it. Recipe: docs/reading.md, "Stopping and resuming".
+    Returns:
+      A `tf.data.Dataset` of `((x, mask), target)` batches from the builder's supervised keys (dicts of
+      the features under `Output(features=...)`).
 
-    The keywords retired in 0.2.0 (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...) are a TypeError
-    giving the new spelling (`readers.keywords`, CHANGELOG.md).
+    Raises:
+      DatasetNotPreparedError: the dataset is not built in `data_dir` (the error gives the `tfds build` command).
+      ValueError: the dataset is stored as ArrayRecord (read it with `vidvol.data_source` / `grain_dataset` /
+        `torch_dataset`), or an argument does not fit it (unknown features, more pipelines than examples:
+        `ShardingError`).
+      TypeError: a keyword retired in 0.2.0 (`clip_length=`, `mean=`, `output_dtype=`, `cycle_length=`...),
+        giving its new spelling (`readers.keywords`, CHANGELOG.md), or an unknown keyword.
     """
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
@@ -126,11 +136,27 @@ def dequantize_params(
     """Scale and offset that turn `load`'s frames or volume under `Output(dtype=output_dtype)` into its float32 output.
 
     `x * scale + offset` (per channel for per-channel `mean`/`std`) equals what `load` returns with
-    `Output(dtype="float32")` and `Normalize(mean=mean, std=std)`, within float rounding; `.layer()` is the Keras
-    layer that applies it on the accelerator (`vidvol.layers.Dequantize`). `output_dtype` None: the
-    stored integers ("uint8" frames: scale 1/(255 std), offset -mean/std; "int16" MRI volumes: the
-    stored integers are the values, scale 1, offset 0). `feature`: default the first video or volume
-    among the builder's supervised inputs.
+    `Output(dtype="float32")` and `Normalize(mean=mean, std=std)`, within float rounding; `.layer()` is
+    the Keras layer that applies it on the accelerator (`vidvol.layers.Dequantize`).
+
+    Args:
+      name: registered dataset name with optional config, or a builder.
+      output_dtype: the `Output.dtype` the batches come in; None: the stored integers ("uint8" frames:
+        scale 1/(255 std), offset -mean/std; "int16" MRI volumes: the stored integers are the values,
+        scale 1, offset 0). A float dtype comes out finished: scale 1, offset 0.
+      feature: the video or volume feature; None: the first video or volume among the builder's
+        supervised inputs.
+      mean: the `Normalize.mean` to fold in (a number or one per channel); frames only.
+      std: the `Normalize.std` to fold in (a number or one per channel, non-zero); frames only.
+      data_dir: TFDS data directory holding the prepared dataset.
+
+    Returns:
+      A `Dequantization` (`feature`, `output_dtype`, `stored_dtype`, `scale`, `offset`, `.layer()`).
+
+    Raises:
+      DatasetNotPreparedError: the dataset is not built in `data_dir`.
+      ValueError: no video or volume feature, `feature` unknown or neither a video nor a volume, an
+        integer `output_dtype` other than the stored one, a zero `std`, or `mean`/`std` for a volume.
     """
     builder = get_builder(name, data_dir)
     info = builder.info
@@ -148,12 +174,21 @@ def dequantize_params(
 def distribute(
     strategy: tf.distribute.Strategy, name: str | tfds.core.DatasetBuilder, split: str, global_batch_size: int, **kwargs: Any
 ) -> tf.distribute.DistributedDataset:
-    """`load` per input pipeline of `strategy`, each reading an equal share of the examples (per-replica batches).
+    """Runs `load` once per input pipeline of `strategy`, each over an equal share of the examples.
 
     Every pipeline yields the same number of batches an epoch (`load`'s `input_context`): training
     leaves `examples % pipelines` out of each epoch (a different run of them each epoch),
     evaluation pads the short pipelines with one zero-mask example each (weight by the mask).
-    `kwargs`: `load`'s keywords (`seed=`, `spec=`, `tuning=`...).
+
+    Args:
+      strategy: the `tf.distribute.Strategy` whose `distribute_datasets_from_function` builds the pipelines.
+      name: registered dataset name with optional config, or a builder (as in `load`).
+      split: TFDS split, slices allowed (as in `load`).
+      global_batch_size: examples per step over all replicas; each pipeline reads per-replica batches.
+      **kwargs: `load`'s keywords (`seed=`, `spec=`, `tuning=`...).
+
+    Returns:
+      The `tf.distribute.DistributedDataset` of per-replica batches.
     """
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -169,10 +204,24 @@ def load_labels(
     data_dir: str | os.PathLike | None = None,
     target: str | None = None,
 ) -> np.ndarray:
-    """Every target of a split as one array, parsing nothing else (no frame is decoded or copied).
+    """Reads every target of a split as one array, parsing nothing else (no frame is decoded or copied).
 
     The order is that of `load(..., training=False)` (the split's storage order: shard files in turn,
     each file's records in order), so predictions line up with it.
+
+    Args:
+      name: registered dataset name with optional config, or a builder.
+      split: TFDS split, slices allowed.
+      data_dir: TFDS data directory holding the prepared dataset.
+      target: the feature to read; None: the builder's supervised target.
+
+    Returns:
+      A NumPy array of the split's targets, one row per example (empty, with the feature's shape, for
+      an empty split).
+
+    Raises:
+      DatasetNotPreparedError: the dataset is not built in `data_dir`.
+      ValueError: `target` is not a feature, or the dataset is not stored as TFRecord shards.
     """
     builder = get_builder(name, data_dir)
     check_tf_data(builder)
