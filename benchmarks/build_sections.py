@@ -15,13 +15,14 @@ from typing import Any, Sequence
 
 import build_limit
 import builds
-import fire_memory
+import inputs
+import measure
 import section
 from suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size, raw_config
 
 METHOD = [
-    "Builds run the real `tfds build` CLI (multi-process Beam FnApiRunner) in a subprocess; RSS of the driver and "
-    "every SDK worker subprocess is polled with psutil every 0.1 s (`TreeMonitor` in `benchmarks/fire_memory.py`).",
+    "Builds run the real `tfds build` CLI (multi-process Beam FnApiRunner) in a subprocess; RSS (VmRSS) of the driver and "
+    "every SDK worker subprocess is sampled every 0.1 s (`TreeSampler` in `benchmarks/measure.py`).",
 ]
 
 
@@ -61,19 +62,18 @@ def build_all(ctx: section.Context) -> dict[str, Any]:
     memory: dict[int, dict[str, Any]] = {}
     for count in s.fire_counts:
         manual = ctx.path("manual", f"fire_{count}")
-        fire_memory.subset_labels(labels, manual, count)
+        inputs.subset_labels(labels, manual, count)
         memory[count] = _build(ctx, "fire_hrr", s.fire_config, manual, ctx.path("data", f"fire_{count}"), ctx.cores)
     small, large = s.fire_counts
     # 1 and 2 workers alternate, so a change in the machine's load hits both alike.
     scaling: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
     manual = ctx.path("manual", f"fire_{large}_x{s.scaling_repeat}")
-    fire_memory.repeat_experiments(os.path.join(ctx.path("manual", f"fire_{large}"), "labels.csv"), manual,
-                                   s.scaling_repeat)
+    inputs.repeat_experiments(os.path.join(ctx.path("manual", f"fire_{large}"), "labels.csv"), manual, s.scaling_repeat)
     for _ in range(s.build_runs):
         for workers in (1, 2):
             scaling[workers].append(_build(ctx, "fire_hrr", s.fire_config, manual, ctx.path("data", "fire_scaling"),
                                            workers))
-    ok, text = fire_memory.verdict(memory, max_worker_gib=2.0, flat_tolerance=0.10)
+    ok, text = measure.memory_verdict(memory, max_worker_gib=2.0, flat_tolerance=0.10)
     out["build_memory"] = {
         "dataset": f"fire_hrr/{s.fire_config}", "interval_s": 0.1,
         "results": {str(k): v for k, v in memory.items()}, "verdict": text, "pass": ok,

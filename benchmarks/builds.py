@@ -3,9 +3,9 @@
 `build(...)` prepares `NAME/CONFIG` from a manual_dir either with the real `tfds build` CLI in a
 subprocess (`isolate=True`: multi-process Beam, `--beam_pipeline_options=direct_num_workers=N,
 direct_running_mode=multi_processing`) or in this process (`isolate=False`: Beam's multi-threaded
-mode, for the quick smoke run). While it runs, `fire_memory.TreeMonitor` polls the RSS of the
-driver and every Beam SDK worker subprocess, and a watcher notes when the first shard file
-(`*.partial`) appears. Two rates come back:
+mode, for the quick smoke run). While it runs, `measure.TreeSampler` samples the RSS of the
+driver and every Beam SDK worker subprocess, and the shard watch (`cluster_builds.AttemptWatch`)
+notes when the first shard file (`*.partial`) appears. Two rates come back:
 
 - `examples_per_s`: examples / (last shard write - first shard open), the writing phase that
   the Beam workers parallelize;
@@ -20,67 +20,17 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from typing import Any, Sequence
 
-import fire_memory
-from reads import busy_cpu_seconds
+from cluster_builds import AttemptWatch
+import jobs
+import measure
+from streams import busy_cpu_seconds
 
 MIB = 2**20
-
-
-class ShardWatch(threading.Thread):
-    """Polls data_dir for shard files being written (`*.partial*`): when each appeared, when it last grew."""
-
-    def __init__(self, data_dir: str, interval: float):
-        super().__init__(daemon=True)
-        self.data_dir = data_dir
-        self.interval = interval
-        self.opened: dict[str, float] = {}  # .partial path -> time.time() of its first sighting
-        self.written: dict[str, float] = {}  # .partial path -> its latest modification time seen
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        # Shard attempts: `<shard>.partial.<id>.tmp` while written (renamed to `<shard>.partial` when whole);
-        # the workers' progress records (`.progress`) are not shards.
-        pattern = os.path.join(self.data_dir, "**", "*.partial*")
-        while not self._halt.is_set():
-            self.poll(pattern)
-            self._halt.wait(self.interval)
-        self.poll(pattern)
-
-    def poll(self, pattern: str) -> None:
-        """Records new shard files and the latest write of each."""
-        now = time.time()
-        for path in glob.glob(pattern, recursive=True):
-            if path.endswith((".info.json", ".progress")) or ".progress." in path:  # sidecars, progress records
-                continue
-            shard = path.split(".partial")[0] + ".partial"  # one entry per shard, whatever the attempt's name
-            try:
-                mtime = os.path.getmtime(path)
-            except OSError:  # renamed to its final name meanwhile
-                continue
-            self.opened.setdefault(shard, now)
-            self.written[shard] = max(self.written.get(shard, 0.0), mtime)
-
-    @property
-    def first_seen(self) -> float | None:
-        """When the first shard file appeared (None if none was seen)."""
-        return min(self.opened.values(), default=None)
-
-    def shards_in_flight(self, end: float) -> float | None:
-        """Mean number of shards being written at once between the first opening and `end`."""
-        if not self.opened or end <= self.first_seen:
-            return None
-        busy = sum(max(0.0, self.written.get(p, t) - t) for p, t in self.opened.items())
-        return busy / (end - self.first_seen)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
+TFDS_CLI = (sys.executable, "-m", "tensorflow_datasets.scripts.cli.main")  # `tfds`, as a user runs it
 
 
 def beam_flags(workers: int, running_mode: str) -> list[str]:
@@ -89,52 +39,37 @@ def beam_flags(workers: int, running_mode: str) -> list[str]:
 
 
 def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, log_path: str,
-         monitor_interval: float, extra: Sequence[str], target: str | None = None
-         ) -> tuple[float, float, fire_memory.TreeMonitor]:
-    """Runs `tfds build` in a subprocess under a TreeMonitor; returns (wall s, CPU s of the tree, monitor).
+         monitor_interval: float, extra: Sequence[str], target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI
+         ) -> tuple[float, float, measure.TreeSampler]:
+    """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler).
 
     `target`: what the command names (e.g. `hmdb51` alone, no config); default `name/config`.
     """
     options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
-    cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", target or f"{name}/{config}",
+    cmd = [*tfds_cli, "build", target or f"{name}/{config}",
            "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
            f"--beam_pipeline_options={options}", *extra]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     start = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        monitor = fire_memory.TreeMonitor(proc.pid, monitor_interval)
-        monitor.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)  # usage covers the driver and the workers it reaped
-            proc.returncode = returncode = os.waitstatus_to_exitcode(status)
-        finally:
-            monitor.stop()
+    returncode, usage, monitor = jobs.run_command(cmd, log_path, interval=monitor_interval)  # usage: driver + workers
     wall = time.monotonic() - start
     if returncode != 0:
-        with open(log_path, encoding="utf-8") as f:
-            tail = f.read()[-4000:]
-        raise RuntimeError(f"tfds build {name}/{config} failed ({returncode}); log {log_path}:\n{tail}")
+        raise RuntimeError(f"tfds build {name}/{config} failed ({returncode}); log {log_path}:\n{jobs.tail(log_path)}")
     return wall, usage.ru_utime + usage.ru_stime, monitor
 
 
 def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
-                monitor_interval: float, target: str | None = None) -> tuple[float, float, fire_memory.TreeMonitor]:
-    """Runs download_and_prepare here under a TreeMonitor of this process (and its Beam workers, if any)."""
+                monitor_interval: float, target: str | None = None) -> tuple[float, float, measure.TreeSampler]:
+    """Runs download_and_prepare here under a TreeSampler of this process (and its Beam workers, if any)."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
 
     import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
-    monitor = fire_memory.TreeMonitor(os.getpid(), monitor_interval)
-    monitor.start()
-    start, cpu_start = time.monotonic(), _cpu_seconds()
-    try:
+    with measure.TreeSampler(os.getpid(), monitor_interval) as monitor:
+        start, cpu_start = time.monotonic(), _cpu_seconds()
         builder = tfds.builder(target or f"{name}/{config}", data_dir=data_dir)
         builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
             manual_dir=manual_dir, beam_options=PipelineOptions(beam_flags(workers, running_mode))))
-    finally:
-        monitor.stop()
     return time.monotonic() - start, _cpu_seconds() - cpu_start, monitor
 
 
@@ -163,11 +98,12 @@ def last_shard_write(data_dir: str, name: str, config: str) -> float:
 
 def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: int, isolate: bool = True,
           running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = (),
-          target: str | None = None) -> dict[str, Any]:
+          target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI) -> dict[str, Any]:
     """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary.
 
     `target`: what the `tfds build` command names (e.g. the dataset alone, which builds its
-    default config `config`); default `name/config`.
+    default config `config`); default `name/config`. `tfds_cli`: the command standing for `tfds`
+    (`studies/stock_writer.py` builds with TFDS's stock writer).
 
     `isolate`: the tfds CLI in a subprocess (multi-process Beam); otherwise download_and_prepare in
     this process with Beam's `running_mode` ("multi_threading", or "multi_processing" for worker
@@ -175,17 +111,13 @@ def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: in
     """
     shutil.rmtree(data_dir, ignore_errors=True)
     os.makedirs(data_dir)
-    watch = ShardWatch(data_dir, interval=0.05)
-    watch.start()
     busy_start = busy_cpu_seconds()
-    try:
+    with AttemptWatch(data_dir, interval=0.05) as watch:
         if isolate:
             wall, cpu, monitor = _cli(name, config, manual_dir, data_dir, workers, data_dir.rstrip("/") + ".log",
-                                      interval, extra, target)
+                                      interval, extra, target, tfds_cli)
         else:
             wall, cpu, monitor = _in_process(name, config, manual_dir, data_dir, workers, running_mode, interval, target)
-    finally:
-        watch.stop()
     others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / wall
     configs = sorted(d for d in os.listdir(os.path.join(data_dir, name))
                      if os.path.isdir(os.path.join(data_dir, name, d)) and not d.startswith("."))
@@ -194,12 +126,11 @@ def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: in
     report = skip_report(data_dir, name, config)
     examples = sum(s["examples"] for s in report["splits"].values())
     write_s = in_flight = None
-    if watch.first_seen is not None:
+    if watch.first_open is not None:
         last = last_shard_write(data_dir, name, config)
-        write_s = max(last - watch.first_seen, 1e-3)
+        write_s = max(last - watch.first_open, 1e-3)
         in_flight = watch.shards_in_flight(last)
-    workers_rss = [p["peak_rss"] for p in monitor.peaks.values() if p["kind"] == "worker"]
-    driver_rss = [p["peak_rss"] for p in monitor.peaks.values() if p["kind"] == "driver"]
+    workers_rss, driver_rss = monitor.peaks_of("worker"), monitor.peaks_of("driver")
     # Multi-threaded builds run their workers as threads of the driver: the driver's peak is theirs.
     worker_peak = max(workers_rss) if workers_rss else (max(driver_rss, default=0) if not isolate else 0)
     return {

@@ -20,7 +20,7 @@ own job process (`jobs.run_job`).
    steps by timestamps taken around the builder's `_plan` / `_run_pipeline` and the DaskRunner's
    `run_pipeline` (wrapped in the job process only; library code unchanged).
 2. Worker memory: the RSS of every dask worker process (and of the scheduler and the driver) is
-   polled with psutil (`fire_memory.TreeMonitor`) during builds of N and 4N experiments.
+   sampled (`measure.TreeSampler`) during builds of N and 4N experiments.
 3. Driver scale (no decoding, no cluster): for 10k / 100k / 1M synthetic hmdb51-style
    `clips.ClipSource` records (Kinetics-700 is ~650k videos), each size in a fresh process (a
    `cluster_driver.py` job): the
@@ -44,7 +44,7 @@ from typing import Any, Sequence
 
 import cluster_builds
 import cluster_driver
-import fire_memory
+import measure
 import report
 import section
 
@@ -77,8 +77,8 @@ METHOD = [
     "build in its own Python process; 1- and 2-worker builds alternate. *Writing phase*: first shard attempt file "
     "opened -> last shard written (shard watch every 0.05 s); *end to end*: the build process's wall time "
     "(interpreter, imports, cluster start, build, cluster stop).",
-    "Worker memory: psutil RSS of the driver, the scheduler and every dask worker process every 0.1 s "
-    "(`fire_memory.TreeMonitor`).",
+    "Worker memory: RSS (VmRSS) of the driver, the scheduler and every dask worker process every 0.1 s "
+    "(`measure.TreeSampler`).",
     "Driver scale: synthetic hmdb51-style `ClipSource` records (Kinetics-like paths, 700 labels), shards sized as "
     "hmdb51's 16x224x224 config (~235 KiB per example, 128 MiB shards); each size in a fresh process, peak RSS "
     "(VmHWM) after each phase. *submit* is what `pipeline.run()` does on the driver with the DaskRunner before any task "
@@ -143,8 +143,8 @@ class Cluster(section.Section):
             doc["scaling"] = {**cluster_builds.summarize_scaling(b["dataset"], runs), "runs": b["runs"]}
         m = doc.get("memory")
         if m:
-            m["pass"], m["verdict"] = fire_memory.verdict({int(n): r for n, r in m["results"].items()},
-                                                          max_worker_gib=TARGET_WORKER_GIB, flat_tolerance=TARGET_FLAT)
+            m["pass"], m["verdict"] = measure.memory_verdict({int(n): r for n, r in m["results"].items()},
+                                                             max_worker_gib=TARGET_WORKER_GIB, flat_tolerance=TARGET_FLAT)
         d = doc.get("driver")
         if d:
             doc["driver"] = cluster_driver.driver_curve(d["rows"])
@@ -306,9 +306,9 @@ def prepare_inputs(out: str, settings: ClusterSettings, inputs_dir: str) -> tupl
     repeated = s.scaling_experiments * s.scaling_repeat
     for count in sorted((set(s.memory_counts) | {s.scaling_experiments}) - ({repeated} if s.scaling_repeat > 1 else set())):
         manuals[count] = os.path.join(out, "manual", f"fire_{count}")
-        fire_memory.subset_labels(labels, manuals[count], count)
+        inputs.subset_labels(labels, manuals[count], count)
     scaling_manual = os.path.join(out, "manual", f"fire_{s.scaling_experiments}_x{s.scaling_repeat}")
-    fire_memory.repeat_experiments(os.path.join(manuals[s.scaling_experiments], "labels.csv"), scaling_manual, s.scaling_repeat)
+    inputs.repeat_experiments(os.path.join(manuals[s.scaling_experiments], "labels.csv"), scaling_manual, s.scaling_repeat)
     if s.scaling_repeat > 1:
         manuals[repeated] = scaling_manual
     return scaling_manual, {n: manuals[n] for n in s.memory_counts}

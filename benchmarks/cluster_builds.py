@@ -2,9 +2,9 @@
 
 `run_build` starts this script as a job (`python benchmarks/cluster_builds.py JOB.json RESULT.json`,
 `jobs.run_job`): the job starts a cluster of N single-threaded worker processes, builds the dataset
-on it with `vidvol.beam_jobs.build.build(runner="dask")` under the RSS monitor
-(`fire_memory.TreeMonitor`) and the shard watch (`AttemptWatch`: first shard attempt opened -> last
-shard written), and cuts the build into driver-side steps by timestamps taken around the builder's
+on it with `vidvol.beam_jobs.build.build(runner="dask")` under the RSS sampler
+(`measure.TreeSampler`) and the shard watch (`AttemptWatch`: first shard attempt opened -> last
+shard written; `builds.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
 `_plan` / `_run_pipeline` and the DaskRunner's `run_pipeline` (wrapped in the job process only;
 library code unchanged). `scaling` alternates 1- and 2-worker builds, `memory` builds N and 4N
 experiments; `summarize_scaling` derives the medians, speed-ups and where the time goes.
@@ -40,7 +40,8 @@ class AttemptWatch(threading.Thread):
 
     Keyed by shard (the attempt suffix stripped): when each shard's first file appeared, when it last grew.
     The workers' other files next to a shard (`.partial.info.json` sidecars, `.partial.progress`
-    records, their own `.<id>.tmp` attempts) are not shards and are left out.
+    records, their own `.<id>.tmp` attempts) are not shards and are left out. A context manager
+    (or `start()` / `stop()`).
     """
 
     _ATTEMPT = re.compile(r"\.[0-9a-f]{12}\.tmp$")
@@ -76,6 +77,13 @@ class AttemptWatch(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
+
+    def __enter__(self) -> AttemptWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
     @property
     def first_open(self) -> float | None:
@@ -117,7 +125,7 @@ class _Stamps:
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     """Starts a cluster, builds `job['dataset']` on it under the RSS monitor and the shard watch; returns timings."""
     started = psutil_create_time()
-    import fire_memory  # pylint: disable=g-import-not-at-top
+    import measure  # pylint: disable=g-import-not-at-top
     import psutil  # pylint: disable=g-import-not-at-top
 
     from vidvol.beam_jobs import build, dask_cluster, dask_runner  # pylint: disable=g-import-not-at-top
@@ -134,12 +142,8 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     data_dir = job["data_dir"]
     shutil.rmtree(data_dir, ignore_errors=True)
     os.makedirs(data_dir)
-    monitor = fire_memory.TreeMonitor(os.getpid(), job["interval"])
-    monitor.start()
-    watch = AttemptWatch(data_dir)
-    watch.start()
     worker_cpu: dict[str, float | None] = {}
-    try:
+    with measure.TreeSampler(os.getpid(), job["interval"]) as monitor, AttemptWatch(data_dir) as watch:
         t0 = time.time()
         with dask_cluster.LocalDaskCluster(n_workers=job["workers"], log_dir=job["log_dir"]) as cluster:
             up = time.time()
@@ -155,9 +159,6 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
                 except psutil.NoSuchProcess:
                     worker_cpu[name] = None
         stopped = time.time()
-    finally:
-        watch.stop()
-        monitor.stop()
     examples = sum(s["examples"] for s in result.splits.values())
     shards = glob.glob(os.path.join(result.data_path, "*.tfrecord-*"))
     last = max(os.path.getmtime(p) for p in shards)
@@ -165,7 +166,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     by_pid = {pid: name for name, pid in pids.items()}
     workers = {by_pid[pid]: p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid, "").startswith("worker")}
     scheduler = [p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid) == "scheduler"]
-    driver = [p["peak_rss"] for p in monitor.peaks.values() if p["kind"] == "driver"]
+    driver = monitor.peaks_of("driver")
     s = stamps.t
     rel = lambda a, b: round(b - a, 2) if a is not None and b is not None else None  # noqa: E731
     opens = sorted(watch.opened.values())
@@ -211,7 +212,7 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
               num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
     import jobs  # pylint: disable=g-import-not-at-top
-    from reads import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
+    from streams import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
 
     os.makedirs(work, exist_ok=True)
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
@@ -345,7 +346,7 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
            timeout: float) -> dict[str, Any]:
     """Builds over N and 4N experiments with `workers` workers; peak RSS of each worker, scheduler and driver.
 
-    The verdict (flat, under the ceiling) is the section's: `fire_memory.verdict` with its targets.
+    The verdict (flat, under the ceiling) is the section's: `measure.memory_verdict` with its targets.
     """
     results = {n: run_build(dataset, manual, work, f"memory_{n}", workers, interval=interval, timeout=timeout)
                for n, manual in sorted(manuals.items())}

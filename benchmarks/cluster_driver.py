@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import os
-import resource
 import shutil
 import sys
 import time
@@ -106,28 +105,11 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
             "npartitions": bag_kwargs.get("npartitions")}
 
 
-def peak_rss_mib(pid: int | str = "self") -> float:
-    """A process's peak RSS so far (this one's by default): VmHWM of /proc/PID/status (ru_maxrss elsewhere).
-
-    Not ru_maxrss on Linux: a process started from a big one (run.py, ~1 GiB; a pytest worker) inherits
-    the parent's high-water mark in ru_maxrss through fork + exec (vfork + exec too, as `subprocess`
-    starts children), VmHWM belongs to its own address space. tests/peak_memory.py uses it too.
-    """
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    if pid != "self":
-        return 0.0  # gone, or not Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _note_rss(times: dict[str, Any], phase: str) -> float:
-    """Notes the peak RSS so far after `phase` (MiB) and returns it."""
-    peak = times.setdefault("_maxrss", {})[phase] = round(peak_rss_mib(), 1)
+    """Notes the peak RSS so far (VmHWM, `measure.peak_rss_mib`) after `phase` (MiB) and returns it."""
+    import measure  # pylint: disable=g-import-not-at-top
+
+    peak = times.setdefault("_maxrss", {})[phase] = round(measure.peak_rss_mib(), 1)
     return peak
 
 

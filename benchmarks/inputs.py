@@ -294,6 +294,67 @@ def fire_frame_rows(labels_csv: str) -> list[tuple[str, str, float]]:
     return out
 
 
+def subset_labels(labels: str, manual_dir: str, count: int) -> int:
+    """Writes manual_dir/labels.csv with the first `count` experiments of `labels` (absolute frame paths).
+
+    Args:
+        labels: a fire_hrr labels.csv (`experiment,frame,...`, frame paths relative to its folder).
+        manual_dir: the folder to write (created if missing).
+        count: how many experiments to keep, in file order.
+
+    Returns:
+        The rows written.
+    """
+    root = os.path.dirname(os.path.abspath(labels))
+    os.makedirs(manual_dir, exist_ok=True)
+    kept: list[str] = []
+    rows = 0
+    with open(labels, newline="", encoding="utf-8") as src, \
+            open(os.path.join(manual_dir, "labels.csv"), "w", newline="", encoding="utf-8") as dst:
+        reader, writer = csv.DictReader(src), None
+        for row in reader:
+            if row["experiment"] not in kept:
+                if len(kept) == count:
+                    continue
+                kept.append(row["experiment"])
+            row["frame"] = os.path.join(root, row["frame"])
+            if writer is None:
+                writer = csv.DictWriter(dst, fieldnames=reader.fieldnames)
+                writer.writeheader()
+            writer.writerow(row)
+            rows += 1
+    if len(kept) < count:
+        raise ValueError(f"{labels}: asked for {count} experiments, found {len(kept)}")
+    return rows
+
+
+def repeat_experiments(labels: str, manual_dir: str, repeat: int) -> int:
+    """Writes manual_dir/labels.csv listing every experiment of `labels` `repeat` times (same frames, new names).
+
+    A build long enough that worker start-up (a few seconds of imports) does not dominate the
+    1-vs-2-worker comparison, without generating more full-resolution frames.
+
+    Args:
+        labels: a labels.csv with absolute frame paths (`subset_labels`' output).
+        manual_dir: the folder to write (created if missing).
+        repeat: how many times each experiment is listed (1: the same names).
+
+    Returns:
+        The rows written.
+    """
+    os.makedirs(manual_dir, exist_ok=True)
+    with open(labels, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows, fields = list(reader), reader.fieldnames
+    with open(os.path.join(manual_dir, "labels.csv"), "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for j in range(repeat):
+            for row in rows:
+                writer.writerow({**row, "experiment": f"{row['experiment']}_r{j}" if repeat > 1 else row["experiment"]})
+    return len(rows) * repeat
+
+
 # --------------------------------------------------------------------------------------------
 # MRI
 

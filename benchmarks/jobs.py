@@ -3,8 +3,9 @@
 A measurement that must not share a process with the benchmark (its peak RSS, its imports, the
 processes it starts) runs one of this folder's scripts with `run_job` (cluster_builds.py,
 cluster_driver.py); `python` names another interpreter (another virtual environment) to run it in.
+`run_command` runs any command so, its process tree sampled by `measure.TreeSampler` if asked (builds).
 A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (reads.py, cluster_builds.py,
-cluster_driver.py). Stdlib only: loadable without the benchmarks folder on sys.path.
+cluster_driver.py). Stdlib only (`measure` inside `run_command`): loadable without the benchmarks folder on sys.path.
 """
 
 from __future__ import annotations
@@ -20,17 +21,44 @@ from typing import Any, Callable, Sequence
 def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
             python: str = sys.executable) -> tuple[int, Any]:
     """Runs `python script args` in a fresh process (log to log_path); (exit status, rusage of its tree)."""
+    status, usage, _ = run_command([python, os.path.abspath(script), *args], log_path, timeout)
+    return status, usage
+
+
+def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *,
+                interval: float | None = None) -> tuple[int, Any, Any]:
+    """Runs `cmd` (its output to log_path), SIGKILLs its process tree once it runs past `timeout` seconds.
+
+    Args:
+        cmd: the command line.
+        log_path: where its stdout and stderr go.
+        timeout: seconds before it is killed (None: no limit).
+        interval: when given, the process tree is sampled at this period while it runs (`measure.TreeSampler`).
+
+    Returns:
+        (exit status, negative for a signal; rusage of the process and the children it reaped; the sampler or None).
+    """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    sampler = None
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen([python, os.path.abspath(script), *args], stdout=log, stderr=subprocess.STDOUT, env=env)
-        timer = threading.Timer(timeout, kill_tree, args=(proc.pid,))
-        timer.start()
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env)
+        timer = threading.Timer(timeout, kill_tree, args=(proc.pid,)) if timeout else None
+        if timer:
+            timer.start()
+        if interval:
+            import measure  # pylint: disable=g-import-not-at-top
+
+            sampler = measure.TreeSampler(proc.pid, interval)
+            sampler.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)  # covers the job and the processes it reaped (scheduler, workers)
         finally:
-            timer.cancel()
+            if timer:
+                timer.cancel()
+            if sampler:
+                sampler.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage
+    return proc.returncode, usage, sampler
 
 
 def kill_tree(pid: int) -> None:

@@ -332,26 +332,21 @@ def ffmpeg_of(peer: str) -> str:
 
 def run_peer(job: PeerJob) -> dict[str, Any]:
     """Times one peer pipeline `runs` times; returns the read-row figures, first-batch check data and versions."""
-    import psutil  # pylint: disable=g-import-not-at-top
     import torch  # pylint: disable=g-import-not-at-top
 
-    import fire_memory  # pylint: disable=g-import-not-at-top
+    import measure  # pylint: disable=g-import-not-at-top
     import streams  # pylint: disable=g-import-not-at-top
 
     os.makedirs(job.work, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
-    rss_before = psutil.Process().memory_info().rss
-    monitor = fire_memory.TreeMonitor(os.getpid(), 0.1)
-    monitor.start()
-    try:
+    rss_before = measure.rss_mib() * MIB
+    with measure.TreeSampler(os.getpid(), 0.1) as monitor:
         loader, setup, first = make_loader(job)
         check = first_batch(job, loader, first)
         runs = [streams.stream_rate(lambda: iter(loader), count=batch_examples, min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores,
                                     cpu_seconds=streams.tree_cpu_seconds,
                                     min_batches=job.rounds * max(1, job.num_workers)) for _ in range(job.runs)]
-    finally:
-        monitor.stop()
     return {"peer": job.peer, **streams.run_summary(runs), "cores": cores, "batch_size": job.batch_size,
             "num_workers": job.num_workers, "augment": job.augment, "examples": len(job.paths), **setup,
             "rss_before_mib": round(rss_before / MIB, 1),

@@ -32,14 +32,13 @@ import dataclasses
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+import measure
 import report
 import section
-from cluster_driver import peak_rss_mib
 
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
@@ -66,23 +65,15 @@ METHOD = [
 
 
 def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2) -> dict[str, float]:
-    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls."""
-    from streams import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
-    from streams import tree_cpu_seconds as _cpu_seconds  # this process and Grain's worker processes
+    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls.
 
-    for _ in range(warmup):
-        next_batch()
-    examples = 0
-    busy0, cpu0, start = busy_cpu_seconds(), _cpu_seconds(), time.perf_counter()
-    while True:
-        examples += next_batch()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            cpu = max(_cpu_seconds() - cpu0, 1e-9)
-            cores = len(os.sched_getaffinity(0))
-            return {"examples_per_s": examples / elapsed, "cpu_examples_per_s": cores * examples / cpu,
-                    "cores_used": cpu / elapsed,
-                    "other_cores_busy": max(0.0, busy_cpu_seconds() - busy0 - cpu) / elapsed, "examples": examples}
+    `streams.stream_rate` over those calls, CPU of this process and its children (Grain's workers).
+    """
+    import streams  # pylint: disable=g-import-not-at-top
+
+    return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,
+                               warmup_batches=warmup, cores=len(os.sched_getaffinity(0)),
+                               cpu_seconds=streams.tree_cpu_seconds)
 
 
 def _counting(iterator: Iterator[Any]) -> Callable[[], int]:
@@ -122,23 +113,29 @@ def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: i
             "grain_threads": grain_threads, "grain_processes": grain_processes}
 
 
-def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str) -> dict[str, str]:
-    """Data dirs of the TFRecord build (built here unless given) and the ArrayRecord build of the same inputs."""
+def build(manual_dir: str, data_dir: str, config: str, file_format: str = "tfrecord") -> None:
+    """hmdb51/`config` from `manual_dir` into `data_dir` in this process (multi-threaded Beam), unless prepared."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
 
     import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
+    builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir, file_format=file_format)
+    if not builder.is_prepared():
+        workers = len(os.sched_getaffinity(0))
+        options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=manual_dir, beam_options=options))
+
+
+def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str) -> dict[str, str]:
+    """Data dirs of the TFRecord build (built here unless given) and the ArrayRecord build of the same inputs."""
     dirs = {"tfrecord": tfrecord_dir or os.path.join(work, "data_tfrecord"),
             "array_record": os.path.join(work, "data_array_record")}
-    workers = len(os.sched_getaffinity(0))
-    options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
     for fmt, data_dir in dirs.items():
-        builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir, file_format=fmt)
-        if not builder.is_prepared():
-            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-                manual_dir=manual_dir, beam_options=options))
+        build(manual_dir, data_dir, config, fmt)
     return dirs
+
 
 class RandomAccess(section.Section):
     """By-index reads and Grain batches over ArrayRecord shards vs sequential `vidvol.load` (TFRecord)."""
@@ -172,7 +169,7 @@ class RandomAccess(section.Section):
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
                 "batch_size": settings.batch_size, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
                 "results": {p: summarize_rounds(r) for p, r in runs.items()},
-                "peak_rss_mib": round(peak_rss_mib(), 1)}  # VmHWM: not run.py's peak, as ru_maxrss would be
+                "peak_rss_mib": round(measure.peak_rss_mib(), 1)}  # VmHWM: not run.py's peak, as ru_maxrss would be
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
         """Ratios to the sequential rate, and the notes."""

@@ -28,15 +28,12 @@ import statistics
 import sys
 from typing import Any, Callable, Sequence
 
-import psutil
 import tensorflow as tf
 
 import baselines
-from cluster_driver import peak_rss_mib
-import fire_memory
 import jobs
+import measure
 import streams
-from streams import busy_cpu_seconds  # noqa: F401  (builds.py, random_access.py and the cluster jobs import it from here)
 
 logger = logging.getLogger(__name__)
 
@@ -139,19 +136,17 @@ def stream_rate(make: Callable[[], tf.data.Dataset], *, min_seconds: float, warm
 def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     """Streams the job's pipeline `runs` times; returns per-run rates and peak RSS while streaming."""
     cores = len(os.sched_getaffinity(0))
-    rss_before = psutil.Process().memory_info().rss
-    monitor = fire_memory.TreeMonitor(os.getpid(), interval)
-    monitor.start()
-    frames = baselines.stored_jpeg_frames(job.limit_files, max_frames=job.limit_max_frames) if job.limit_files else None
-    if job.volume_limit_files:  # MRI: stored int16 bytes -> float32 volume, NumPy (one "frame" = a volume)
-        frames = baselines.stored_volume_spans(job.volume_limit_files)
-    runs, limits = [], []
-    rate_fn = baselines.volume_rate if job.volume_limit_files else baselines.decode_rate
+    rss_before = measure.rss_mib() * MIB
+    with measure.TreeSampler(os.getpid(), interval) as monitor:
+        frames = baselines.stored_jpeg_frames(job.limit_files, max_frames=job.limit_max_frames) if job.limit_files else None
+        if job.volume_limit_files:  # MRI: stored int16 bytes -> float32 volume, NumPy (one "frame" = a volume)
+            frames = baselines.stored_volume_spans(job.volume_limit_files)
+        runs, limits = [], []
+        rate_fn = baselines.volume_rate if job.volume_limit_files else baselines.decode_rate
 
-    def limit() -> dict[str, float]:  # every core at once, half a run's time
-        return baselines.on_every_core(rate_fn, frames, cores, min_seconds=job.min_seconds / 2)
+        def limit() -> dict[str, float]:  # every core at once, half a run's time
+            return baselines.on_every_core(rate_fn, frames, cores, min_seconds=job.min_seconds / 2)
 
-    try:
         for _ in range(job.runs):
             before = limit() if frames is not None else None
             runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
@@ -159,8 +154,6 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
             if before is not None:  # the run's limit: the mean of the limit timed right before and right after it
                 after = limit()
                 limits.append({k: (before[k] + after[k]) / 2 for k in before})
-    finally:
-        monitor.stop()
     summary = streams.run_summary(runs)
     return {
         "pipeline": job.pipeline,
@@ -171,7 +164,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         "seed": job.seed,
         "rss_before_mib": round(rss_before / MIB, 1),
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
-        "hwm_rss_mib": round(peak_rss_mib(), 1),  # cross-check: VmHWM (ru_maxrss would carry run.py's peak)
+        "hwm_rss_mib": round(measure.peak_rss_mib(), 1),  # cross-check: VmHWM (ru_maxrss would carry run.py's peak)
         **(paired_limit(runs, limits, frames, job.frames_per_example, cores) if frames is not None else {}),
         **({"output_dtype": job.output_dtype, "mask_dtype": job.mask_dtype}
            if (job.output_dtype, job.mask_dtype) != ("float32", "float32") else {}),

@@ -87,21 +87,6 @@ def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
             "eval_multi_crop": (VideoAugment(small, multi_crop=True), False)}
 
 
-def build(manual_dir: str, data_dir: str, config: str) -> None:
-    """The TFRecord build of hmdb51/`config` from `manual_dir` (skipped when prepared)."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
-
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-
-    builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir)
-    if not builder.is_prepared():
-        workers = len(os.sched_getaffinity(0))
-        options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir,
-                                                                                  beam_options=options))
-
-
 def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, calls: int) -> dict[str, dict[str, Any]]:
     """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating.
 
@@ -174,7 +159,7 @@ class VideoAugmentCost(section.Section):
         import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
         import vidvol  # pylint: disable=g-import-not-at-top
-        from random_access import summarize_rounds, timed  # pylint: disable=g-import-not-at-top
+        from random_access import build, summarize_rounds, timed  # pylint: disable=g-import-not-at-top
 
         name = f"hmdb51/{settings.config}"
         data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")

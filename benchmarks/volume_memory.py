@@ -9,7 +9,7 @@ compresses well; the header written by nibabel, the voxels streamed through gzip
 that writing it never holds the volume) and a 1.4 KB `.nii` whose header claims 20000^3 int16 voxels
 (16 TB), both listed in one labels.csv (split `train`). `tfds build mri_volumes/128` (the default
 config: a 128^3 centre crop at the file's own voxel size) runs in a subprocess with one Beam worker
-process while the RSS of its whole process tree is polled (`fire_memory.TreeMonitor`). Per build:
+process while the RSS of its whole process tree is sampled (`measure.TreeSampler`). Per build:
 the tree's peak, the driver's and the worker's, the wall time, examples and skips (with reasons).
 Targets: the largest source's build (1.5 GiB in full mode) peaks at <= 3 GiB, and every input ends
 as an example or a skip.
@@ -23,13 +23,13 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
+import measure
 import report
 import section
 
@@ -135,13 +135,12 @@ def write_inputs(root: str, sizes_mib: tuple[int, ...]) -> dict[int, dict[str, A
 
 def _record(monitor, data_dir: str, exit_code: int, wall: float, error: str) -> dict[str, Any]:
     """A build's peaks (whole tree, driver, worker), examples and whole-input skips; its data_dir is removed."""
-    peaks = monitor.peaks.values()
+    peak = lambda kind: round(max(monitor.peaks_of(kind), default=0) / MIB, 1)
     record: dict[str, Any] = {
         "exit_code": exit_code, "wall_s": round(wall, 1), "tree_peak_mib": round(monitor.total_peak / MIB, 1),
-        "driver_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "driver"), default=0) / MIB, 1),
-        "worker_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "worker"), default=0) / MIB, 1),
+        "driver_peak_mib": peak("driver"), "worker_peak_mib": peak("worker"),
         # Short-lived processes of the tree (shells, forks while Beam starts its worker) count in the tree's sum.
-        "other_peak_mib": round(max((p["peak_rss"] for p in peaks if p["kind"] == "other"), default=0) / MIB, 1),
+        "other_peak_mib": peak("other"),
         "processes": len(monitor.peaks), "polls": monitor.samples, "examples": 0, "skipped": [],
     }
     reports = [os.path.join(root, "skip_report.json") for root, _, names in os.walk(data_dir) if "skip_report.json" in names]
@@ -158,8 +157,7 @@ def _record(monitor, data_dir: str, exit_code: int, wall: float, error: str) -> 
 
 
 def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, timeout: float) -> dict[str, Any]:
-    """`tfds build mri_volumes/128` in a subprocess (one Beam worker process) under a process-tree RSS monitor."""
-    import fire_memory  # pylint: disable=g-import-not-at-top
+    """`tfds build mri_volumes/128` in a subprocess (one Beam worker process) under a process-tree RSS sampler."""
     import jobs  # pylint: disable=g-import-not-at-top
 
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -167,42 +165,29 @@ def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, tim
            "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
            "--beam_pipeline_options=direct_num_workers=1,direct_running_mode=multi_processing"]
     start = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        monitor = fire_memory.TreeMonitor(proc.pid, interval)
-        monitor.start()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            jobs.kill_tree(proc.pid)
-            proc.wait()
-        finally:
-            monitor.stop()
-    record = _record(monitor, data_dir, proc.returncode, time.monotonic() - start, jobs.tail(log_path, 1500))
+    returncode, _, monitor = jobs.run_command(cmd, log_path, timeout, interval=interval)
+    record = _record(monitor, data_dir, returncode, time.monotonic() - start, jobs.tail(log_path, 1500))
     record["log"] = log_path
     return record
 
 
 def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, Any]:
-    """The same build in this process (Beam in memory), under a monitor of this process: quick mode's plumbing."""
-    import fire_memory  # pylint: disable=g-import-not-at-top
+    """The same build in this process (Beam in memory), under a sampler of this process: quick mode's plumbing."""
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
     from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
 
     import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
     shutil.rmtree(data_dir, ignore_errors=True)
-    monitor = fire_memory.TreeMonitor(os.getpid(), interval)
-    monitor.start()
     start, exit_code, error = time.monotonic(), 0, ""
-    try:
-        builder = tfds.builder(f"mri_volumes/{CONFIG}", data_dir=data_dir)
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            manual_dir=manual_dir, beam_options=PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])))
-    except Exception as e:  # pylint: disable=broad-except  (a dead build is this measurement's result)
-        exit_code, error = 1, f"{type(e).__name__}: {e}"[-1500:]
-    finally:
-        monitor.stop()
+    with measure.TreeSampler(os.getpid(), interval) as monitor:
+        try:
+            builder = tfds.builder(f"mri_volumes/{CONFIG}", data_dir=data_dir)
+            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+                manual_dir=manual_dir, beam_options=PipelineOptions(["--direct_num_workers=1",
+                                                                     "--direct_running_mode=in_memory"])))
+        except Exception as e:  # pylint: disable=broad-except  (a dead build is this measurement's result)
+            exit_code, error = 1, f"{type(e).__name__}: {e}"[-1500:]
     return _record(monitor, data_dir, exit_code, time.monotonic() - start, error)
 
 
@@ -217,8 +202,8 @@ class VolumeMemory(section.Section):
     method = [
         "Per source size: one int16 .nii.gz scan inflating to that size (header by nibabel, voxels gzip-streamed) and "
         "a 1.4 KB .nii whose header claims 20000^3 int16, built together by `tfds build mri_volumes/128` (128^3 "
-        "centre crop) in a subprocess with one Beam worker process; the RSS of the whole process tree (driver + "
-        "worker) polled every 0.1 s with psutil.",
+        "centre crop) in a subprocess with one Beam worker process; the RSS (VmRSS) of the whole process tree (driver "
+        "+ worker) sampled every 0.1 s (`measure.TreeSampler`).",
     ]
 
     def measure(self, work: str, settings: VolumeMemorySettings, *, inputs_dir: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorflow_datasets as tfds  # noqa: E402
 
 from conftest import in_process_config  # noqa: E402
-from peak_memory import DescendantPeaks, peak_rss_mib  # noqa: E402
+from peak_memory import TreeSampler, peak_rss_mib  # noqa: E402
 from vidvol.builders import isolation  # noqa: E402
 from vidvol.builders.writer import skip_report  # noqa: E402
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb  # noqa: E402
@@ -42,12 +42,12 @@ def build(manual_dir: str, data_dir: str, config: str) -> dict:
 
 def main() -> None:
     manual_dir, data_dir, result_path, *configs = sys.argv[1:]
-    with DescendantPeaks() as children:
+    with TreeSampler(interval=0.02) as tree:
         result = {config: build(manual_dir, os.path.join(data_dir, config), config) for config in configs}
-        children.sweep()  # the decoding children still alive, read exactly before they end
+        tree.sweep()  # the decoding children still alive, read exactly before they end
     isolation._end_all()  # pylint: disable=protected-access
     result["peak_rss_mib"] = peak_rss_mib()  # VmHWM: this build's own, not the pytest worker's (see peak_memory)
-    result["children_peak_rss_mib"] = children.peak()
+    result["children_peak_rss_mib"] = tree.descendant_peak_mib()
     with open(result_path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)
 

@@ -1,4 +1,4 @@
-"""tests/peak_memory.py: a child's peak is its own (not its launcher's), and a decoding child's growth is seen."""
+"""benchmarks/measure.py (through tests/peak_memory.py): a child's peak is its own, not its launcher's; a tree is sampled."""
 
 from __future__ import annotations
 
@@ -32,14 +32,28 @@ def test_a_child_started_from_a_big_process_reports_its_own_peak():
     del held
 
 
-def test_descendant_peaks_sees_a_child_that_grew():
+def test_tree_sampler_sees_a_child_that_grew():
     code = "import sys, time; b = bytearray(300 * 2**20); b[::4096] = b'\\1' * len(b[::4096]); print(1, flush=True); time.sleep(30)"
-    with peak_memory.DescendantPeaks() as children:
+    with peak_memory.TreeSampler(interval=0.02) as tree:
         child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
         try:
             assert child.stdout.readline().strip() == b"1"
-            children.sweep()
+            tree.sweep()
         finally:
             child.kill()
             child.wait()
-    assert 300 <= children.peak() < 600, children.peak()
+    assert 300 <= tree.descendant_peak_mib() < 600, tree.descendant_peak_mib()
+    (record,) = [p for pid, p in tree.peaks.items() if pid == child.pid]
+    assert record["kind"] == "other" and "bytearray" in record["cmd"] and record["peak_rss"] >= 300 * MIB
+    assert tree.peaks_of("driver") == [tree.peaks[os.getpid()]["peak_rss"]] and tree.samples >= 1
+    assert tree.total_peak > record["peak_rss"]  # the sum of one sample: the child and this process
+
+
+def test_memory_verdict_flat_and_under_the_ceiling():
+    verdict = peak_memory.measure.memory_verdict
+    flat = {4: {"worker_peak_mib": 800.0, "driver_peak_mib": 700.0}, 16: {"worker_peak_mib": 840.0, "driver_peak_mib": 1400.0}}
+    ok, text = verdict(flat, max_worker_gib=2.0, flat_tolerance=0.10)
+    assert ok and "+5.0%" in text and "driver 700 -> 1400 MiB (+100.0%)" in text and text.endswith("PASS")
+    assert not verdict(flat, max_worker_gib=0.5, flat_tolerance=0.10)[0]  # under the ceiling too
+    grown = {**flat, 16: {"worker_peak_mib": 900.0, "driver_peak_mib": 700.0}}
+    assert not verdict(grown, max_worker_gib=2.0, flat_tolerance=0.10)[0]
