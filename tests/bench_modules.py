@@ -15,8 +15,8 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def bench_module(name: str) -> types.ModuleType:
-    """benchmarks/<name>.py as a module."""
-    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name}", BENCHMARKS / f"{name}.py")
+    """benchmarks/<name>.py as a module (`name` may name a subfolder: "studies/stock_writer")."""
+    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name.replace('/', '_')}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

@@ -1,5 +1,8 @@
 """The shape of `benchmarks/`: no import cycle among its modules, none over 600 lines, sections on the skeleton.
 
+One-off studies live in `benchmarks/studies/`, which the suite never imports (that folder is not on
+sys.path when `run.py` runs); the suite's modules are the folder's own `*.py`.
+
 The imports are read with `ast`, without importing anything: imports inside functions count too (a
 sibling imported lazily is still a dependency), so two modules that reach each other only at call
 time fail here as well. The registry check imports `run.py` in a subprocess, as `make bench` runs it.
@@ -89,8 +92,18 @@ def test_no_import_cycle_among_benchmark_modules():
 
 
 def test_no_benchmark_module_over_600_lines():
-    long = {p.name: n for p in BENCHMARKS.glob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {str(p.relative_to(BENCHMARKS)): n for p in BENCHMARKS.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"benchmark modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_suite_imports_no_study():
+    """A study is run by hand (`python benchmarks/studies/NAME.py`); nothing `make bench` runs may need one."""
+    studies = {p.stem for p in (BENCHMARKS / "studies").glob("*.py")}
+    suite = {p.stem for p in BENCHMARKS.glob("*.py")}
+    assert studies and not studies & suite, f"a study shares a suite module's name: {studies & suite}"
+    users = {m: found for m, found in ((p.stem, sibling_imports(p, studies)) for p in BENCHMARKS.glob("*.py")) if found}
+    assert not users, f"suite modules importing a study: {users}"
 
 
 REGISTRY_CHECK = r"""

@@ -20,12 +20,8 @@ import cv2
 import nibabel as nib
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from vidvol import samples
-from vidvol.builders import dataset_builder
-from vidvol.builders.writer import skip_report
+from vidvol.testing import samples
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +33,6 @@ READS = ("hmdb51", "hmdb51_uint8", "hmdb51_raw", "fire_hrr", "mri_volumes_32", "
          "mri_volumes_32_augment", "mri_volumes_40x40x24")
 DTYPE_ROWS = {"hmdb51_uint8": "hmdb51", "mri_volumes_32_float32": "mri_volumes_32",  # output_dtype row -> the row
               "mri_volumes_32_int16": "mri_volumes_32", "mri_volumes_32_augment": "mri_volumes_32"}  # whose baseline run it is compared with
-MRI_DUMMY = REPO / "datasets" / "mri_volumes" / "dummy_data"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
@@ -47,7 +42,6 @@ baselines = bench_module("baselines")
 inputs = bench_module("inputs")
 report = bench_module("report")
 section = bench_module("section")
-stock_writer = bench_module("stock_writer")
 
 
 def _snapshot(folder: pathlib.Path) -> dict[str, tuple[int, int]]:
@@ -68,6 +62,7 @@ def quick(tmp_path_factory):
     return out, json.loads((out / "results.json").read_text()), proc.stdout
 
 
+@pytest.mark.long  # the whole quick benchmark run (6 min here): `make test-long`, or `make bench-quick` itself
 def test_quick_run_writes_every_section(quick):
     out, results, stdout = quick
     assert results["mode"] == "quick"
@@ -136,6 +131,7 @@ def test_quick_run_writes_every_section(quick):
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)
 
 
+@pytest.mark.long  # the whole quick benchmark run (6 min here): `make test-long`, or `make bench-quick` itself
 def test_quick_run_counts_match_the_inputs(quick):
     out, results, _ = quick
     root = str(out / "inputs_quick" / "hmdb51")
@@ -154,6 +150,7 @@ def test_quick_run_counts_match_the_inputs(quick):
     assert cv2.imdecode(np.frombuffer(stored[0], np.uint8), cv2.IMREAD_COLOR).shape == (64, 64, 3)
 
 
+@pytest.mark.long  # the whole quick benchmark run (6 min here): `make test-long`, or `make bench-quick` itself
 def test_quick_run_report_and_chart(quick):
     out, results, _ = quick
     text = (out / "RESULTS.md").read_text()
@@ -222,6 +219,14 @@ def test_fire_inputs_and_labels(tmp_path):
     (tmp_path / "bad.csv").write_text("experiment,frame,hrr\nexp,a.jpg,1.0\nexp,b.jpg,not-a-number\n")
     with pytest.raises(ValueError, match=r"bad.csv:3"):
         inputs.fire_frame_rows(str(tmp_path / "bad.csv"))
+    assert inputs.subset_labels(str(tmp_path / "fire" / "labels.csv"), str(tmp_path / "one"), 1) == 5
+    one = inputs.fire_frame_rows(str(tmp_path / "one" / "labels.csv"))
+    assert one == rows[:5]  # the first experiment, its frame paths made absolute
+    assert inputs.repeat_experiments(str(tmp_path / "one" / "labels.csv"), str(tmp_path / "twice"), 2) == 10
+    twice = inputs.fire_frame_rows(str(tmp_path / "twice" / "labels.csv"))
+    assert [r[0] for r in twice] == ["exp_000_r0"] * 5 + ["exp_000_r1"] * 5 and [r[1] for r in twice] == [r[1] for r in one] * 2
+    with pytest.raises(ValueError, match="asked for 3 experiments, found 2"):
+        inputs.subset_labels(str(tmp_path / "fire" / "labels.csv"), str(tmp_path / "three"), 3)
 
 
 def test_target_rows():
@@ -250,7 +255,7 @@ def test_wheel_has_no_benchmarks(tmp_path):
     (wheel,) = (tmp_path / "wheel").glob("vidvol-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "vidvol/__init__.py" in names and "vidvol/builders/dataset_builder.py" in names
-    assert [n for n in names if n.startswith("vidvol/benchmarks/") or "measure_storage" in n] == []
+    assert [n for n in names if n.startswith("vidvol/benchmarks/") or "stock_writer" in n] == []
 
 
 @pytest.mark.parametrize("checkout", [False, True], ids=["copy", "checkout"])
@@ -273,52 +278,3 @@ def test_publish_only_into_a_source_checkout(tmp_path, checkout):
         rendered = (out / name).read_bytes()
         assert rendered != b"stale" and len(rendered) > 1000
         assert ((copy / name).read_bytes() == rendered) is checkout
-
-
-def _mri_builder(data_dir, manual_dir=MRI_DUMMY):
-    builder = tfds.builder("mri_volumes/small_32", data_dir=str(data_dir))
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        manual_dir=str(manual_dir),
-        beam_options=PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])))
-    return builder
-
-
-def _keys(builder, split):
-    return sorted(ex["path"] for ex in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)))
-
-
-def test_stock_writer_writes_the_same_examples_and_skips(tmp_path, monkeypatch):
-    manual = tmp_path / "manual"
-    shutil.copytree(MRI_DUMMY, manual)
-    (manual / "volumes" / "broken.nii.gz").write_bytes(b"not a gzip stream")  # one input to skip
-    with open(manual / "labels.csv", "a", encoding="utf-8") as f:
-        f.write("volumes/broken.nii.gz,0,sub-99\n")
-    streaming = _mri_builder(tmp_path / "streaming", manual)
-    monkeypatch.setattr(dataset_builder.StreamingBeamBuilder, "_download_and_prepare", stock_writer._download_and_prepare)
-    stock = _mri_builder(tmp_path / "stock", manual)
-    expected = skip_report.read_skip_report(streaming.data_dir)
-    got = skip_report.read_skip_report(stock.data_dir)
-    assert [s["source"] for s in expected["skipped"]] == ["volumes/broken.nii.gz"]
-    key = lambda s: (s["split"], s["source"], s["reason"])
-    assert sorted(got["skipped"], key=key) == sorted(expected["skipped"], key=key)
-    assert set(got["splits"]) == set(expected["splits"]) == set(stock.info.splits)
-    for split, counts in expected["splits"].items():
-        assert got["splits"][split]["examples"] == counts["examples"] == stock.info.splits[split].num_examples
-        assert got["splits"][split]["shards"] == stock.info.splits[split].num_shards
-        assert _keys(stock, split) == _keys(streaming, split)
-    assert not [f for f in os.listdir(stock.data_dir) if f.startswith("skips-")]
-    assert "_split_generators" not in vars(stock)
-
-
-def test_stock_writer_is_a_drop_in_tfds_cli(tmp_path):
-    data_dir = tmp_path / "data"
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "stock_writer.py"), "build", "mri_volumes/small_32",
-                           "--imports", "vidvol", "--manual_dir", str(MRI_DUMMY), "--data_dir", str(data_dir),
-                           "--beam_pipeline_options=direct_num_workers=1,direct_running_mode=in_memory"],
-                          capture_output=True, text=True, timeout=900, env=ENV, cwd=str(tmp_path))
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    assert "[stock_writer.py]" in proc.stdout + proc.stderr, "the summary must come from the stock writer's path"
-    builder = tfds.builder("mri_volumes/small_32", data_dir=str(data_dir))
-    report_ = skip_report.read_skip_report(builder.data_dir)
-    assert sum(s["examples"] for s in report_["splits"].values()) == sum(
-        s.num_examples for s in builder.info.splits.values()) > 0
