@@ -22,7 +22,7 @@ import glob
 import os
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import cv2
 import nibabel as nib

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import cv2
 import numpy as np

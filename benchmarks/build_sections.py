@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import build_limit
 import builds

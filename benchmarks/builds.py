@@ -22,7 +22,8 @@ import resource
 import shutil
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from cluster_builds import AttemptWatch
 import jobs

@@ -40,7 +40,8 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import cluster_builds
 import cluster_driver

@@ -25,7 +25,8 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 2**20
@@ -168,7 +169,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     scheduler = [p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid) == "scheduler"]
     driver = monitor.peaks_of("driver")
     s = stamps.t
-    rel = lambda a, b: round(b - a, 2) if a is not None and b is not None else None  # noqa: E731
+    rel = lambda a, b: round(b - a, 2) if a is not None and b is not None else None
     opens = sorted(watch.opened.values())
     return {
         "workers": job["workers"],

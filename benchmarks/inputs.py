@@ -27,7 +27,8 @@ import logging
 import multiprocessing
 import os
 import shutil
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import cv2
 import nibabel as nib

@@ -15,7 +15,8 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,

@@ -42,7 +42,8 @@ import platform
 import shutil
 import sys
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 VIDEO_PEERS = ("opencv", "decord", "pyav", "torchcodec")
 VOLUME_PEERS = ("monai_dataset", "monai_persistent", "monai_cache", "torchio")

@@ -34,7 +34,8 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import peers_report
 import section

@@ -13,7 +13,7 @@ import configparser
 import os
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (benchmarks/ is in it)
 SETUP_CFG = os.path.join(REPO, "setup.cfg")

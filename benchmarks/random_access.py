@@ -32,7 +32,8 @@ import dataclasses
 import os
 import statistics
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 

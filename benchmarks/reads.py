@@ -26,7 +26,8 @@ import logging
 import os
 import statistics
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 DPI = 110
 Render = Callable[[Mapping[str, Any]], list[str]]  # a section document -> its Markdown lines

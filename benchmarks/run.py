@@ -51,7 +51,8 @@ import platform
 import shutil
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import psutil
 

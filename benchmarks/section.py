@@ -22,7 +22,8 @@ import math
 import os
 import sys
 import time
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 OPS = (">=", "<=")
 
@@ -227,6 +228,7 @@ class Section(abc.ABC):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """The section's own command-line options (beyond --out, --quick, --inputs, --runs, --resummarize)."""
+        return None
 
     def apply_arguments(self, settings: Settings, args: argparse.Namespace) -> Settings:
         """The settings with the section's own command-line overrides."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import psutil
 

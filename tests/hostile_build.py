@@ -15,13 +15,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import tensorflow_datasets as tfds  # noqa: E402
+import tensorflow_datasets as tfds
 
-from conftest import in_process_config  # noqa: E402
-from peak_memory import TreeSampler, peak_rss_mib  # noqa: E402
-from vidvol.builders import isolation  # noqa: E402
-from vidvol.builders.writer import skip_report  # noqa: E402
-from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb  # noqa: E402
+from conftest import in_process_config
+from peak_memory import TreeSampler, peak_rss_mib
+from vidvol.builders import isolation
+from vidvol.builders.writer import skip_report
+from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 
 
 def build(manual_dir: str, data_dir: str, config: str) -> dict:
