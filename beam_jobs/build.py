@@ -43,7 +43,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from vidvol import datasets as _datasets  # noqa: F401  (registers the datasets)
+import vidvol.datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
 from vidvol.builders.writer import build_lock

@@ -30,9 +30,9 @@ from tensorflow_datasets.core import file_adapters
 from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import build_log
-from vidvol.builders.writer import integrity
 from vidvol.builders.writer import json_files
 from vidvol.builders.writer import progress
+from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.formats import check_build_options, check_data_dir, check_file_format
 from vidvol.builders.writer.plan import DEFAULT_MAX_SHARD_SIZE, DEFAULT_MIN_SHARDS, PLAN_NAME, ShardTask
 from vidvol.builders.writer.plan import num_shards_for, plan_shards, stable_order, write_plan
@@ -352,7 +352,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             write_skip_report(report_path, self.name, results)
         shards_path = os.path.join(data_dir, artifacts.SHARDS_NAME)
         with writing(shards_path):
-            integrity.write_shards_file(
+            shards_file.write_shards_file(
                 shards_path, dataset=self._display_name(), version=str(self.version), manual_dir=manual_dir,
                 entries=[e for r in results for e in r.shard_files],
             )

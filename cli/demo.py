@@ -8,16 +8,17 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import preview
-from vidvol import samples
+import vidvol  # registers the datasets
 from vidvol.builders.writer import skip_report
+from vidvol.cli import preview
+from vidvol.testing import samples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ VIDEO_FOLDER_CLASSES = ("jump", "run", "wave")
 
 def _video_folder_inputs(root: str) -> Any:
     """Your own videos: one folder per class, containers mixed as users' collections are."""
-    from vidvol.datasets.video_folder import make_dummy_data  # pylint: disable=g-import-not-at-top
+    from vidvol.datasets.video_folder import make_dummy_data
 
     paths = []
     for c, cls in enumerate(VIDEO_FOLDER_CLASSES):
@@ -94,7 +95,8 @@ def describe(name: str, data_dir: str, mask_key: str) -> list[str]:
         lines.append(f"             mask coverage {coverage:.1%}, read {rate:,.0f} examples/s (tfds.load, 1 pass)")
         lines.append(f"             {spec}")
         read = 0
-        for (x, mask), y in vidvol.load(name, split, batch_size=4, data_dir=data_dir, training=False):
+        for batch in vidvol.load(name, split, batch_size=4, data_dir=data_dir, training=False):
+            (x, mask), y = batch  # the last batch's shapes are reported below
             read += int(x.shape[0])
         if read != info.num_examples:
             raise RuntimeError(f"{name} {split}: vidvol.load read {read} examples, the split holds {info.num_examples}")
@@ -141,7 +143,7 @@ def run(out: str, *, names: list[str] | None = None, fresh: bool = True,
         full = f"{ds.name}/{ds.config}"
         try:
             results[full] = run_one(ds, out, data_dir)
-        except Exception as e:  # pylint: disable=broad-except  (one dataset's failure is reported; the others still run)
+        except Exception as e:  # one dataset's failure is reported; the others still run
             failures[full] = f"{type(e).__name__}: {e}"
             print(f"== {full}: FAILED: {failures[full]}", file=sys.stderr, flush=True)
     return results, failures

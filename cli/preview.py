@@ -1,23 +1,24 @@
 """PNG previews of prepared datasets: frame strips, HRR curves, orthogonal MRI slices, masks shown.
 
 CLI: `python -m vidvol preview NAME[/CONFIG] --data_dir DIR --split train --out preview.png`.
-Notebook: `vidvol.preview.show("hmdb51", data_dir=...)` returns a matplotlib Figure.
+Notebook: `vidvol.cli.preview.show("hmdb51", data_dir=...)` returns a matplotlib Figure.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless by default; notebooks display the returned Figure inline
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow_datasets as tfds  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow_datasets as tfds
 
-import vidvol  # noqa: E402,F401  (registers the datasets)
+import vidvol  # noqa: F401  (registers the datasets)
 
 MASKED_GREY = 128
 FIG_WIDTH_IN = 12.0

@@ -14,7 +14,8 @@ import dataclasses
 import glob
 import os
 import threading
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
@@ -62,11 +63,15 @@ def is_local(path: str) -> bool:
 
 
 class FrameError(ValueError):
-    """A frame that does not walk: `offset` is where it starts, the message says what is wrong there."""
+    """A frame that does not walk: `offset` is where it starts, the message says what is wrong there.
 
-    def __init__(self, offset: int, reason: str):
+    `truncated`: the file ends inside the frame (else a length or data CRC32C fails: a corrupted record).
+    """
+
+    def __init__(self, offset: int, reason: str, *, truncated: bool = False):
         super().__init__(reason)
         self.offset = offset
+        self.truncated = truncated
 
 
 class Window:
@@ -89,12 +94,12 @@ def walk(window: Window, size: int) -> Iterator[tuple[int, int]]:
     while pos < size:
         header = window.get(pos, HEADER)
         if len(header) < HEADER:
-            raise FrameError(pos, f"a record header cut short at byte {pos}")
+            raise FrameError(pos, f"a record header cut short at byte {pos}", truncated=True)
         length = int.from_bytes(header[:8], "little")
         if masked(google_crc32c.value(header[:8])) != int.from_bytes(header[8:], "little"):
             raise FrameError(pos, f"a corrupted record length at byte {pos}")
         if pos + OVERHEAD + length > size:
-            raise FrameError(pos, f"the record at byte {pos} runs past the end of the file (truncated)")
+            raise FrameError(pos, f"the record at byte {pos} runs past the end of the file (truncated)", truncated=True)
         yield pos, length
         pos += OVERHEAD + length
 
@@ -103,12 +108,13 @@ def check_frame(frame, offset: int) -> memoryview:
     """The data of one whole frame (bytes at `offset`), both CRCs checked; FrameError naming what failed."""
     view = memoryview(frame)
     if len(view) < OVERHEAD:
-        raise FrameError(offset, f"the record at byte {offset} is cut short")
+        raise FrameError(offset, f"the record at byte {offset} is cut short", truncated=True)
     length = int.from_bytes(view[:8], "little")
     if masked(google_crc32c.value(bytes(view[:8]))) != int.from_bytes(view[8:12], "little"):
         raise FrameError(offset, f"a corrupted record length at byte {offset}")
     if len(view) != OVERHEAD + length:
-        raise FrameError(offset, f"the record at byte {offset} holds {len(view) - OVERHEAD} bytes, its header says {length}")
+        raise FrameError(offset, f"the record at byte {offset} holds {len(view) - OVERHEAD} bytes, its header says {length}",
+                         truncated=len(view) < OVERHEAD + length)
     data = view[HEADER: HEADER + length]
     if masked(crc32c_extend(0, data)) != int.from_bytes(view[HEADER + length:], "little"):
         raise FrameError(offset, f"the record at byte {offset} fails its data CRC32C (damaged bytes)")
@@ -139,19 +145,19 @@ class FileIndex:
             self.verified = np.zeros(len(self.starts), bool)
 
 
-def _open(path: str) -> tuple[BinaryIO, int]:
-    """An open binary file and its size: local files directly, `scheme://` ones through tf.io.gfile."""
+def open_file(path: str) -> tuple[BinaryIO, int]:
+    """An open binary file and its size: local files directly (unbuffered), `scheme://` ones through tf.io.gfile."""
     if is_local(path):
         f = open(path, "rb", buffering=0)
         return f, os.fstat(f.fileno()).st_size
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (only for remote files)
+    import tensorflow as tf  # only for remote files
 
     return tf.io.gfile.GFile(path, "rb"), tf.io.gfile.stat(path).length
 
 
 def index_file(path: str) -> FileIndex:
     """Walks the TFRecord framing of one file: each record's offset and length (length headers CRC-checked)."""
-    f, size = _open(path)
+    f, size = open_file(path)
     starts, lengths, broken = [], [], None
     try:
         for offset, length in walk(Window(f), size):
@@ -169,7 +175,7 @@ def file_key(path: str) -> tuple:
     if is_local(path):
         st = os.stat(path)
         return (path, st.st_size, st.st_mtime_ns, st.st_ino)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # only for remote files
 
     st = tf.io.gfile.stat(path)
     return (path, st.length, st.mtime_nsec)
@@ -180,7 +186,7 @@ class FileCache:
 
     def __init__(self, size: int = _CACHE_SIZE):
         self.size = size
-        self._items: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
+        self._items: collections.OrderedDict[tuple, object] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, path: str, make, *extra):

@@ -17,7 +17,7 @@ import subprocess
 import cv2
 import numpy as np
 
-from vidvol import samples
+from vidvol.testing import samples
 
 FFMPEG = shutil.which("ffmpeg")
 LATIN1_NAME = os.fsdecode(b"caf\xe9.avi")  # bytes that are not UTF-8, as old archives and Windows shares give

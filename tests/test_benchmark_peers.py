@@ -21,8 +21,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from vidvol import samples
 from vidvol.builders.transforms import video
+from vidvol.testing import samples
 
 from bench_modules import bench_module
 

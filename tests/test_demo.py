@@ -11,7 +11,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import demo
+from vidvol.cli import demo
 
 
 def test_the_demo_has_every_registered_dataset_and_its_configs_exist():

@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import vidvol
-from vidvol import samples
+from vidvol.testing import samples
 
 pytestmark = pytest.mark.slow  # trains Keras models end to end: `make test` runs them, `make test-fast` does not
 

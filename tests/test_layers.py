@@ -1,8 +1,9 @@
-"""The package's imports point down: core | samples | layers < builders | readers < datasets < beam_jobs < the `vidvol` facade < apps (CLI, demo, preview).
+"""The package's imports point down: core | testing | layers < builders | readers < datasets < beam_jobs < the `vidvol` facade < cli < __main__.
 
 Every import statement in the package (module level or inside functions) is read with `ast`; an
 import of a vidvol module from a higher layer, or between the build side (`builders`) and the
-read side (`readers`), fails the test with file:line.
+read side (`readers`), fails the test with file:line. A name of the facade counts as the facade
+(layer 4): `from vidvol import load`, or `vidvol.load` after `import vidvol.datasets`.
 
 Inside `builders` the rooms point down too: `example_io` (what an example function yields) is the
 ground; `sources` (files, archives, split lists) and `writer` (the Beam write machinery) stand on
@@ -22,12 +23,15 @@ from package_files import package_paths, plant
 ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root is the `vidvol` package
 # Layer of each top-level part of the package; a part may import its own modules and lower layers.
 LAYERS = {
-    "core": 0, "samples": 0, "layers": 0,  # layers: Keras layers for the device, importing no other vidvol module
+    "core": 0, "layers": 0,  # layers: Keras layers for the device, importing no other vidvol module
+    "testing": 0,  # sample inputs for tests, the demo and benchmarks
+    "samples": 0,  # the old `vidvol.samples`, an alias of `vidvol.testing.samples` while benchmarks/ import it
     "builders": 1, "readers": 1,
     "datasets": 2,
     "beam_jobs": 3,
     "__init__": 4,  # the facade: `import vidvol` registers the datasets and exposes `load`
-    "preview": 5, "demo": 6, "__main__": 6,
+    "cli": 5,  # the commands of `python -m vidvol` (demo, preview, verify) and their dispatcher
+    "__main__": 6,
 }
 
 
@@ -48,10 +52,19 @@ def package_files(root: pathlib.Path):
 
 
 def imports(path: pathlib.Path, module: str):
-    """(line, imported vidvol module) for every import in a file, relative imports resolved."""
+    """(line, imported vidvol module) for every import in a file, relative imports resolved.
+
+    Also every `vidvol.NAME` read through a name an `import vidvol[.x]` bound (`import vidvol.datasets` binds
+    `vidvol`, so `vidvol.load` after it reaches the facade as `from vidvol import load` does).
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    bound = {a.asname or "vidvol" for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+             if (a.name == "vidvol" or (a.name.startswith("vidvol.") and a.asname is None))}
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+            yield node.lineno, f"vidvol.{node.attr}"
+            continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -90,6 +103,12 @@ def test_imports_point_down():
     assert upward_edges(ROOT) == []
 
 
+def test_layers_name_the_package_as_it_is():
+    """Every top-level part of the package has a layer, and every layer names a part that is there."""
+    parts = {part_of(module) for module, _ in package_files(ROOT)}
+    assert parts == set(LAYERS)
+
+
 def test_the_checker_sees_an_upward_import(tmp_path):
     plant(tmp_path, {"builders/w.py": "def f():\n    from vidvol.beam_jobs import runners\n",
                      "readers/r.py": "from vidvol.builders import w\nfrom vidvol.core import features\n"})
@@ -99,6 +118,24 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     assert upward_edges(tmp_path) == [
         "builders/w.py:2 builders -> beam_jobs (vidvol.beam_jobs.runners)",
         "readers/r.py:1 readers -> builders (vidvol.builders.w)",
+    ]
+
+
+def test_the_checker_sees_a_lower_layer_reach_up_to_the_facade(tmp_path):
+    """`from vidvol import NAME` of a facade name, `import vidvol`, and `vidvol.NAME` after `import vidvol.x`."""
+    plant(tmp_path, {
+        "beam_jobs/a.py": "from vidvol import datasets\nfrom vidvol import load\n",
+        "beam_jobs/b.py": "import vidvol.datasets\n\n\ndef f():\n    return vidvol.datasets, vidvol.Tuning()\n",
+        "datasets/c.py": "def f():\n    import vidvol\n",
+        "builders/d.py": "import vidvol.core.tfrecord as tfrecord\nimport vidvol as v\nx = v.data_source\n",
+        "cli/e.py": "import vidvol\nfrom vidvol import load\nvidvol.load\n",  # the apps stand on the facade
+    })
+    assert sorted(upward_edges(tmp_path)) == [
+        "beam_jobs/a.py:2 beam_jobs -> __init__ (vidvol.load)",
+        "beam_jobs/b.py:5 beam_jobs -> __init__ (vidvol.Tuning)",
+        "builders/d.py:2 builders -> __init__ (vidvol)",
+        "builders/d.py:3 builders -> __init__ (vidvol.data_source)",
+        "datasets/c.py:2 datasets -> __init__ (vidvol)",
     ]
 
 

@@ -21,12 +21,12 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.builders.sources import files
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 from conftest import in_process_config, run_tfds_build
 from services import SeaweedS3
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from vidvol import preview
+from vidvol.cli import preview
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.hmdb51 import make_dummy_data
 
@@ -64,7 +64,7 @@ def test_fire_and_mri_previews(name, height_in, tmp_path):
     from conftest import in_process_config
 
     dataset = name.split("/")[0]
-    manual = os.path.join(os.path.dirname(preview.__file__), "datasets", dataset, "dummy_data")
+    manual = os.path.join(os.path.dirname(hmdb.__file__), os.pardir, dataset, "dummy_data")
     builder = tfds_builder = tfds.builder(name, data_dir=str(tmp_path / "data"))
     tfds_builder.download_and_prepare(download_config=in_process_config(manual_dir=manual))
     out = str(tmp_path / "p.png")

@@ -19,11 +19,11 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
-from vidvol.builders.writer import integrity
+from vidvol.builders.writer import shards_file
 from vidvol.builders.writer import skip_report
 from vidvol.core import redact
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 from conftest import in_process_config
 
 TOKEN, SIGNATURE, CREDENTIAL, OTHER_SIGNATURE = "tok5ecretA1x", "sig5ecretB2y", "AKIA5ECRETC3", "sig5ecretD4z"
@@ -145,7 +145,7 @@ def test_a_manual_dir_with_credentials_in_its_url_is_never_written_or_shown(tmp_
         wrong = "wrong5ecret0123456789"
         refused = _cli(f"s3://{key}:{wrong}@vidvol-test/mri", tmp_path / "refused", env)
     data_path = tmp_path / "data" / "mri_volumes" / "small_32" / "2.0.0"
-    assert integrity.read_shards_file(str(data_path))["manual_dir"] == "s3://***@vidvol-test/mri"
+    assert shards_file.read_shards_file(str(data_path))["manual_dir"] == "s3://***@vidvol-test/mri"
     report = json.loads((data_path / "skip_report.json").read_text())
     assert [s["reason"] for s in report["skipped"]][0].startswith("FileNotFoundError: s3://***@vidvol-test/mri/volumes/")
     logs = list((tmp_path / "data" / "mri_volumes" / "small_32").glob("build-*.log"))

@@ -11,7 +11,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from vidvol import samples
+from vidvol.testing import samples
 
 SPLIT_LINE_RE = re.compile(r"^(?P<video>\S+\.avi) (?P<id>[012]) ?$")
 
@@ -42,10 +42,10 @@ def test_hmdb51_classes_are_the_51_official_names_sorted():
     assert len(classes) == 51 == len(set(classes))
     assert list(classes) == sorted(classes)
     assert {"brush_hair", "climb_stairs", "ride_horse", "sword_exercise", "wave"} <= set(classes)
-    class_file = os.path.join(os.path.dirname(samples.__file__), "datasets", "hmdb51", "class_names.txt")
-    if os.path.isfile(class_file):  # the dataset folder's copy must agree
-        with open(class_file, encoding="utf-8") as f:
-            assert [line.strip() for line in f if line.strip()] == list(classes)
+    package = os.path.dirname(os.path.dirname(samples.__file__))  # vidvol/testing/samples.py -> vidvol/
+    class_file = os.path.join(package, "datasets", "hmdb51", "class_names.txt")
+    with open(class_file, encoding="utf-8") as f:  # the dataset folder's copy must agree
+        assert [line.strip() for line in f if line.strip()] == list(classes)
 
 
 def test_make_frame_is_textured_moving_and_deterministic():

@@ -14,9 +14,9 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from vidvol.builders.writer import integrity
 from vidvol.builders.writer import json_files
 from vidvol.builders.writer import progress
+from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.plan import ShardTask
 from vidvol.core import artifacts
 
@@ -33,7 +33,7 @@ class SplitResult:
     skips: list[dict[str, str]]
     num_sources: int = 0  # inputs planned for the split
     empty_reason: str = ""  # the builder's word on why a split has no input at all
-    # Per shard file, as its worker wrote it: file name, examples, bytes on disk, SHA-256 (see `integrity`).
+    # Per shard file, as its worker wrote it: file name, examples, bytes on disk, SHA-256 (see `shards_file`).
     shard_files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
@@ -94,7 +94,7 @@ def collect_split(
         paths.append(final)
         lengths.append(len(info["keys"]))
         keys.extend(info["keys"])
-        shard_files.append(integrity.shard_entry(final, split, len(info["keys"]), info.get("file_bytes"), info.get(integrity.DIGEST)))
+        shard_files.append(shards_file.shard_entry(final, split, len(info["keys"]), info.get("file_bytes"), info.get(shards_file.DIGEST)))
     for info in infos:
         skips.extend(info["skips"])
     dupes = [k for k, n in collections.Counter(keys).items() if n > 1]

@@ -28,9 +28,9 @@ from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders.example_io import ExampleFn, Skip, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import example_bytes
-from vidvol.builders.writer import integrity
 from vidvol.builders.writer import json_files
 from vidvol.builders.writer import progress
+from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.formats import check_file_format, write_records
 from vidvol.builders.writer.plan import ShardRef, ShardTask
 from vidvol.core import redact
@@ -177,12 +177,12 @@ class WriteShardFn(beam.DoFn):
             raise
         with writing(task.path):
             # The checksum of the bytes on disk, read once before the rename (whatever wrote them).
-            digest, file_bytes = integrity.file_digest(attempt)
+            digest, file_bytes = shards_file.file_digest(attempt)
             tf.io.gfile.rename(attempt, task.path, overwrite=True)
         recorder.write()  # the final count, before the sidecar that marks the shard done
         num_bytes = sum(sizes)
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes,
-                "skips": skips, "file_bytes": file_bytes, integrity.DIGEST: digest}
+                "skips": skips, "file_bytes": file_bytes, shards_file.DIGEST: digest}
         with writing(task.path + ".info.json"):
             json_files.write_json(info, task.path + ".info.json")
         logger.info(

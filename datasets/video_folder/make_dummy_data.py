@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from vidvol import samples
+from vidvol.testing import samples
 
 DUMMY_DIR = os.path.join(os.path.dirname(__file__), "dummy_data")
 # Container -> fourcc OpenCV's FFmpeg writes into it.
@@ -39,7 +39,7 @@ CSV_ROWS = (  # path, label, split, start, end
 
 
 def write_clip(path: str, num_frames: int, *, seed: int = 0, fps: float = 25.0, height: int = 32, width: int = 40) -> str:
-    """A small real video (index strip and colour key, see vidvol.samples) in the container its extension names."""
+    """A small real video (index strip and colour key, see vidvol.testing.samples) in the container its extension names."""
     return samples.write_video(
         path, num_frames, height=height, width=width, fps=fps, fourcc=FOURCC[os.path.splitext(path)[1].lower()], seed=seed
     )

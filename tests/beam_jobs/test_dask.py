@@ -29,13 +29,13 @@ import array_record_testing
 import installed
 import services
 
-from vidvol import samples
 from vidvol.beam_jobs import build
 from vidvol.beam_jobs import dask_cluster
 from vidvol.builders.writer import progress
 from vidvol.datasets.fire_hrr import make_dummy_data as fire_dummy
 from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import make_dummy_data as mri_dummy
+from vidvol.testing import samples
 
 pytestmark = pytest.mark.slow  # real dask processes: `make test` runs them, `make test-fast` does not
 

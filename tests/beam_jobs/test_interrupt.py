@@ -17,8 +17,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.beam_jobs import build
+from vidvol.testing import samples
 
 pytestmark = pytest.mark.slow  # subprocess builds/CLIs: `make test` runs them, `make test-fast` does not
 
@@ -68,6 +68,7 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.mark.long
 def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
     manual, expected = manual_dir
     data_dir = str(tmp_path / "data")

@@ -14,8 +14,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.beam_jobs import build
+from vidvol.testing import samples
 
 pytestmark = pytest.mark.slow  # a build in a subprocess, then a build in-process
 

@@ -11,11 +11,11 @@ import pytest
 import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from vidvol import samples
 from vidvol.builders import dataset_builder
 from vidvol.builders import example_io
 from vidvol.builders import isolation
 from vidvol.builders.writer import skip_report
+from vidvol.testing import samples
 
 from decoding_cases import LATIN1, Rec, behaving, opencv_directly
 from toy_features import ToyFeatures

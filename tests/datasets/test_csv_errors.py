@@ -11,13 +11,13 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import labels as labels_lib
 from vidvol.datasets.fire_hrr import layout as fire_layout
 from vidvol.datasets.mri_volumes import layout as mri_layout
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.datasets.video_folder import csv_list
+from vidvol.testing import samples
 
 LIMIT = csv.field_size_limit()
 

@@ -14,13 +14,13 @@ import tensorflow_datasets as tfds
 
 import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.builders import example_io
 from vidvol.builders.transforms import frame_series
 from vidvol.builders.transforms import video
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.fire_hrr import layout
+from vidvol.testing import samples
 
 
 class FireHrrDummyTest(tfds.testing.DatasetBuilderTestCase):

@@ -17,13 +17,13 @@ import tensorflow_datasets as tfds
 
 import array_record_testing
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.builders import example_io
 from vidvol.builders.transforms import volume_examples as ve
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.mri_volumes import layout
 from vidvol.datasets.mri_volumes import make_dummy_data as dummy
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 
 
 # --------------------------------------------------------------------------------------------

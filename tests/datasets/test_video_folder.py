@@ -15,13 +15,13 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol
-from vidvol import samples
 from vidvol.builders.transforms import clips
 from vidvol.builders.transforms import video
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.video_folder import layout as vf
 from vidvol.datasets.video_folder import make_dummy_data
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
+from vidvol.testing import samples
 
 DUMMY = make_dummy_data.DUMMY_DIR
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from in_process_build import build  # tests/in_process_build.py (tests/ is on sys.path via tests/conftest.py)
-from vidvol import samples
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.hmdb51 import make_dummy_data as hmdb_dummy
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 
 
 @pytest.fixture(scope="session")

@@ -18,9 +18,9 @@ import exit_check  # tests/exit_check.py (tests/ is on sys.path via conftest)
 from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 from vidvol import Clips, Normalize, Output, ReadSpec
 from vidvol import readers
-from vidvol import samples
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.readers import frames
+from vidvol.testing import samples
 
 
 @pytest.fixture(scope="module")

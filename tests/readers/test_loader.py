@@ -17,7 +17,6 @@ from batch_checks import assert_same_batches  # tests/batch_checks.py (tests/ on
 from in_process_build import build as _build  # tests/in_process_build.py (tests/ on sys.path)
 import vidvol
 from vidvol import Clips, Normalize, Output, ReadSpec, Tuning
-from vidvol import samples
 from vidvol.readers import clip_sampling
 from vidvol.readers.tfdata import load as readers_api
 from vidvol.readers.tfdata.batch_parser import BatchParser
@@ -25,6 +24,7 @@ from vidvol import readers
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 
 
 @pytest.fixture(scope="module")

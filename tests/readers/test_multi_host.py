@@ -16,8 +16,8 @@ import tensorflow_datasets as tfds
 from in_process_build import build
 import vidvol
 from vidvol import Output, ReadSpec
-from vidvol import samples
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
+from vidvol.testing import samples
 
 # 3 pipelines (the uneven case: 4 shards) in the fast lane; 2, 4, 6 and 8 in `make test` (marked slow).
 PIPELINES = (3, *(pytest.param(n, marks=pytest.mark.slow) for n in (2, 4, 6, 8)))

@@ -16,13 +16,13 @@ import tensorflow_datasets as tfds
 
 import vidvol
 from vidvol import Clips, Output, ReadSpec, Tuning
-from vidvol import samples
 from vidvol.builders.transforms import clips
 from vidvol.builders.transforms import video
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 from vidvol.readers import frames
 from vidvol.readers.tfdata.batch_parser import BatchParser
+from vidvol.testing import samples
 
 # JPEG q90 of 64x64 frames against their uncompressed originals (textured, moving sample content):
 # a few levels on average; single pixels on sharp colour edges (4:2:0 chroma) are off by up to ~90.

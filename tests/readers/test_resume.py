@@ -26,13 +26,13 @@ from batch_checks import assert_same_batches
 from conftest import in_process_config
 from in_process_build import build
 import vidvol
-from vidvol import samples
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.datasets.video_folder import make_dummy_data as folder_dummy
 from vidvol.datasets.video_folder import video_folder_dataset_builder as folder
 from vidvol.readers import order
+from vidvol.testing import samples
 
 MAX_CHECKPOINT_BYTES = 16 << 10  # state, not data: a few KiB whatever the dataset (the target is 64 MiB)
 

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from in_process_build import build
-from vidvol import samples
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
+from vidvol.testing import samples
 
 pytestmark = pytest.mark.slow  # three training processes
 

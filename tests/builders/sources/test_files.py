@@ -182,7 +182,7 @@ def test_local_copy_names_the_url_in_errors_and_always_deletes(flaky, tmp_path):
 
 
 def test_stages_take_urls_directly(flaky, tmp_path):
-    from vidvol import samples  # pylint: disable=g-import-not-at-top
+    from vidvol.testing import samples  # pylint: disable=g-import-not-at-top
 
     samples.write_video(str(tmp_path / "v.avi"), 12, height=48, width=64)
     info = video.probe_video(f"{FLAKY}://{tmp_path}/v.avi")

@@ -14,9 +14,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import formats
+from vidvol.testing import samples
 
 DATASET = "mri_volumes/small_32"
 

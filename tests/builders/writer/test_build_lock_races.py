@@ -17,10 +17,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets)
-from vidvol import samples
 from vidvol.beam_jobs import build as build_cli
 from vidvol.builders.writer import build_lock
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 
 DATASET = "mri_volumes/small_32"
 MODULE_FILE = pathlib.Path(build_lock.__file__)

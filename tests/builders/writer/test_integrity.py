@@ -15,11 +15,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import vidvol
-from vidvol import samples
-from vidvol.builders.writer import integrity
+from vidvol.builders.writer import shards_file
+from vidvol.cli import verify as verify_cli
 from vidvol.core import tfds_api
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.readers import shards
+from vidvol.testing import samples
 
 DATASET = "mri_volumes/small_32"
 
@@ -72,21 +73,21 @@ def damaged(built, tmp_path_factory):
 
 def test_shards_json_matches_the_files_and_a_clean_build_verifies(built, capsys):
     manual, data_dir, builder = built
-    doc = integrity.read_shards_file(os.fspath(builder.data_path))
+    doc = shards_file.read_shards_file(os.fspath(builder.data_path))
     assert doc["manual_dir"] == manual and doc["checksum"] == "sha256"
     lengths = {f: n for s in builder.info.splits.values() for f, n in zip(s.filenames, s.shard_lengths)}
     assert {e["file"]: e["examples"] for e in doc["shards"]} == lengths
     for entry in doc["shards"]:
         data = open(os.path.join(os.fspath(builder.data_path), entry["file"]), "rb").read()
         assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["num_bytes"] == len(data)
-    assert integrity.main([DATASET, "--data_dir", data_dir]) == 0
+    assert verify_cli.main([DATASET, "--data_dir", data_dir]) == 0
     out = capsys.readouterr().out
     assert f"OK {DATASET}" in out and f"{len(lengths)} shard files, {sum(lengths.values())} records" in out
     assert "BROKEN" not in out
 
 
 def test_verify_names_each_broken_file_with_its_offset_and_the_rebuild_command(damaged, capsys):
-    assert integrity.main([DATASET, "--data_dir", damaged["data_dir"]]) == 1
+    assert verify_cli.main([DATASET, "--data_dir", damaged["data_dir"]]) == 1
     out = capsys.readouterr().out
     rebuild = (f"python -m vidvol.beam_jobs.build {DATASET} --manual_dir {damaged['manual']} "
                f"--data_dir {damaged['data_dir']} --overwrite")

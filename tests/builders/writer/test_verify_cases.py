@@ -11,9 +11,9 @@ import shutil
 import pytest
 
 import vidvol
-from vidvol import samples
-from vidvol.builders.writer import integrity
+from vidvol.cli import verify as verify_cli
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.testing import samples
 
 DATASET = "mri_volumes/small_32"
 
@@ -50,7 +50,7 @@ def copy(tmp_path):
 
 
 def _verify(data_dir, capsys) -> tuple[int, str]:
-    code = integrity.main([DATASET, "--data_dir", data_dir])
+    code = verify_cli.main([DATASET, "--data_dir", data_dir])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     return code, out + err
@@ -81,6 +81,8 @@ def test_a_malformed_shards_json_is_reported_as_such(tfrecord, copy, capsys, cha
     assert code == 1, out
     assert f"BROKEN {os.path.join(data_path, 'shards.json')}: malformed: " in out and said in out, out
     assert "rebuild" in out
+    # Only shards.json is broken, no shard file: the verdict says so, not "1 of N shard files".
+    assert out.splitlines()[-2] == f"shards.json of {DATASET} in {data_path} is broken; rebuild the config with", out
 
 
 def test_a_shards_json_that_is_not_json_is_reported(tfrecord, copy, capsys):
@@ -111,7 +113,7 @@ def test_without_shards_json_it_says_not_verified(tfrecord, array_record, copy, 
     data_dir, data_path = copy(tfrecord if fmt == "tfrecord" else array_record)
     os.remove(os.path.join(data_path, "shards.json"))
     code, out = _verify(data_dir, capsys)
-    assert code == integrity.EXIT_NOT_VERIFIED == 3, out
+    assert code == verify_cli.EXIT_NOT_VERIFIED == 3, out
     assert f"NOT VERIFIED {DATASET}" in out and "there is no shards.json" in out and "OK " not in out, out
     info = json.load(open(os.path.join(data_path, "dataset_info.json"), encoding="utf-8"))
     total = sum(int(x) for s in info["splits"] for x in s["shardLengths"])
@@ -177,3 +179,21 @@ def test_a_split_dropped_from_dataset_info_fails_naming_its_shard(tfrecord, copy
     code, out = _verify(data_dir, capsys)
     assert code == 1, out
     assert "BROKEN" in out and "mri_volumes-validation.tfrecord-00000-of-" in out and "OK " not in out, out
+    # The dropped shard is a shard file too: counted among the broken and among those looked at.
+    listed = sum(len(s["shardLengths"]) for s in info["splits"])
+    broken = sum(len(s["shardLengths"]) for s in dropped)
+    assert out.splitlines()[-2].startswith(f"{broken} of {listed + broken} shard files of {DATASET} in "), out
+
+
+def test_bytes_after_the_last_record_are_a_truncated_record(tfrecord, copy, capsys):
+    """A few bytes past the last record (too few for a record header): TensorFlow's reader stops there without a
+    word; verify's walk (core.tfrecord) names a truncated record at that offset, also with no checksum to compare."""
+    data_dir, data_path = copy(tfrecord)
+    os.remove(os.path.join(data_path, "shards.json"))
+    shard = _train_shard(data_path, "tfrecord")
+    end = os.path.getsize(shard)
+    with open(shard, "ab") as f:
+        f.write(b"\x01\x02\x03\x04\x05")
+    code, out = _verify(data_dir, capsys)
+    assert code == 1, out
+    assert f"at byte offset {end}: DataLossError: truncated record at {end}: a record header cut short" in out, out
