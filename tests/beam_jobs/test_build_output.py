@@ -68,6 +68,7 @@ def _summary_tail(data_dir: str, prefix: str = NAME) -> list[str]:
     ]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_tfds_build_multi_process_terminal_is_quiet_and_ends_with_the_summary(manual_dir, tmp_path):
     data_dir = str(tmp_path / "data")
@@ -90,6 +91,7 @@ def test_tfds_build_multi_process_terminal_is_quiet_and_ends_with_the_summary(ma
     assert lines[-3:] == _summary_tail(data_dir)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_verbose_brings_the_chatter_back(manual_dir, tmp_path):
     data_dir = str(tmp_path / "data")
@@ -172,6 +174,7 @@ def test_build_command_prints_json_then_the_summary_last(manual_dir, tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == _summary_tail(data_dir)[-1]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.parametrize("runner", ["portable", "dask"])
 def test_progress_reaches_the_totals_on_the_cluster_runners(runner, manual_dir, tmp_path, capfd):

@@ -176,6 +176,7 @@ def test_local_services_start_and_stop_a_dask_cluster(tmp_path):
     assert _dask_processes() <= before  # the scheduler and workers it started are gone
 
 
+@pytest.mark.long
 def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
     manual = tmp_path / "manual"
     samples.write_hmdb51_layout(str(manual), classes=["cartwheel", "catch", "climb"], videos_per_class=12,

@@ -100,6 +100,7 @@ def test_portable_build_equals_direct_build(services, tmp_path):
         assert "with state DONE" in f.read()
 
 
+@pytest.mark.long
 def test_portable_array_record_build_holds_the_direct_builds_records(services, tmp_path):
     """`--file_format array_record` on the portable runner: the direct TFRecord build's records, shard for shard."""
     import array_record_testing  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path via conftest)

@@ -122,7 +122,7 @@ class CrashingBuilder(ToyFeatures, dataset_builder.StreamingBeamBuilder, skip_re
 @pytest.mark.parametrize("mode", [
     "in_memory",
     # Beam's SDK workers are processes of their own here: the decoding child is the worker's, the worker survives.
-    pytest.param("multi_processing", marks=pytest.mark.slow),
+    pytest.param("multi_processing", marks=[pytest.mark.slow, pytest.mark.long]),
 ])
 def test_a_real_opencv_segfault_is_one_skip_and_the_build_goes_on(tmp_path, monkeypatch, mode):
     folder = tmp_path / "videos"

@@ -118,6 +118,7 @@ def _cases(built, tmp_path) -> list[dict]:
     return cases
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_every_pipeline_resumes_exactly_in_a_fresh_process(built, tmp_path):
     cases = _cases(built, tmp_path)

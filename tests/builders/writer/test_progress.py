@@ -216,6 +216,7 @@ def worker_module(tmp_path, monkeypatch):
     sys.modules.pop("vidvol_progress_helper", None)
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_multi_process_workers_records_reach_the_driver_and_errors_name_the_source(tmp_path, worker_module, capfd):
     class MultiToy(ProgressToy, skip_registration=True):
