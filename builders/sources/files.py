@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import hashlib
 import io
 import logging
 import os
@@ -33,14 +31,19 @@ import posixpath
 import re
 import shutil
 import tempfile
-import threading
-import time
-import urllib.parse
-from typing import IO, Any, Callable, Iterator, TypeVar
+from typing import IO, Any
+from collections.abc import Iterator
 
-import fsspec
 
-from vidvol.core import redact
+from vidvol.core.store import (  # the store layer this file layer stands on
+    RETRIES,
+    AccessDeniedError,
+    RemoteReadError,
+    _call,
+    _fs,
+    is_transient,
+    scrub,
+)
 from vidvol.core.urls import is_url, scheme, split_url
 
 logger = logging.getLogger(__name__)
@@ -74,48 +77,7 @@ __all__ = [
     "walk",
 ]
 
-RETRIES = 3  # retries of a transient error (attempts = RETRIES + 1)
-BACKOFF_S = 0.5  # first wait between attempts; doubles each time
 FETCH_DIR_ENV = "VIDVOL_FETCH_DIR"  # where local_copy puts its temporary files (default: <tmp>/vidvol_fetch_<uid>)
-
-_SECRET_ENV_RE = re.compile(r"SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
-_CREDENTIAL_ENV_PREFIXES = ("AWS_", "FSSPEC_", "GOOGLE_", "AZURE_", "GCSFS_", "HF_")
-_CREDENTIAL_HINTS = {
-    "s3": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)",
-    "s3a": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)",
-    "gs": "check GOOGLE_APPLICATION_CREDENTIALS or the gcloud login",
-    "gcs": "check GOOGLE_APPLICATION_CREDENTIALS or the gcloud login",
-}
-# Errors of the store libraries (botocore, aiohttp, urllib3, requests, fsspec) that a retry may cure.
-_TRANSIENT_NAMES = frozenset({
-    "EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "ReadTimeoutError",
-    "ConnectionError", "HTTPClientError", "IncompleteReadError", "ResponseStreamingError", "ProxyConnectionError",
-    "ClientConnectionError", "ClientConnectorError", "ClientOSError", "ClientPayloadError", "ServerDisconnectedError",
-    "ServerTimeoutError", "ProtocolError", "ChunkedEncodingError", "ConnectTimeout", "ReadTimeout", "FSTimeoutError",
-    "IncompleteRead",
-})
-_CREDENTIAL_NAMES = frozenset({
-    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "NoAuthTokenError",
-    "DefaultCredentialsError", "RefreshError",
-})
-_TRANSIENT_ERRNOS = frozenset(
-    getattr(errno, name) for name in (
-        "EIO", "EREMOTEIO", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "EPIPE", "EAGAIN",
-        "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "ENETRESET", "EBUSY",
-    ) if hasattr(errno, name)
-)
-_PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
-
-T = TypeVar("T")
-
-
-class AccessDeniedError(RuntimeError):
-    """The store refused the credentials (or has none): a configuration error that stops the build, never a skip."""
-
-
-class RemoteReadError(OSError):
-    """A URL could not be read (a transient error persisted through the retries, or the store failed otherwise)."""
-
 
 @dataclasses.dataclass(frozen=True)
 class FileStat:
@@ -180,138 +142,6 @@ def relpath(path: str, start: str) -> str:
 def isabs(path: str) -> bool:
     """A URL or an absolute local path."""
     return is_url(path) or os.path.isabs(path)
-
-
-# --------------------------------------------------------------------------------------------
-# File systems, errors and retries
-# --------------------------------------------------------------------------------------------
-
-_FS_CACHE: dict[tuple, Any] = {}
-_FS_LOCK = threading.Lock()
-
-
-def _env_fingerprint() -> str:
-    """Digest of the credential-related environment (a new value, e.g. another secret, gets a new client)."""
-    items = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV_PREFIXES))
-    return hashlib.sha256(repr(items).encode()).hexdigest()
-
-
-def _filesystem(protocol: str, **options: str):
-    """One fsspec file system per protocol, credential environment (and URL credentials) and process; listings are
-    not cached."""
-    key = (protocol, _env_fingerprint(), hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest(), os.getpid())
-    with _FS_LOCK:
-        fs = _FS_CACHE.get(key)
-        if fs is None:
-            try:
-                fs = fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False, **options)
-            except TypeError:  # a file system that takes no listing-cache option
-                fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
-            if len(_FS_CACHE) > 8:
-                _FS_CACHE.clear()  # an old environment's clients are not needed again
-            _FS_CACHE[key] = fs
-    return fs
-
-
-# `s3://KEY:SECRET@bucket/key`: credentials in the URL (percent-encoded where they hold `/`, `@` or `:`).
-_S3_USERINFO_RE = re.compile(r"^(s3a?://)([^/@?#:]+):([^/@?#]*)@")
-
-
-def _fs(url: str):
-    """(file system, its path) for a URL; `s3://KEY:SECRET@bucket/...` gives the credentials to that URL's client."""
-    found = _S3_USERINFO_RE.match(url)
-    if found:
-        fs = _filesystem(scheme(url), key=urllib.parse.unquote(found.group(2)), secret=urllib.parse.unquote(found.group(3)))
-        return fs, fs._strip_protocol(found.group(1) + url[found.end():])  # pylint: disable=protected-access
-    fs = _filesystem(scheme(url))
-    return fs, fs._strip_protocol(url)  # pylint: disable=protected-access
-
-
-def _secrets() -> list[str]:
-    """Values that must never appear in a message: secret-looking environment variables and fsspec config."""
-    values = [v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 6]
-    for options in getattr(fsspec.config, "conf", {}).values():
-        if isinstance(options, dict):
-            values += [str(v) for k, v in options.items() if _SECRET_ENV_RE.search(str(k)) and len(str(v)) >= 6]
-    return sorted(set(values), key=len, reverse=True)
-
-
-def scrub(text: str) -> str:
-    """`text` with every known secret value, and every URL's credentials and query string, replaced by `***`."""
-    for secret in _secrets():
-        text = text.replace(secret, "***")
-    return redact.text(text)
-
-
-def _describe(e: BaseException) -> str:
-    """`Type: message`, secrets scrubbed."""
-    return scrub(f"{type(e).__name__}: {e}")
-
-
-def _http_status(e: BaseException) -> int | None:
-    """The HTTP status an error carries, if any (aiohttp `status`, botocore `response`)."""
-    response = getattr(e, "response", None)
-    if isinstance(response, dict):
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if isinstance(status, int):
-            return status
-    status = getattr(e, "status", None)
-    return status if isinstance(status, int) else None
-
-
-def is_transient(e: BaseException) -> bool:
-    """Whether a retry may cure `e`: connection errors, timeouts, 5xx/429; never a missing file or refused access."""
-    if isinstance(e, _PERMANENT_OS_ERRORS):
-        return False
-    if isinstance(e, (ConnectionError, TimeoutError)):
-        return True
-    status = _http_status(e)
-    if status is not None:
-        return status >= 500 or status == 429
-    if isinstance(e, OSError):
-        return e.errno in _TRANSIENT_ERRNOS  # s3fs turns 5xx and unknown error codes into EIO/EREMOTEIO
-    return bool({c.__name__ for c in type(e).__mro__} & _TRANSIENT_NAMES)
-
-
-def _is_store_error(e: BaseException) -> bool:
-    """An error of the store or its libraries (OSError, or an exception class defined outside the stdlib)."""
-    return isinstance(e, OSError) or type(e).__module__.split(".")[0] not in ("builtins", "vidvol")
-
-
-def credential_hint(url: str) -> str:
-    """What to check when the store behind `url` refuses or lacks credentials (the variables, for s3://)."""
-    return _CREDENTIAL_HINTS.get(scheme(url), f"check the credentials of fsspec's {scheme(url)}:// file system")
-
-
-def _access_denied(url: str, e: BaseException) -> AccessDeniedError:
-    """The clear error for refused or missing credentials."""
-    return AccessDeniedError(f"access denied for {url}: {credential_hint(url)} ({_describe(e)})")
-
-
-def _call(url: str, fn: Callable[[], T], *, what: str, retries: int = RETRIES) -> T:
-    """Runs one store operation on `url`, retrying transient errors; raises errors that name the URL, secrets scrubbed."""
-    attempts = max(0, retries) + 1
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except (AccessDeniedError, RemoteReadError):
-            raise
-        except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", url) from None
-        except Exception as e:  # pylint: disable=broad-except
-            if isinstance(e, PermissionError) or type(e).__name__ in _CREDENTIAL_NAMES:
-                raise _access_denied(url, e) from None
-            if not _is_store_error(e):
-                raise
-            if is_transient(e) and attempt < attempts:
-                wait = BACKOFF_S * 2 ** (attempt - 1)
-                logger.warning("%s: %s failed (%s), attempt %d of %d; retrying in %.1f s",
-                               url, what, _describe(e), attempt, attempts, wait)
-                time.sleep(wait)
-                continue
-            tries = f" after {attempt} attempts" if attempt > 1 else ""
-            raise RemoteReadError(f"{url}: {what} failed{tries} ({_describe(e)})") from None
-    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,14 +254,14 @@ def read_bytes(path: str, retries: int = RETRIES) -> bytes:
 def open_text(path: str, *, encoding: str = "utf-8", errors: str = "strict", newline: str | None = None) -> IO[str]:
     """`open(path, encoding=..., errors=..., newline=...)` for local paths; a URL (a CSV or split file) is read whole first."""
     if not is_url(path):
-        return open(path, encoding=encoding, errors=errors, newline=newline)  # noqa: SIM115 (the caller closes it)
+        return open(path, encoding=encoding, errors=errors, newline=newline)
     return io.TextIOWrapper(io.BytesIO(read_bytes(path)), encoding=encoding, errors=errors, newline=newline)
 
 
 def open_binary(path: str) -> IO[bytes]:
     """`open(path, "rb")` for local paths; a streaming fsspec file for URLs."""
     if not is_url(path):
-        return open(path, "rb")  # noqa: SIM115
+        return open(path, "rb")
     fs, p = _fs(path)
     return _call(path, lambda: fs.open(p, "rb"), what="open")
 

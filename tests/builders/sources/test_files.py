@@ -15,6 +15,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import stringify_path
 
 from vidvol.builders.sources import files
+from vidvol.core import store
 from vidvol.builders.transforms import video
 from vidvol.builders.transforms import volume
 
@@ -57,7 +58,7 @@ fsspec.register_implementation(FLAKY, FlakyFileSystem, clobber=True)
 @pytest.fixture
 def flaky(monkeypatch, tmp_path):
     """The flaky file system reset, no backoff, local_copy fetching into tmp_path/fetch."""
-    monkeypatch.setattr(files, "BACKOFF_S", 0.0)
+    monkeypatch.setattr(store, "BACKOFF_S", 0.0)
     monkeypatch.setenv(files.FETCH_DIR_ENV, str(tmp_path / "fetch"))
     FlakyFileSystem.failures, FlakyFileSystem.calls = 0, 0
     FlakyFileSystem.error = ConnectionResetError(errno.ECONNRESET, "Connection reset by peer (injected)")
@@ -231,7 +232,7 @@ def s3_env(s3, monkeypatch, tmp_path):
     for k, v in s3.env().items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv(files.FETCH_DIR_ENV, str(tmp_path / "fetch"))
-    monkeypatch.setattr(files, "BACKOFF_S", 0.0)
+    monkeypatch.setattr(store, "BACKOFF_S", 0.0)
     return s3
 
 

@@ -1,0 +1,326 @@
+"""The object store behind URLs (`s3://`, any fsspec protocol): file systems, retries, clear errors, bucket writes.
+
+Credentials come from the usual variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ENDPOINT_URL`, ...;
+`GOOGLE_APPLICATION_CREDENTIALS`) or fsspec's configuration, read in each process. A missing object is a
+`FileNotFoundError` naming the URL, refused credentials an `AccessDeniedError` naming what to check, a transient
+error (reset, timeout, 5xx, 429) is retried with backoff; no message carries a secret.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+import urllib.parse
+from typing import Any, TypeVar
+from collections.abc import Callable
+
+import fsspec
+
+from vidvol.core import redact
+from vidvol.core.urls import is_url, scheme
+
+logger = logging.getLogger(__name__)
+
+RETRIES = 3  # retries of a transient error (attempts = RETRIES + 1)
+BACKOFF_S = 0.5  # first wait between attempts; doubles each time
+
+_SECRET_ENV_RE = re.compile(r"SECRET|TOKEN|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_CREDENTIAL_ENV_PREFIXES = ("AWS_", "FSSPEC_", "GOOGLE_", "AZURE_", "GCSFS_", "HF_")
+_CREDENTIAL_HINTS = {
+    "s3": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)",
+    "s3a": "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_DEFAULT_REGION)",
+    "gs": "check GOOGLE_APPLICATION_CREDENTIALS or the gcloud login",
+    "gcs": "check GOOGLE_APPLICATION_CREDENTIALS or the gcloud login",
+}
+# Errors of the store libraries (botocore, aiohttp, urllib3, requests, fsspec) that a retry may cure.
+_TRANSIENT_NAMES = frozenset({
+    "EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "ReadTimeoutError",
+    "ConnectionError", "HTTPClientError", "IncompleteReadError", "ResponseStreamingError", "ProxyConnectionError",
+    "ClientConnectionError", "ClientConnectorError", "ClientOSError", "ClientPayloadError", "ServerDisconnectedError",
+    "ServerTimeoutError", "ProtocolError", "ChunkedEncodingError", "ConnectTimeout", "ReadTimeout", "FSTimeoutError",
+    "IncompleteRead",
+})
+_CREDENTIAL_NAMES = frozenset({
+    "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError", "NoAuthTokenError",
+    "DefaultCredentialsError", "RefreshError",
+})
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name) for name in (
+        "EIO", "EREMOTEIO", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "EPIPE", "EAGAIN",
+        "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "ENETRESET", "EBUSY",
+    ) if hasattr(errno, name)
+)
+_PERMANENT_OS_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+T = TypeVar("T")
+
+
+class AccessDeniedError(RuntimeError):
+    """The store refused the credentials (or has none): a configuration error that stops the build, never a skip."""
+
+
+class RemoteReadError(OSError):
+    """A URL could not be read (a transient error persisted through the retries, or the store failed otherwise)."""
+
+
+
+
+_FS_CACHE: dict[tuple, Any] = {}
+_FS_LOCK = threading.Lock()
+
+
+def _env_fingerprint() -> str:
+    """Digest of the credential-related environment (a new value, e.g. another secret, gets a new client)."""
+    items = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV_PREFIXES))
+    return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+def _filesystem(protocol: str, **options: str):
+    """One fsspec file system per protocol, credential environment (and URL credentials) and process; listings are
+    not cached."""
+    key = (protocol, _env_fingerprint(), hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest(), os.getpid())
+    with _FS_LOCK:
+        fs = _FS_CACHE.get(key)
+        if fs is None:
+            try:
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False, **options)
+            except TypeError:  # a file system that takes no listing-cache option
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+            if len(_FS_CACHE) > 8:
+                _FS_CACHE.clear()  # an old environment's clients are not needed again
+            _FS_CACHE[key] = fs
+    return fs
+
+
+# `s3://KEY:SECRET@bucket/key`: credentials in the URL (percent-encoded where they hold `/`, `@` or `:`).
+_S3_USERINFO_RE = re.compile(r"^(s3a?://)([^/@?#:]+):([^/@?#]*)@")
+
+
+def _fs(url: str):
+    """(file system, its path) for a URL; `s3://KEY:SECRET@bucket/...` gives the credentials to that URL's client."""
+    found = _S3_USERINFO_RE.match(url)
+    if found:
+        fs = _filesystem(scheme(url), key=urllib.parse.unquote(found.group(2)), secret=urllib.parse.unquote(found.group(3)))
+        return fs, fs._strip_protocol(found.group(1) + url[found.end():])
+    fs = _filesystem(scheme(url))
+    return fs, fs._strip_protocol(url)
+
+
+def _secrets() -> list[str]:
+    """Values that must never appear in a message: secret-looking environment variables and fsspec config."""
+    values = [v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 6]
+    for options in getattr(fsspec.config, "conf", {}).values():
+        if isinstance(options, dict):
+            values += [str(v) for k, v in options.items() if _SECRET_ENV_RE.search(str(k)) and len(str(v)) >= 6]
+    return sorted(set(values), key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """`text` with every known secret value, and every URL's credentials and query string, replaced by `***`."""
+    for secret in _secrets():
+        text = text.replace(secret, "***")
+    return redact.text(text)
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message`, secrets scrubbed."""
+    return scrub(f"{type(e).__name__}: {e}")
+
+
+def _http_status(e: BaseException) -> int | None:
+    """The HTTP status an error carries, if any (aiohttp `status`, botocore `response`)."""
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(status, int):
+            return status
+    status = getattr(e, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def is_transient(e: BaseException) -> bool:
+    """Whether a retry may cure `e`: connection errors, timeouts, 5xx/429; never a missing file or refused access."""
+    if isinstance(e, _PERMANENT_OS_ERRORS):
+        return False
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
+    status = _http_status(e)
+    if status is not None:
+        return status >= 500 or status == 429
+    if isinstance(e, OSError):
+        return e.errno in _TRANSIENT_ERRNOS  # s3fs turns 5xx and unknown error codes into EIO/EREMOTEIO
+    return bool({c.__name__ for c in type(e).__mro__} & _TRANSIENT_NAMES)
+
+
+def _is_store_error(e: BaseException) -> bool:
+    """An error of the store or its libraries (OSError, or an exception class defined outside the stdlib)."""
+    return isinstance(e, OSError) or type(e).__module__.split(".")[0] not in ("builtins", "vidvol")
+
+
+def credential_hint(url: str) -> str:
+    """What to check when the store behind `url` refuses or lacks credentials (the variables, for s3://)."""
+    return _CREDENTIAL_HINTS.get(scheme(url), f"check the credentials of fsspec's {scheme(url)}:// file system")
+
+
+def _access_denied(url: str, e: BaseException) -> AccessDeniedError:
+    """The clear error for refused or missing credentials."""
+    return AccessDeniedError(f"access denied for {url}: {credential_hint(url)} ({_describe(e)})")
+
+
+def _call(url: str, fn: Callable[[], T], *, what: str, retries: int = RETRIES) -> T:
+    """Runs one store operation on `url`, retrying transient errors; raises errors that name the URL, secrets scrubbed."""
+    attempts = max(0, retries) + 1
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except (AccessDeniedError, RemoteReadError):
+            raise
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", url) from None
+        except Exception as e:  # a store's own error classes come from many libraries
+            if isinstance(e, PermissionError) or type(e).__name__ in _CREDENTIAL_NAMES:
+                raise _access_denied(url, e) from None
+            if not _is_store_error(e):
+                raise
+            if is_transient(e) and attempt < attempts:
+                wait = BACKOFF_S * 2 ** (attempt - 1)
+                logger.warning("%s: %s failed (%s), attempt %d of %d; retrying in %.1f s",
+                               url, what, _describe(e), attempt, attempts, wait)
+                time.sleep(wait)
+                continue
+            tries = f" after {attempt} attempts" if attempt > 1 else ""
+            raise RemoteReadError(f"{url}: {what} failed{tries} ({_describe(e)})") from None
+    raise AssertionError("unreachable")
+
+
+
+
+# --------------------------------------------------------------------------------------------
+# A data_dir in a bucket
+# --------------------------------------------------------------------------------------------
+
+# Schemes TensorFlow's own file layer (tf.io.gfile) reads and writes in this build; every other URL is vidvol's own.
+TF_SCHEMES = frozenset({"", "file", "gs", "ram"})
+UPLOAD_PART_BYTES = 8 << 20  # multipart part size: an upload holds a few parts in memory, never the whole file
+UPLOAD_CONCURRENCY = 2
+
+
+def is_bucket(path: str | os.PathLike | None) -> bool:
+    """Whether `path` is a URL TensorFlow cannot open here (`s3://`, `az://`, ...), so vidvol does its I/O."""
+    if path is None:
+        return False
+    text = os.fspath(path)
+    return is_url(text) and scheme(text) not in TF_SCHEMES
+
+
+def fs_path(url: str):
+    """(fsspec file system, its path) for a URL; `s3://KEY:SECRET@bucket/...` gives the credentials to that client."""
+    return _fs(url)
+
+
+def exists(url: str) -> bool:
+    """Whether the object (or a prefix of objects) exists."""
+    fs, p = _fs(url)
+    return _call(url, lambda: fs.exists(p), what="exists")
+
+
+def size(url: str) -> int:
+    """The object's size in bytes."""
+    fs, p = _fs(url)
+    return int(_call(url, lambda: fs.size(p), what="stat"))
+
+
+def read_bytes(url: str) -> bytes:
+    """The whole object (metadata files: small)."""
+    fs, p = _fs(url)
+    return _call(url, lambda: fs.cat_file(p), what="read")
+
+
+def read_range(url: str, start: int, end: int) -> bytes:
+    """Bytes `[start, end)` of the object, in one ranged GET."""
+    fs, p = _fs(url)
+    return _call(url, lambda: fs.cat_file(p, start=start, end=end), what=f"read bytes {start}-{end}")
+
+
+def write_bytes(url: str, data: bytes, *, exclusive: bool = False) -> None:
+    """Writes a small object whole (one PUT: it appears complete or not at all).
+
+    Args:
+      url: the object's URL.
+      data: its bytes.
+      exclusive: fail with FileExistsError when the object exists (S3 `If-None-Match: *`).
+    """
+    fs, p = _fs(url)
+    kwargs = {"mode": "create"} if exclusive else {}
+    try:
+        _call(url, lambda: fs.pipe_file(p, data, **kwargs), what="write")
+    except RemoteReadError as e:
+        if exclusive and ("PreconditionFailed" in str(e) or "412" in str(e)):
+            raise FileExistsError(errno.EEXIST, "already exists", url) from None
+        raise
+
+
+def upload(local: str, url: str) -> None:
+    """Uploads a local file to `url`: multipart past two parts, read from disk part by part.
+
+    The object appears under `url` only when the upload completes (S3 completes a multipart upload atomically;
+    an interrupted one leaves no object, and s3fs aborts it).
+    """
+    fs, p = _fs(url)
+    _call(url, lambda: fs.put_file(local, p, chunksize=UPLOAD_PART_BYTES, max_concurrency=UPLOAD_CONCURRENCY),
+          what="upload")
+
+
+def download(url: str, local: str) -> None:
+    """Downloads the object to the local path `local` (streamed to disk)."""
+    fs, p = _fs(url)
+    _call(url, lambda: fs.get_file(p, local), what="download")
+
+
+def copy(src: str, dst: str) -> None:
+    """Server-side copy of one object (no bytes through this process)."""
+    fs, p = _fs(src)
+    _, q = _fs(dst)
+    _call(src, lambda: fs.copy(p, q), what=f"copy to {redact.url(dst)}")
+
+
+def remove(url: str) -> None:
+    """Removes one object; a missing one is not an error."""
+    fs, p = _fs(url)
+    try:
+        _call(url, lambda: fs.rm_file(p), what="remove")
+    except FileNotFoundError:
+        pass
+
+
+def listdir(url: str) -> list[str]:
+    """The URLs of the objects and prefixes directly under `url` (empty when there is none)."""
+    fs, p = _fs(url)
+    try:
+        entries = _call(url, lambda: fs.ls(p, detail=False, refresh=True), what="list")
+    except FileNotFoundError:
+        return []
+    base = url.rstrip("/")
+    return sorted(f"{base}/{e.rstrip('/').rsplit('/', 1)[-1]}" for e in entries if e.rstrip("/") != p.rstrip("/"))
+
+
+def find(url: str) -> list[str]:
+    """The URLs of every object below `url`, recursively."""
+    fs, p = _fs(url)
+    try:
+        found = _call(url, lambda: fs.find(p, withdirs=False, detail=False), what="list")
+    except FileNotFoundError:
+        return []
+    base, root = url.rstrip("/"), p.rstrip("/")
+    return sorted(base + f[len(root):] for f in found)
+
+
+def remove_tree(url: str) -> None:
+    """Removes every object below `url`."""
+    for obj in find(url):
+        remove(obj)
