@@ -2,7 +2,7 @@
 
 - HMDB51-like clips: 320x240 XVID AVI at 30 fps, 2-10 s that look like real footage (a set with
   detail at every scale, a hand-held camera, a moving figure, sensor noise: `samples.make_frame`'s
-  "footage" content via `vidvol.samples.write_hmdb51_layout`, one class per process), official-style
+  "footage" content via `vidvol.testing.samples.write_hmdb51_layout`, one class per process), official-style
   split files. Stored as 64x64 quality-90 JPEG frames they are as large and as slow to decode as
   frames of real HMDB51 videos (~2.2 KiB, ~16k frames/s per core); the benchmark reports both.
 - fire_hrr frames: full-resolution (540x960) JPEG frames of a flickering, rising flame over a
@@ -35,7 +35,7 @@ import nibabel as nib
 import numpy as np
 from scipy import ndimage
 
-from vidvol import samples
+from vidvol.testing import samples
 
 logger = logging.getLogger(__name__)
 

@@ -296,7 +296,7 @@ class Peers(section.Section):
         """TFDS's stock video rows, then (with the peers venv) every read-time peer and vidvol's MRI rows at its batch."""
         import inputs  # pylint: disable=g-import-not-at-top
         import peers_env  # pylint: disable=g-import-not-at-top
-        from vidvol import samples  # pylint: disable=g-import-not-at-top
+        from vidvol.testing import samples  # pylint: disable=g-import-not-at-top
 
         classes = list(samples.HMDB51_CLASSES)
         videos = inputs.hmdb51_split_videos(hmdb51_root, 1, "train")

@@ -19,7 +19,7 @@ from typing import Any
 
 import tensorflow_datasets as tfds
 
-from vidvol import samples
+from vidvol.testing import samples
 
 import inputs
 import peer_jobs

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from vidvol import samples
+from vidvol.testing import samples
 
 import baselines
 import inputs

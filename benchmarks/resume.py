@@ -202,7 +202,7 @@ def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]
     from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
 
     import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-    from vidvol import samples  # pylint: disable=g-import-not-at-top
+    from vidvol.testing import samples  # pylint: disable=g-import-not-at-top
 
     options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     plans = [("hmdb51", "hmdb51/split1_20x64x64", 8, lambda m: samples.write_hmdb51_layout(

@@ -98,7 +98,8 @@ def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, cal
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from vidvol.readers import rng, stages  # pylint: disable=g-import-not-at-top
+    from vidvol.readers import rng  # pylint: disable=g-import-not-at-top
+    from vidvol.readers.tfdata import stages  # pylint: disable=g-import-not-at-top
 
     keys = rng.seed_np(0, 0, np.arange(len(frames)), rng.VIDEO_AUGMENT)
     steps: dict[str, Any] = {}
