@@ -46,13 +46,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import vidvol.datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
+from vidvol.builders.writer import bucket
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import build_log
-from vidvol.builders.writer import formats
+from vidvol.builders.writer import formats, outputs
 from vidvol.builders.writer import results
 from vidvol.builders.writer import shard_writer
 from vidvol.builders.writer import skip_report
-from vidvol.core import redact
+from vidvol.core import redact, store
 
 logger = logging.getLogger(__name__)
 
@@ -126,15 +127,16 @@ def download_config(
     return tfds.download.DownloadConfig(manual_dir=manual_dir, beam_runner=runner, beam_options=options, **kwargs)
 
 
-def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResult:
+def read_result(builder: tfds.core.DatasetBuilder, *, built: bool, target: bucket.BucketTarget | None = None) -> BuildResult:
     """BuildResult of a prepared builder, from its skip report (or its split infos if there is none)."""
     data_path = os.fspath(builder.data_path)
+    where = target.remote(data_path) if target else data_path
     try:
-        report = skip_report.read_skip_report(data_path)
+        report = skip_report.read_skip_report(where)
         splits = {name: dict(s) for name, s in report["splits"].items()}
         skipped = list(report["skipped"])
         empty = dict(report.get("empty_splits", {}))
-    except tf.errors.NotFoundError:
+    except (tf.errors.NotFoundError, FileNotFoundError):
         splits = {
             name: {"examples": s.num_examples, "shards": s.num_shards, "num_bytes": s.num_bytes,
                    "skipped_inputs": 0, "masked_parts": 0}
@@ -142,7 +144,7 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool) -> BuildResul
         }
         skipped = []
         empty = {}
-    return BuildResult(builder.info.full_name, data_path, built, splits, skipped, empty)
+    return BuildResult(builder.info.full_name, where, built, splits, skipped, empty)
 
 
 def _local_dask_cluster():
@@ -183,8 +185,9 @@ def build(
         flags = runners.pipeline_flags(runner, flags)
     else:
         runners.check_flags(flags)
-    formats.check_data_dir(data_dir)
-    builder = make_builder(dataset, data_dir, file_format)
+    formats.check_data_dir(data_dir, bucket_ok=True)
+    target = bucket.BucketTarget.for_url(data_dir) if store.is_bucket(data_dir) else None
+    builder = _builder(dataset, data_dir, file_format, target)
     stale = incomplete_dirs(builder)
     running = _running_build(builder)
     if stale and running:
@@ -197,15 +200,17 @@ def build(
     elif stale:
         logger.warning("Leftovers of interrupted builds (safe to delete when no build of this config runs; "
                        "--remove_incomplete does it): %s", ", ".join(stale))
-    prepared = builder.is_prepared()
+    prepared = target.is_published(os.fspath(builder.data_path)) if target else builder.is_prepared()
     if prepared and not overwrite:
+        where = target.remote(os.fspath(builder.data_path)) if target else os.fspath(builder.data_path)
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
-                       builder.info.full_name, os.fspath(builder.data_path))
-        return read_result(builder, built=False)
-    if prepared:  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
+                       builder.info.full_name, redact.url(where))
+        return read_result(builder, built=False, target=target)
+    if prepared and target is None:  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
         logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
         builder.data_path.rmtree()
         builder = make_builder(dataset, data_dir, file_format)
+    # (In a bucket, --overwrite replaces the published dataset when the new one is complete: bucket.publish.)
     default_workers = runner == "direct" and not local_services and not runners.chooses_workers(beam_flags)
     services_context = LOCAL_SERVICES[runner]() if local_services else contextlib.nullcontext()
     name = builder.name + (f"/{builder.builder_config.name}" if builder.builder_config else "")
@@ -222,7 +227,19 @@ def build(
             logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
             builder.download_and_prepare(download_dir=download_dir, download_config=config)
     reused = getattr(builder, "reused_from", None)
-    return dataclasses.replace(read_result(builder, built=not reused), reused_from=reused)
+    return dataclasses.replace(read_result(builder, built=not reused, target=target), reused_from=reused)
+
+
+def _builder(dataset: str, data_dir: str, file_format: str | None, target: bucket.BucketTarget | None):
+    """The builder of a build: rooted at data_dir, or for a bucket at its staging folder, the bucket its target."""
+    if target is None:
+        return make_builder(dataset, data_dir, file_format)
+    builder = make_builder(dataset, target.staging, file_format)
+    # The staging folder holds the metadata of the last build published from here; the bucket says what is built.
+    bucket.clear_staging(os.fspath(builder.data_path))
+    builder = make_builder(dataset, target.staging, file_format)
+    builder.bucket = target
+    return builder
 
 
 def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:
@@ -261,7 +278,7 @@ def summary_lines(result: BuildResult) -> list[str]:
 def skips_line(result: BuildResult) -> str | None:
     """`N inputs skipped: see DATA_PATH/skip_report.json` (None when the dataset has no skip report)."""
     path = os.path.join(result.data_path, skip_report.SKIP_REPORT_NAME)
-    if not tf.io.gfile.exists(path):
+    if not outputs.exists(path):
         return None
     skipped = sum(s.get("skipped_inputs", 0) for s in result.splits.values())
     masked = sum(s.get("masked_parts", 0) for s in result.splits.values())
@@ -274,6 +291,7 @@ def tfds_command(
     num_shards: int | None = None, max_shard_size_mb: int | None = None, file_format: str | None = None,
 ) -> list[str]:
     """The `tfds build` command line equivalent to a build (for runners whose flags hold no commas)."""
+    formats.check_data_dir(data_dir)  # a bucket: `tfds build` cannot write it here (the error says what can)
     cmd = ["tfds", "build", dataset, "--imports", "vidvol", "--data_dir", data_dir]
     if manual_dir:
         cmd += ["--manual_dir", manual_dir]

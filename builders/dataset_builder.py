@@ -28,9 +28,10 @@ from apache_beam.runners.runner import PipelineState
 from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
+from vidvol.builders.writer import bucket as bucket_target
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import build_log
-from vidvol.builders.writer import json_files
+from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.formats import check_build_options, check_data_dir, check_file_format
@@ -42,7 +43,7 @@ from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWrit
 from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
 from vidvol.core import artifacts
-from vidvol.core import redact
+from vidvol.core import redact, store
 from vidvol.core import tfds_api
 
 logger = logging.getLogger(__name__)
@@ -137,6 +138,14 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     _summary_results: Sequence[SplitResult] | None = None
     reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
     _build_lock: build_lock.BuildLock | None = None  # held while download_and_prepare builds
+    # A bucket data_dir (`python -m vidvol build --data_dir s3://...`): the builder is rooted at the target's local
+    # staging folder, the workers write the shards to the bucket, and the finished dataset is published there.
+    bucket: bucket_target.BucketTarget | None = None
+    _remote_incomplete: str | None = None
+
+    def _out(self, path: str) -> str:
+        """Where a worker writes a file of the build folder: the path itself, or its URL in the bucket."""
+        return self.bucket.remote(path) if self.bucket is not None else path
 
     def _display_name(self) -> str:
         return f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
@@ -158,7 +167,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         try:
             return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
         except BaseException as e:
-            raise redact.exception(e)  # in place: whoever shows it (a traceback, a CLI, a notebook) shows no URL secret
+            redact.exception(e)  # in place: whoever shows it (a traceback, a CLI, a notebook) shows no URL secret
+            raise
 
     def _prepare_locked(self, overwrite: bool, download_dir, download_config, **kwargs) -> None:
         """The build under the config's build lock (or the reuse of what the build it waited for prepared)."""
@@ -176,6 +186,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 return None
             try:
                 self._prepare_in_session(name, download_dir, download_config, **kwargs)
+            except BaseException as e:
+                if self._remote_incomplete is not None and not isinstance(e, bucket_target.PublishConflictError):
+                    with contextlib.suppress(Exception):  # the failed build's shards in the bucket go with it
+                        store.remove_tree(self._remote_incomplete)
+                raise
             finally:
                 self._build_lock = None
         return None
@@ -190,6 +205,10 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             self._summary_results = None
             try:
                 super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
+                if self.bucket is not None and self._remote_incomplete is not None:
+                    mode = download_config.download_mode if download_config else None
+                    self.bucket.publish(os.fspath(self.data_path), self._remote_incomplete,
+                                        overwrite=bool(mode is not None and mode.overwrite_dataset))
             except BuildWriteError:
                 raise
             except Exception as e:  # pylint: disable=broad-except
@@ -201,7 +220,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 logger.info("the build's error, as raised: %s", e)  # the whole story stays in the build log
                 raise self._write_error(failure) from None
             if self._summary_results is not None:
-                session.add_summary(build_summary(name, self._summary_results, os.fspath(self.data_path)))
+                session.add_summary(build_summary(name, self._summary_results, self._out(os.fspath(self.data_path))))
 
     def _write_error(self, failure: Mapping[str, str]) -> BuildWriteError:
         """One clear error for a build whose writes failed, once TFDS removed its `incomplete.*` folder."""
@@ -253,6 +272,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         self._file_format()  # before anything is written
         generators = self._generators(dl_manager, download_config)
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
+        self._remote_incomplete = self._out(os.fspath(self.data_path)) if self.bucket is not None else None
         tasks = self._plan(generators, templates, download_config)
         all_tasks = [t for ts in tasks.values() for t in ts]
         if all_tasks:
@@ -264,9 +284,10 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             self._run_pipeline(all_tasks, generators, runner, options, tasks)
         for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
             tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)
+        # (A bucket build's attempts live in each worker's scratch, never in the bucket.)
         results = []
         for split, template in templates.items():
-            final = lambda i, n, t=template: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
+            final = lambda i, n, t=template: self._out(os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)))
             results.append(collect_split(split, tasks[split], final, empty_reason=generators[split].empty_reason))
         # A split without an example is not registered: `tfds.load(split=...)` then lists the splits there are.
         filled = [r for r in results if r.num_examples]
@@ -307,7 +328,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 len(gen.sources), self._estimated_example_bytes(),
                 max_shard_size=max_shard_size, min_shards=self.MIN_SHARDS, num_shards=download_config.num_shards,
             )
-            planned = lambda i, n, t=templates[split]: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
+            planned = lambda i, n, t=templates[split]: self._out(os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))) + ".partial"
             tasks[split] = plan_shards(split, gen.sources, n, planned)
             logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
         return tasks
@@ -320,7 +341,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """
         fns = {split: gen.example_fn for split, gen in generators.items()}
         setup = [fn for gen in generators.values() for fn in gen.worker_setup]
-        plan = os.path.join(os.fspath(self.data_dir), PLAN_NAME)
+        plan = self._out(os.path.join(os.fspath(self.data_dir), PLAN_NAME))
         refs = write_plan(all_tasks, plan)
         pipeline = beam.Pipeline(runner=runner, options=options)
         write = WriteShardFn(self.info.features, fns, setup, self._file_format().value, refs=refs)
@@ -335,8 +356,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             with progress.ProgressMonitor(shards, display):
                 state = pipeline.run().wait_until_finish()
         finally:
-            with contextlib.suppress(tf.errors.NotFoundError):
-                tf.io.gfile.remove(plan)
+            outputs.remove(plan)
         if state is not None and str(state) != PipelineState.DONE:
             raise RuntimeError(f"{self.name}: Beam pipeline ended in state {state}, not DONE")
 

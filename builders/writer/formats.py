@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable
 
+import fsspec
 from tensorflow_datasets.core import file_adapters
 
-from vidvol.core import tfds_api
+from vidvol.core import redact, tfds_api
 from vidvol.core.urls import scheme
 
 # The file formats the streaming writer honours, each written by TFDS's own file adapter, which takes an
@@ -96,20 +97,34 @@ def write_records(file_format: "str | file_adapters.FileFormat", path: str, reco
     file_adapters.ADAPTER_FOR_FORMAT[fmt].write_examples(path, records)
 
 
-# Schemes tf.io.gfile can write in TensorFlow builds (TFDS writes data_dir through it).
-DATA_DIR_SCHEMES = ("gs", "hdfs", "file")
+# Schemes tf.io.gfile writes in this TensorFlow (gs:// is built in); any other URL is a bucket vidvol writes itself.
+DATA_DIR_SCHEMES = ("gs", "file")
 
 
-def check_data_dir(path: str | os.PathLike | None) -> None:
-    """Raises ValueError for a data_dir tf.io.gfile cannot write (e.g. s3://): the manual_dir may be a bucket, the data_dir not."""
+def check_data_dir(path: str | os.PathLike | None, *, bucket_ok: bool = False) -> None:
+    """Raises ValueError for a data_dir this build cannot write.
+
+    Args:
+      path: the data_dir (None: TFDS's default).
+      bucket_ok: whether a bucket URL (s3://, any fsspec protocol) is written by vidvol here, as in
+        `python -m vidvol build`; `tfds build` and `download_and_prepare` root TFDS at the data_dir, whose
+        tf.io.gfile has no s3:// file system.
+    """
     if path is None:
         return
     text = os.fspath(path)
     s = scheme(text)
-    if s and s not in DATA_DIR_SCHEMES:
-        raise ValueError(
-            f"data_dir {text}: TFDS writes datasets through tf.io.gfile, which has no {s}:// file system in this "
-            f"TensorFlow. The manual_dir may be a bucket URL (s3://, gs://, any fsspec URL), but the data_dir must be "
-            f"a local path or a gs:// / hdfs:// path tf.io.gfile writes; build into a local data_dir and copy the "
-            f"result to the bucket afterwards (e.g. `aws s3 sync DATA_DIR {text}`)."
-        )
+    if not s or s in DATA_DIR_SCHEMES:
+        return
+    if bucket_ok:
+        try:
+            fsspec.get_filesystem_class(s)
+        except (ImportError, ValueError) as e:
+            raise ValueError(f"data_dir {redact.url(text)}: fsspec has no {s}:// file system here ({e})") from None
+        return
+    raise ValueError(
+        f"data_dir {redact.url(text)}: TFDS writes a dataset through tf.io.gfile, which has no {s}:// file system "
+        f"in this TensorFlow (hdfs:// and s3:// left core TensorFlow in 2.6). Build into the bucket with "
+        f"`python -m vidvol build NAME --data_dir {redact.url(text)}` (vidvol writes the shards and metadata there "
+        f"itself), or into a local data_dir and `python -m vidvol push` it."
+    )

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
-import tensorflow as tf
-
+from vidvol.builders.writer import outputs
 from vidvol.core import redact
 
 
 def write_json(obj: Any, path: str) -> None:
-    """Writes a JSON document whole (temporary file, then rename) through tf.io.gfile (local, gs://, hdfs://), with
-    the credentials and query strings of the URLs in it redacted (`vidvol.core.redact`)."""
-    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(redact.data(obj), indent=1, sort_keys=True))
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    """Writes a JSON document whole (`outputs.write_whole`: local, gs:// or a bucket), with the credentials and
+    query strings of the URLs in it redacted (`vidvol.core.redact`)."""
+    outputs.write_whole(path, json.dumps(redact.data(obj), indent=1, sort_keys=True).encode("utf-8"))
 
 
 def read_json(path: str) -> Any:
-    """Reads a JSON document through tf.io.gfile."""
-    with tf.io.gfile.GFile(path, "r") as f:
-        return json.loads(f.read())
+    """Reads a JSON document (local, gs:// or a bucket)."""
+    return json.loads(outputs.read_bytes(path))

@@ -9,6 +9,7 @@ driver writes every task's sources to one plan file (`write_plan`); the pipeline
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -19,7 +20,8 @@ import cloudpickle
 import tensorflow as tf
 
 from vidvol.builders.example_io import Source
-from vidvol.core import names
+from vidvol.builders.writer import outputs
+from vidvol.core import names, store
 
 DEFAULT_MAX_SHARD_SIZE = 256 * 2**20
 DEFAULT_MIN_SHARDS = 4
@@ -58,9 +60,7 @@ class ShardRef:
     num_sources: int
 
     def load(self) -> ShardTask:
-        with tf.io.gfile.GFile(self.plan, "rb") as f:
-            f.seek(self.offset)
-            data = f.read(self.length)
+        data = outputs.read_range(self.plan, self.offset, self.length)
         if len(data) != self.length:
             raise OSError(f"{self.plan}: the shard plan is shorter than expected (shard {self.index} of {self.split}); "
                           "was the build's incomplete folder removed while it ran?")
@@ -71,12 +71,17 @@ def write_plan(tasks: Sequence[ShardTask], path: str) -> list[ShardRef]:
     """Writes every task's sources to the plan file `path` (one pickle per task, back to back); their refs."""
     refs = []
     offset = 0
-    with tf.io.gfile.GFile(path, "wb") as f:
-        for t in tasks:
-            data = cloudpickle.dumps(t.sources, protocol=pickle.HIGHEST_PROTOCOL)
-            f.write(data)
-            refs.append(ShardRef(t.split, t.index, t.path, path, offset, len(data), len(t.sources)))
-            offset += len(data)
+    with contextlib.ExitStack() as stack:
+        # A bucket's plan is written locally, then uploaded in one go (multipart past a few MiB).
+        local = stack.enter_context(outputs.scratch_file(path)) if outputs.is_bucket(path) else path
+        with tf.io.gfile.GFile(local, "wb") as f:
+            for t in tasks:
+                data = cloudpickle.dumps(t.sources, protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(data)
+                refs.append(ShardRef(t.split, t.index, t.path, path, offset, len(data), len(t.sources)))
+                offset += len(data)
+        if local != path:
+            store.upload(local, path)
     return refs
 
 

@@ -29,6 +29,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
 
 import tensorflow as tf
 
+from vidvol.builders.writer import outputs
+
 logger = logging.getLogger(__name__)
 
 PROGRESS_SUFFIX = ".progress"
@@ -45,24 +47,20 @@ def progress_path(shard_path: str) -> str:
 
 
 def is_remote(path: str) -> bool:
-    """True for `gs://...`, `hdfs://...` paths (every file operation is a remote call)."""
+    """True for URLs (`gs://...`, `s3://...`: every file operation is a remote call)."""
     return "://" in path
 
 
 def _write_whole(path: str, text: str) -> None:
     """Writes a small file whole: a temporary file (`*.tmp`, swept up after the pipeline), then a rename."""
-    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    outputs.write_whole(path, text.encode("utf-8"))
 
 
 def read_progress(path: str) -> dict[str, Any] | None:
     """A shard's progress record, or None when there is none (yet) or it cannot be read right now."""
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            return json.loads(f.read())
-    except (tf.errors.NotFoundError, tf.errors.OpError, ValueError, OSError):
+        return json.loads(outputs.read_bytes(path))
+    except (tf.errors.NotFoundError, tf.errors.OpError, ValueError, OSError, RuntimeError):
         return None
 
 

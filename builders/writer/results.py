@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from vidvol.builders.writer import json_files
+from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.plan import ShardTask
@@ -79,18 +79,17 @@ def collect_split(
     """Reads the shards' sidecar infos, drops empty shards, renames the rest to their final names."""
     infos = [json_files.read_json(t.path + ".info.json") for t in tasks]
     for t in tasks:
-        tf.io.gfile.remove(t.path + ".info.json")
-        if tf.io.gfile.exists(progress.progress_path(t.path)):
-            tf.io.gfile.remove(progress.progress_path(t.path))
+        outputs.remove(t.path + ".info.json")
+        outputs.remove(progress.progress_path(t.path))
     nonempty = [(t, i) for t, i in zip(tasks, infos) if i["keys"]]
     for t, i in zip(tasks, infos):
         if not i["keys"]:
-            tf.io.gfile.remove(t.path)
+            outputs.remove(t.path)
     paths, lengths, keys, skips, shard_files = [], [], [], [], []
     for new_index, (task, info) in enumerate(nonempty):
         final = final_path_fn(new_index, len(nonempty))
         if final != task.path:
-            tf.io.gfile.rename(task.path, final, overwrite=True)
+            outputs.rename(task.path, final)
         paths.append(final)
         lengths.append(len(info["keys"]))
         keys.extend(info["keys"])

@@ -28,12 +28,12 @@ from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders.example_io import ExampleFn, Skip, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import example_bytes
-from vidvol.builders.writer import json_files
+from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.formats import check_file_format, write_records
 from vidvol.builders.writer.plan import ShardRef, ShardTask
-from vidvol.core import redact
+from vidvol.core import redact, store
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,30 @@ class WriteShardFn(beam.DoFn):
         sizes: list[int] = []
         # A task may run twice (a runner retrying it after a worker died): each attempt writes its own
         # file and renames it into place whole, then its sidecar, so a rerun never sees half a shard.
-        attempt = f"{task.path}.{uuid.uuid4().hex[:12]}.tmp"
+        # A shard bound for a bucket is written to this worker's local scratch and uploaded when complete.
+        with contextlib.ExitStack() as scratch:
+            attempt = (scratch.enter_context(outputs.scratch_file(task.path)) if outputs.is_bucket(task.path)
+                       else f"{task.path}.{uuid.uuid4().hex[:12]}.tmp")
+            digest, file_bytes, recorder = self._write_attempt(task, attempt, keys, skips, sizes)
+        recorder.write()  # the final count, before the sidecar that marks the shard done
+        num_bytes = sum(sizes)
+        info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes,
+                "skips": skips, "file_bytes": file_bytes, shards_file.DIGEST: digest}
+        with writing(task.path + ".info.json"):
+            json_files.write_json(info, task.path + ".info.json")
+        logger.info(
+            "%s shard %d: %d examples, %d skips, %.1f MiB in %.1f s",
+            task.split, task.index, len(keys), len(skips), num_bytes / 2**20, time.monotonic() - start,
+        )
+        yield task.split, len(keys)
+
+    def _write_attempt(self, task: ShardTask, attempt: str, keys: list[str], skips: list[dict[str, str]],
+                       sizes: list[int]) -> tuple[str, int, progress.ProgressRecorder]:
+        """Writes the shard to `attempt`, then puts it in place whole (a rename, or an upload to a bucket).
+
+        Returns:
+          The shard's digest, its size in bytes, and its progress recorder.
+        """
         # Progress for the driver's display: inputs done so far, rewritten now and then (progress.py).
         recorder = progress.ProgressRecorder(progress.progress_path(task.path), len(task.sources))
         # A failed write (disk full, quota, file size limit) is a ShardWriteError naming the file, never a skip;
@@ -176,20 +199,13 @@ class WriteShardFn(beam.DoFn):
                 raise shard_write_error(e, task.path) from e
             raise
         with writing(task.path):
-            # The checksum of the bytes on disk, read once before the rename (whatever wrote them).
+            # The checksum of the bytes on disk, read once before they move (whatever wrote them).
             digest, file_bytes = shards_file.file_digest(attempt)
-            tf.io.gfile.rename(attempt, task.path, overwrite=True)
-        recorder.write()  # the final count, before the sidecar that marks the shard done
-        num_bytes = sum(sizes)
-        info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes,
-                "skips": skips, "file_bytes": file_bytes, shards_file.DIGEST: digest}
-        with writing(task.path + ".info.json"):
-            json_files.write_json(info, task.path + ".info.json")
-        logger.info(
-            "%s shard %d: %d examples, %d skips, %.1f MiB in %.1f s",
-            task.split, task.index, len(keys), len(skips), num_bytes / 2**20, time.monotonic() - start,
-        )
-        yield task.split, len(keys)
+            if outputs.is_bucket(task.path):
+                store.upload(attempt, task.path)  # the object appears only once the upload completes
+            else:
+                tf.io.gfile.rename(attempt, task.path, overwrite=True)
+        return digest, file_bytes, recorder
 
     def _records(self, task: ShardTask, keys: list[str], skips: list[dict[str, str]], sizes: list[int],
                  recorder: progress.ProgressRecorder, source_failed: list[bool]) -> Iterator[tuple[str, bytes]]:

@@ -16,11 +16,18 @@ def test_array_record_needs_a_local_data_dir():
         formats.check_file_format("csv")
 
 
-def test_check_data_dir_refuses_s3_and_names_what_works():
-    for ok in (None, "/tmp/out", "relative/out", "gs://bucket/tfds", "hdfs://nn/tfds"):
+def test_tfds_rooted_data_dirs_refuse_buckets_and_name_the_vidvol_command():
+    for ok in (None, "/tmp/out", "relative/out", "gs://bucket/tfds"):
         formats.check_data_dir(ok)
-    with pytest.raises(ValueError) as err:
-        formats.check_data_dir("s3://bucket/tfds")
-    text = str(err.value)
-    assert "s3://bucket/tfds" in text and "tf.io.gfile" in text
-    assert "manual_dir may be a bucket" in text and "gs:// / hdfs://" in text
+    for url in ("s3://bucket/tfds", "hdfs://nn/tfds"):  # neither has a tf.io.gfile file system in this TensorFlow
+        with pytest.raises(ValueError) as err:
+            formats.check_data_dir(url)
+        text = str(err.value)
+        assert url in text and "tf.io.gfile" in text and "python -m vidvol build" in text and "push" in text
+
+
+def test_python_m_vidvol_build_takes_any_fsspec_bucket_and_names_an_unknown_scheme():
+    formats.check_data_dir("s3://bucket/tfds", bucket_ok=True)
+    formats.check_data_dir("memory://tfds", bucket_ok=True)
+    with pytest.raises(ValueError, match="fsspec has no nosuchfs:// file system"):
+        formats.check_data_dir("nosuchfs://bucket/tfds", bucket_ok=True)

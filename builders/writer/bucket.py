@@ -1,0 +1,128 @@
+"""A build into a bucket data_dir: TFDS runs on a local staging folder, the shards go to the bucket, metadata last.
+
+TFDS writes its metadata through tf.io.gfile, which has no s3:// here, so the builder is rooted at a
+local staging folder on the driver. Every path a worker writes (shards, sidecars, progress, the plan)
+is mapped from that folder to the bucket. Once TFDS has finished, `publish` moves the shards from the
+build's `incomplete.*` prefix to the version prefix (server-side copies), then uploads the metadata
+files with `dataset_info.json` last: a reader sees a dataset only once every shard is in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+
+from vidvol.core import redact, store
+
+logger = logging.getLogger(__name__)
+
+STAGING_ENV = "VIDVOL_STAGING_DIR"  # where the driver keeps a bucket build's local TFDS folder
+INFO_NAME = "dataset_info.json"
+PUBLISH_LOCK_SUFFIX = ".publishing"  # beside the version prefix while one build publishes into it
+
+
+class PublishConflictError(RuntimeError):
+    """Another build published (or is publishing) the same dataset version into the same bucket prefix."""
+
+
+def staging_root(url: str) -> str:
+    """The local folder a bucket build of `url` stages TFDS's files in (one per bucket data_dir and user)."""
+    base = os.environ.get(STAGING_ENV) or os.path.join(tempfile.gettempdir(), f"vidvol_stage_{os.getuid()}")
+    return os.path.join(base, hashlib.sha256(redact.url(url).encode()).hexdigest()[:16])
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketTarget:
+    """A bucket data_dir `url` and the local staging folder its builder is rooted at."""
+
+    url: str
+    staging: str
+
+    @classmethod
+    def for_url(cls, url: str) -> BucketTarget:
+        """The target of a bucket data_dir, its staging folder created."""
+        staging = staging_root(url)
+        os.makedirs(staging, exist_ok=True)
+        return cls(url.rstrip("/"), staging)
+
+    def remote(self, local: str) -> str:
+        """The bucket URL of a path under the staging folder."""
+        rel = os.path.relpath(os.fspath(local), self.staging)
+        if rel.startswith(".."):
+            raise ValueError(f"{local} is not under the staging folder {self.staging}")
+        return self.url if rel == "." else f"{self.url}/{rel.replace(os.sep, '/')}"
+
+    def is_published(self, local_version_dir: str) -> bool:
+        """Whether the bucket holds this version's `dataset_info.json` (a finished dataset)."""
+        return store.exists(f"{self.remote(local_version_dir)}/{INFO_NAME}")
+
+    def publish(self, local_version_dir: str, remote_incomplete: str, *, overwrite: bool) -> int:
+        """Moves the shards into the version prefix, then uploads the metadata files, `dataset_info.json` last.
+
+        Args:
+          local_version_dir: the staging version folder TFDS finished (metadata only: the shards are remote).
+          remote_incomplete: the bucket prefix the workers wrote this build's shards under.
+          overwrite: replace a dataset already published there (else that is a PublishConflictError).
+
+        Returns:
+          The number of objects published.
+
+        Raises:
+          PublishConflictError: another build published this version first, or is publishing it now.
+        """
+        version = self.remote(local_version_dir)
+        lock = version + PUBLISH_LOCK_SUFFIX
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex, "time": time.time()}
+        try:
+            store.write_bytes(lock, json.dumps(me).encode(), exclusive=True)
+        except FileExistsError:
+            raise PublishConflictError(
+                f"{redact.url(version)}: another build is publishing this dataset version into the bucket "
+                f"({_lock_owner(lock)}); this build's shards stay under {redact.url(remote_incomplete)}. "
+                f"Remove {redact.url(lock)} if no such build runs, then build again."
+            ) from None
+        try:
+            if store.read_bytes(lock) != json.dumps(me).encode():  # a server that ignores If-None-Match
+                raise PublishConflictError(f"{redact.url(version)}: another build took the publish lock {redact.url(lock)}")
+            if store.exists(f"{version}/{INFO_NAME}"):
+                if not overwrite:
+                    raise PublishConflictError(
+                        f"{redact.url(version)}: another build published this dataset version while this one ran; "
+                        f"nothing was replaced (pass --overwrite to replace it)")
+                store.remove(f"{version}/{INFO_NAME}")  # first: the old dataset stops being readable
+                store.remove_tree(version)
+            count = 0
+            for obj in store.find(remote_incomplete):
+                store.copy(obj, f"{version}/{obj[len(remote_incomplete) + 1:]}")
+                count += 1
+            metadata = sorted(n for n in os.listdir(local_version_dir) if os.path.isfile(os.path.join(local_version_dir, n)))
+            for name in sorted(metadata, key=lambda n: n == INFO_NAME):  # dataset_info.json last
+                store.upload(os.path.join(local_version_dir, name), f"{version}/{name}")
+                count += 1
+            store.remove_tree(remote_incomplete)
+        finally:
+            store.remove(lock)
+        logger.info("published %d objects to %s", count, redact.url(version))
+        return count
+
+
+def _lock_owner(lock: str) -> str:
+    """Who holds a publish lock, as its object says."""
+    try:
+        owner = json.loads(store.read_bytes(lock))
+        return f"pid {owner.get('pid')} on {owner.get('host')}"
+    except (OSError, ValueError, RuntimeError):
+        return "owner unknown"
+
+
+def clear_staging(local_version_dir: str) -> None:
+    """Removes a staging version folder a previous bucket build left (its metadata is in the bucket, or nowhere)."""
+    shutil.rmtree(local_version_dir, ignore_errors=True)
