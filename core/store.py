@@ -260,7 +260,8 @@ def write_bytes(url: str, data: bytes, *, exclusive: bool = False) -> None:
     try:
         _call(url, lambda: fs.pipe_file(p, data, **kwargs), what="write")
     except RemoteReadError as e:
-        if exclusive and ("PreconditionFailed" in str(e) or "412" in str(e)):
+        said = str(e).lower().replace("-", "")
+        if exclusive and ("precondition" in said or "412" in said):  # S3's PreconditionFailed, as s3fs words it
             raise FileExistsError(errno.EEXIST, "already exists", url) from None
         raise
 

@@ -216,8 +216,10 @@ def s3_dask(store, tmp_path_factory):
     from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
 
     server, _ = store
+    scratch = tmp_path_factory.mktemp("dask_scratch")  # the workers' TMPDIR: none of the driver's folders
     with dask_cluster.LocalDaskCluster(n_workers=2, log_dir=str(tmp_path_factory.mktemp("dask_logs")),
-                                       env=server.env()) as cluster:
+                                       env={**server.env(), "TMPDIR": str(scratch)}) as cluster:
+        cluster.scratch = scratch
         yield cluster
 
 
@@ -240,3 +242,92 @@ def test_dask_build_from_the_bucket_equals_the_local_build(name, s3_env, s3_dask
     assert _report(local, local_dir) == _report(remote, url)
     out, err = capfd.readouterr()
     assert s3_env.secret_key not in out + err
+
+
+def _objects(server, prefix: str) -> dict[str, bytes]:
+    """{key below prefix: bytes} of every object the bucket holds there."""
+    client, out = server.client(), {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            out[obj["Key"][len(prefix) + 1:]] = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+    return out
+
+
+def _local_files(root: str) -> dict[str, bytes]:
+    base = pathlib.Path(root)
+    return {p.relative_to(base).as_posix(): p.read_bytes() for p in base.rglob("*") if p.is_file()}
+
+
+# What differs between two builds of the same inputs besides timestamps: the data_dir each names.
+_PER_BUILD = {"dataset_info.json"}
+
+
+def _assert_bucket_equals_local(server, local_path: str, prefix: str) -> None:
+    """The bucket's dataset is the local build's: the same files, each shard and report byte for byte."""
+    local, remote = _local_files(local_path), _objects(server, prefix)
+    local = {k: v for k, v in local.items() if not k.startswith("build-")}  # the build log stays on the driver
+    assert sorted(remote) == sorted(local)
+    for name in local:
+        if name in _PER_BUILD:
+            a, b = json.loads(local[name]), json.loads(remote[name])
+            assert a["splits"] == b["splits"] and a.get("fileFormat") == b.get("fileFormat"), name
+        else:
+            assert remote[name] == local[name], name
+
+
+@pytest.mark.parametrize("dataset,source", [("mri_volumes/small_32", "mri"), ("hmdb51/split1_20x64x64", "hmdb51")])
+def test_python_m_vidvol_build_into_the_bucket_equals_the_local_build(dataset, source, s3_env, tmp_path, monkeypatch):
+    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setenv("VIDVOL_STAGING_DIR", str(tmp_path / "staging"))
+    import tempfile  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    url = f"s3://{BUCKET}/{source}"
+    local = build.build(dataset, manual_dir=url, data_dir=str(tmp_path / "local"))
+    prefix = f"out-direct-{source}"
+    remote = build.build(dataset, manual_dir=url, data_dir=f"s3://{BUCKET}/{prefix}")
+    version = local.data_path.split(os.sep)[-3:]
+    assert remote.built and remote.data_path == f"s3://{BUCKET}/{prefix}/" + "/".join(version)
+    assert remote.splits == local.splits
+    _assert_bucket_equals_local(s3_env, local.data_path, f"{prefix}/" + "/".join(version))
+    # Nothing but the published version: no incomplete prefix, no plan, no publish lock, no attempt.
+    assert {k.split("/")[0] for k in _objects(s3_env, prefix)} == {version[0]}
+    assert not list(scratch.glob("vidvol-shard-*"))
+    again = build.build(dataset, manual_dir=url, data_dir=f"s3://{BUCKET}/{prefix}")
+    assert not again.built and again.splits == local.splits  # read from the bucket's skip report
+
+
+def test_dask_workers_sharing_only_the_bucket_build_into_it(s3_env, s3_dask, tmp_path, monkeypatch):
+    """Raw data and output in the bucket; the workers' scratch (their own TMPDIR) holds no shard afterwards."""
+    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.setenv("VIDVOL_STAGING_DIR", str(tmp_path / "staging"))
+    url = f"s3://{BUCKET}/mri"
+    local = build.build("mri_volumes/small_32", manual_dir=url, data_dir=str(tmp_path / "local"))
+    prefix = "out-dask-mri"
+    remote = build.build("mri_volumes/small_32", manual_dir=url, data_dir=f"s3://{BUCKET}/{prefix}", runner="dask",
+                         beam_flags=[f"--dask_client_address={s3_dask.address}"])
+    assert remote.built and remote.splits == local.splits
+    _assert_bucket_equals_local(s3_env, local.data_path, f"{prefix}/mri_volumes/small_32/2.0.0")
+    assert not list(pathlib.Path(s3_dask.scratch).rglob("vidvol-shard-*"))
+    staged = [p for p in (tmp_path / "staging").rglob("*") if p.is_file() and ".tfrecord" in p.name]
+    assert staged == []  # the driver never held a shard either
+
+
+def test_two_builds_cannot_both_publish_into_one_prefix(s3_env, tmp_path):
+    """A publish lock held by another build (its object in the bucket) stops this one before it replaces anything."""
+    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.writer import bucket  # pylint: disable=g-import-not-at-top
+
+    prefix = "out-conflict"
+    lock = f"{prefix}/mri_volumes/small_32/2.0.0{bucket.PUBLISH_LOCK_SUFFIX}"
+    s3_env.client().put_object(Bucket=BUCKET, Key=lock, Body=b'{"host": "elsewhere", "pid": 1}')
+    with pytest.raises(bucket.PublishConflictError, match="another build is publishing") as err:
+        build.build("mri_volumes/small_32", manual_dir=f"s3://{BUCKET}/mri", data_dir=f"s3://{BUCKET}/{prefix}")
+    assert "pid 1 on elsewhere" in str(err.value)
+    keys = _objects(s3_env, prefix)
+    assert not any(k.endswith("dataset_info.json") for k in keys)  # nothing was published
