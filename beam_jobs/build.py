@@ -37,7 +37,8 @@ import logging
 import os
 import shlex
 import sys
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import tensorflow as tf
 import tensorflow_datasets as tfds

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from types import TracebackType
-from typing import Sequence
+from collections.abc import Sequence
 
 from vidvol.beam_jobs import local_cluster
 
@@ -108,7 +108,7 @@ def check_reachable(address: str, timeout: float = 5.0) -> dict:
         raise ConnectionError(f"no dask scheduler at {address}: {e.strerror or type(e).__name__}") from e
     try:
         ident = asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout))
-    except (OSError, asyncio.TimeoutError, TimeoutError) as e:
+    except (OSError, TimeoutError) as e:
         detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         raise ConnectionError(f"no dask scheduler answered at {address} within {timeout:g} s ({detail})") from e
     if not isinstance(ident, dict) or ident.get("type") != "Scheduler":
@@ -163,7 +163,7 @@ class LocalDaskCluster:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def __enter__(self) -> "LocalDaskCluster":
+    def __enter__(self) -> LocalDaskCluster:
         self.log_dir = self.log_dir or tempfile.mkdtemp(prefix="vidvol_dask_")
         os.makedirs(self.log_dir, exist_ok=True)
         t0 = time.monotonic()

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 logger = logging.getLogger(__name__)
 

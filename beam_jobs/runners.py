@@ -20,7 +20,8 @@ import difflib
 import functools
 import io
 import logging
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from apache_beam.options import pipeline_options as po
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 # Distributions whose code runs inside vidvol's Beam workers (whichever of tensorflow/-cpu is installed).
 WORKER_DISTRIBUTIONS = (

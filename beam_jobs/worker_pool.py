@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import grpc
 from apache_beam.portability.api import beam_fn_api_pb2_grpc

@@ -9,7 +9,7 @@ lists the rest in `NAMED_CONFIGS`: `tfds build NAME/CONFIG`, `tfds.load("NAME/CO
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow_datasets as tfds
 

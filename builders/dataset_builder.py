@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 import tensorflow as tf

@@ -10,7 +10,8 @@ other error. Both sides import this module and nothing of each other.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from vidvol.core.names import shown
 

@@ -38,7 +38,8 @@ import sys
 import tempfile
 import threading
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterator, Sequence
 
 import cloudpickle
 

@@ -66,7 +66,7 @@ def write_streamed(path: str, shape, *, compresslevel: int = 1) -> str:
 def write_corpus(folder: str, *, max_source_bytes: int, big_shape=(512, 512, 512)) -> list[Case]:
     """Writes the corpus into folder; `max_source_bytes` is the limit the build will use (the gzip bomb exceeds it)."""
     os.makedirs(folder, exist_ok=True)
-    path = lambda name: os.path.join(folder, name)  # noqa: E731
+    path = lambda name: os.path.join(folder, name)
     cases = []
 
     # Good scans.

@@ -15,7 +15,6 @@ import struct
 import subprocess
 
 import cv2
-import numpy as np
 
 from vidvol.testing import samples
 

@@ -115,7 +115,7 @@ class InstalledEnv:
         return self.site_packages / "vidvol"
 
     @classmethod
-    def bare(cls, root: pathlib.Path) -> "InstalledEnv":
+    def bare(cls, root: pathlib.Path) -> InstalledEnv:
         """A venv with the borrowed dependencies and no vidvol (what a worker host that forgot it has)."""
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", "--without-pip", str(root)], check=True, env=_clean_env(), timeout=120)
@@ -124,7 +124,7 @@ class InstalledEnv:
         return env
 
     @classmethod
-    def create(cls, root: pathlib.Path, dist: pathlib.Path) -> "InstalledEnv":
+    def create(cls, root: pathlib.Path, dist: pathlib.Path) -> InstalledEnv:
         env = dataclasses.replace(cls.bare(root), dist=dist)
         # --ignore-installed: the test venv's editable vidvol is visible through the path entry; never touch it.
         proc = subprocess.run(

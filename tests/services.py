@@ -33,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from types import TracebackType
-from typing import Sequence
+from collections.abc import Sequence
 
 from vidvol.beam_jobs import local_cluster
 
@@ -127,7 +127,7 @@ class SeaweedS3:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def __enter__(self) -> "SeaweedS3":
+    def __enter__(self) -> SeaweedS3:
         self.workdir = self.workdir or tempfile.mkdtemp(prefix="vidvol_s3_")
         try:
             self._start()

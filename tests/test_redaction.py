@@ -41,7 +41,7 @@ def _grep(root: pathlib.Path, secrets) -> list[tuple[str, str]]:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Serves files; its access log (which would print the query strings it got) stays off."""
 
-    def log_message(self, format, *args):  # noqa: A002  (http.server's signature)
+    def log_message(self, format, *args):
         pass
 
 
@@ -151,6 +151,6 @@ def test_a_manual_dir_with_credentials_in_its_url_is_never_written_or_shown(tmp_
     logs = list((tmp_path / "data" / "mri_volumes" / "small_32").glob("build-*.log"))
     assert logs and "--manual_dir s3://***@vidvol-test/mri" in logs[0].read_text()  # the command line, redacted
     assert refused.returncode != 0 and "s3://***@vidvol-test/mri" in refused.stderr, refused.stderr[-3000:]
-    for secret in (secret, wrong):
-        assert _grep(tmp_path / "data", [secret]) == [] and _grep(tmp_path / "refused", [secret]) == []
-        assert secret not in built.stdout + built.stderr + refused.stdout + refused.stderr
+    for value in (secret, wrong):
+        assert _grep(tmp_path / "data", [value]) == [] and _grep(tmp_path / "refused", [value]) == []
+        assert value not in built.stdout + built.stderr + refused.stdout + refused.stderr

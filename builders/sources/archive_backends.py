@@ -31,7 +31,7 @@ class _BsdtarSetup(rarfile.ToolSetup):
     patterns, hence the escaping.
     """
 
-    def open_cmdline(self, pwd, rarfn, filefn=None):  # noqa: D102 (rarfile's signature)
+    def open_cmdline(self, pwd, rarfn, filefn=None):
         cmdline = [rarfile.BSDTAR_TOOL, "-x", "--to-stdout", "-f", rarfn]
         self.add_password_arg(cmdline, pwd)  # raises for a password: bsdtar has no option
         if filefn:
@@ -69,7 +69,7 @@ def _load_libarchive() -> Any:
         import libarchive.read  # pylint: disable=import-outside-toplevel
     except ImportError as e:
         raise BackendFailed("the libarchive-c package is not installed", need="libarchive") from e
-    except Exception as e:  # noqa: BLE001 -- ctypes: OSError, AttributeError, TypeError, ...
+    except Exception as e:
         raise BackendFailed("libarchive-c cannot load the libarchive system library "
                              f"({type(e).__name__}: {e})", need="libarchive") from e
     return libarchive

@@ -164,7 +164,7 @@ class Budget:
 class _CountedFile:
     """A file being extracted: each write is counted against the entry's declared size and the budget first."""
 
-    def __init__(self, f: IO[bytes], output: "Output", name: str, declared: int | None):
+    def __init__(self, f: IO[bytes], output: Output, name: str, declared: int | None):
         self._f, self._output, self._name, self._declared = f, output, name, declared
         self.written = 0
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 

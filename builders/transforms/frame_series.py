@@ -23,7 +23,8 @@ import errno
 import functools
 import logging
 import math
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 

@@ -20,7 +20,7 @@ from scipy import ndimage
 from vidvol.builders.sources import files
 from vidvol.builders.transforms import volume_io
 from vidvol.builders.transforms import volume_window
-from vidvol.builders.transforms.volume_io import DEFAULT_MAX_SOURCE_BYTES, VolumeError  # noqa: F401  (public here)
+from vidvol.builders.transforms.volume_io import DEFAULT_MAX_SOURCE_BYTES, VolumeError
 
 logger = logging.getLogger(__name__)
 

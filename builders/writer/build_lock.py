@@ -56,7 +56,8 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def _now() -> float:
 
 
 def _iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
 
 
 @functools.lru_cache(maxsize=1)
@@ -171,7 +172,7 @@ def _read_local(local: str) -> tuple[dict[str, Any] | None, tuple[int, ...] | No
     at the same path (every heartbeat replaces the file).
     """
     try:
-        f = open(local, "rb")  # noqa: SIM115
+        f = open(local, "rb")
     except FileNotFoundError:
         return None, None
     with f:

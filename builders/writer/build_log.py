@@ -37,7 +37,8 @@ import os
 import sys
 import tempfile
 import threading
-from typing import Iterator, Sequence, TextIO
+from typing import TextIO
+from collections.abc import Iterator, Sequence
 
 from vidvol.builders.writer import progress
 from vidvol.core import redact

@@ -17,7 +17,8 @@ import; where they are missing (another TFDS version, or `VIDVOL_TFDS_PUBLIC_ONL
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf

@@ -10,7 +10,8 @@ does not honour, or a data_dir tf.io.gfile cannot write is refused before anythi
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import fsspec
 from tensorflow_datasets.core import file_adapters
@@ -33,7 +34,7 @@ _REFUSED_WHY = {
 _ARRAY_RECORD_SCHEMES = ("", "file")
 
 
-def check_file_format(file_format: "str | file_adapters.FileFormat | None", data_dir: "str | os.PathLike | None" = None) -> file_adapters.FileFormat:
+def check_file_format(file_format: str | file_adapters.FileFormat | None, data_dir: str | os.PathLike | None = None) -> file_adapters.FileFormat:
     """The TFDS FileFormat a build writes (None: tfrecord); ValueError, before anything is written, for one we cannot honour."""
     fmt = file_adapters.FileFormat.from_value(file_format) if file_format else file_adapters.DEFAULT_FILE_FORMAT
     if fmt not in STREAMING_FORMATS:
@@ -91,7 +92,7 @@ def check_build_options(download_config: Any) -> None:
         )
 
 
-def write_records(file_format: "str | file_adapters.FileFormat", path: str, records: Iterable[tuple[str, bytes]]) -> None:
+def write_records(file_format: str | file_adapters.FileFormat, path: str, records: Iterable[tuple[str, bytes]]) -> None:
     """Writes `(key, serialized example)` pairs to `path` as they come, in `file_format` (TFDS's adapter)."""
     fmt = check_file_format(file_format)
     file_adapters.ADAPTER_FOR_FORMAT[fmt].write_examples(path, records)

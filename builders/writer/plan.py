@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 import math
 import pickle
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import cloudpickle
 import tensorflow as tf

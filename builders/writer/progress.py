@@ -24,8 +24,8 @@ import os
 import sys
 import threading
 import time
-import uuid
-from typing import Any, Callable, Mapping, Protocol, Sequence, TextIO
+from typing import Any, Protocol, TextIO
+from collections.abc import Callable, Mapping, Sequence
 
 import tensorflow as tf
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
-import tensorflow as tf
 
 from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress

@@ -8,7 +8,8 @@ Callers above the builders (`vidvol.beam_jobs`, installed by `import vidvol`) ca
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from apache_beam.options.pipeline_options import PipelineOptions
 

@@ -19,7 +19,7 @@ import logging
 import re
 import time
 import uuid
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import apache_beam as beam
 import tensorflow as tf
@@ -149,7 +149,7 @@ class WriteShardFn(beam.DoFn):
             if callable(close):
                 close()
 
-    def process(self, task: "int | ShardTask | ShardRef"):
+    def process(self, task: int | ShardTask | ShardRef):
         start = time.monotonic()
         if isinstance(task, int):
             task = self._refs[task]

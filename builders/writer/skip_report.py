@@ -7,7 +7,8 @@ CLIs point users at it.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from vidvol.builders.writer import json_files
 from vidvol.builders.writer.results import SplitResult

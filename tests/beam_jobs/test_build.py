@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-import vidvol  # noqa: F401  (registers the datasets)
+import vidvol
 from vidvol.beam_jobs import build
 from vidvol.beam_jobs import runners
 from vidvol.datasets.hmdb51 import layout

@@ -77,7 +77,7 @@ def test_the_checker_sees_a_private_import_and_a_private_attribute(tmp_path):
 def test_the_direct_serializer_takes_tfds_internals_from_tfds_api_only():
     assert tfds_api.available("example_serializer")
     parts = tfds_api.serializer_parts()
-    assert parts is not None and parts.as_bytes("é") == "é".encode("utf-8")
+    assert parts is not None and parts.as_bytes("é") == "é".encode()
     features = tfds.features.FeaturesDict({"x": tfds.features.Tensor(shape=(2,), dtype=np.int64)})
     assert example_bytes.Serializer(features).fast
 

@@ -100,7 +100,7 @@ def test_a_header_that_is_utf8_with_a_latin1_body_is_still_found_then_named(tmp_
     manual.mkdir()
     (manual / "videos.csv").write_bytes(b"path,label\n" + b"a/x.mp4,run\n" * 5000 + b"b/y.mp4,caf\xe9\n")
     assert csv_list.has_video_csv_header(str(manual / "videos.csv"))
-    with pytest.raises(ValueError, match=rf"videos.csv:5002: byte e9"):
+    with pytest.raises(ValueError, match=r"videos.csv:5002: byte e9"):
         csv_list.read_video_csv(str(manual / "videos.csv"))
 
 

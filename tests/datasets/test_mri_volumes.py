@@ -16,7 +16,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import array_record_testing
-import vidvol  # noqa: F401  (registers the datasets)
+import vidvol
 from vidvol.builders import example_io
 from vidvol.builders.transforms import volume_examples as ve
 from vidvol.builders.writer import skip_report

@@ -275,7 +275,7 @@ def _by_id(batches, epochs: int, per_epoch: int) -> dict:
 @pytest.mark.slow  # three repeating pipelines (make test); the fast lane keeps test_all_four_readers_give_the_same_training_crops
 def test_load_crops_are_seeded_static_and_new_every_epoch(hmdb_dirs):
     spec = ReadSpec(augment=VideoAugment(48), output=Output(features=["video", "video_id"], dtype="uint8"))
-    read = lambda seed: list(tfds.as_numpy(_load(hmdb_dirs, "train", 2, seed=seed, repeat=True, spec=spec).take(6)))  # noqa: E731
+    read = lambda seed: list(tfds.as_numpy(_load(hmdb_dirs, "train", 2, seed=seed, repeat=True, spec=spec).take(6)))
     a, b, c = read(1), read(1), read(2)
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x["video"], y["video"])
@@ -357,7 +357,7 @@ def test_evaluation_crops_are_fixed_and_the_same_in_every_reader(hmdb_dirs):
 @pytest.mark.slow  # several pipelines over a real build (> 5 s)
 def test_float_uint8_and_normalize_outputs_hold_the_same_crops(hmdb_dirs):
     augment = VideoAugment(48, training_crop="random_short_side_scale", min_size=56, max_size=72)
-    read = lambda **spec: next(iter(tfds.as_numpy(_load(hmdb_dirs, "train", 3, seed=4, spec=ReadSpec(  # noqa: E731
+    read = lambda **spec: next(iter(tfds.as_numpy(_load(hmdb_dirs, "train", 3, seed=4, spec=ReadSpec(
         augment=augment, **spec)))))
     (u8, _), y8 = read(output=Output(dtype="uint8"))
     (f32, _), y32 = read()
@@ -371,7 +371,7 @@ def test_float_uint8_and_normalize_outputs_hold_the_same_crops(hmdb_dirs):
 
 
 def test_grain_state_resumes_augmented_batches(hmdb_dirs):
-    make = lambda: vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=None,  # noqa: E731
+    make = lambda: vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=None,
                                         num_epochs=2, spec=ReadSpec(augment=VideoAugment(40)))
     it = iter(make())
     head = [next(it) for _ in range(2)]

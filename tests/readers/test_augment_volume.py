@@ -60,7 +60,7 @@ def test_bad_parameters_name_the_field_and_the_fix():
 
 def test_draws_are_a_pure_function_of_seed_epoch_and_index():
     plan = _plan()
-    draws = lambda seed, epoch, index: plan.draws(rng.example_rng(seed, epoch, index, rng.VOLUME_AUGMENT))  # noqa: E731
+    draws = lambda seed, epoch, index: plan.draws(rng.example_rng(seed, epoch, index, rng.VOLUME_AUGMENT))
     assert draws(4, 1, 7) == draws(4, 1, 7)
     assert sum(draws(4, 0, i) != draws(4, 1, i) for i in range(50)) >= 48  # each epoch differs
     assert sum(draws(4, 0, i) != draws(5, 0, i) for i in range(50)) >= 48
@@ -190,7 +190,7 @@ def test_direct_patch_reads_read_the_patch_rows_only(mri_padded, patch, samples,
     n = len(source.file_of)
     files, rows = source.file_of.astype(np.int64), source.row_of.astype(np.int64)
     boxes = np.tile(np.array([[0, 32]] * 3, np.int64), (n, 1, 1))
-    args = lambda epoch: (files, rows, boxes, np.full(n, 5), np.full(n, epoch), np.arange(n))  # noqa: E731
+    args = lambda epoch: (files, rows, boxes, np.full(n, 5), np.full(n, epoch), np.arange(n))
     reads.run(*args(0))  # a record's first read in the process reads it whole (its CRC32C)
     reads.bytes_read = 0
     got, _ = reads.run(*args(1))

@@ -50,7 +50,7 @@ def _expected(plan_augment, volume, mask, key, epoch, index):
     out = []
     for s in plan.draws(rng.example_rng(int(key), int(epoch), int(index), rng.VOLUME_AUGMENT)):
         cut = tuple(slice(a, a + p) for a, p in zip(s.start, plan.patch))
-        orient = lambda x: np.rot90(np.flip(x[cut], s.flips), s.turns, plan.plane)  # noqa: E731
+        orient = lambda x: np.rot90(np.flip(x[cut], s.flips), s.turns, plan.plane)
         m = orient(mask)
         out.append((orient(volume) * np.float32(s.scale) + np.float32(s.shift) * m, m))
     return out
@@ -141,7 +141,7 @@ def test_evaluation_reads_the_centre_patch_deterministically(mri_padded):
     volumes, masks = _stored(builder, "test")
     spec = ReadSpec(augment=VolumeAugment(patch_size=(20, 20, 24), samples_per_volume=3, flip_prob=1.0,
                                           scale_prob=1.0, scale_factors=0.5))
-    read = lambda: resume_cases.take(iter(vidvol.load(builder, "test", 2, spec=spec)), 5)  # noqa: E731
+    read = lambda: resume_cases.take(iter(vidvol.load(builder, "test", 2, spec=spec)), 5)
     first = read()
     assert_same_batches(read(), first)
     (x, mask, _), = first  # one batch: the 2 test examples, one centre patch each, no samples axis

@@ -7,7 +7,6 @@ formats, in this process; the TFRecord build is the reference read by `tfds.load
 from __future__ import annotations
 
 import pickle
-import re
 
 import numpy as np
 import pytest
@@ -246,7 +245,7 @@ def test_grain_iterator_state_resumes_exactly_across_epochs(hmdb_dirs, seed):
     import grain  # pylint: disable=g-import-not-at-top
 
     spec = ReadSpec(clips=Clips(length=6))
-    make = lambda: vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, spec=spec,  # noqa: E731
+    make = lambda: vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, spec=spec,
                                         num_epochs=3, drop_remainder=False)
     for iterate in (iter, lambda ds: iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=2)))):
         it = iterate(make())
@@ -271,7 +270,7 @@ def test_sampler_state_dict_resumes_exactly_without_torch(hmdb_dirs):
     """torchdata's StatefulDataLoader protocol, driven directly: the sampler's state_dict / load_state_dict and the
     dataset's batched fetch (`__getitems__`), as a DataLoader without workers would call them."""
     spec = ReadSpec(clips=Clips(length=4))
-    make = lambda: vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], spec=spec)  # noqa: E731
+    make = lambda: vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], spec=spec)
     ds = make()
     sampler = ds.sampler()  # unseeded: a drawn seed, kept in the state
     assert len(sampler) == len(ds) == 6
