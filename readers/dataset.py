@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
 
+from vidvol.core import dataset_copy, store
 from vidvol.readers import frames
 
 
@@ -19,6 +21,8 @@ def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLik
     """The prepared builder for `name` ("hmdb51" or "hmdb51/split1_20x64x64"), or `name` itself."""
     if isinstance(name, tfds.core.DatasetBuilder):
         builder = name
+    elif data_dir is not None and store.is_bucket(os.fspath(data_dir)):
+        builder = _from_bucket(name, os.fspath(data_dir))
     else:
         builder = tfds.builder(name, data_dir=None if data_dir is None else os.fspath(data_dir))
     if not builder.is_prepared():
@@ -28,6 +32,22 @@ def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLik
             "--imports vidvol --manual_dir DIR --data_dir DATA_DIR`"
         )
     return builder
+
+
+def _from_bucket(name: str, url: str) -> tfds.core.DatasetBuilder:
+    """The builder of a dataset in a bucket, read from its local copy (`dataset_copy.cache_dir`), pulled first.
+
+    TensorFlow here cannot open s3:// (so neither can `tfds.load`): the version is pulled into the local
+    cache, each shard checked against shards.json, and read from there; a second read finds it there.
+    """
+    cache = dataset_copy.cache_dir(url)
+    planned = tfds.builder(name, data_dir=cache)
+    remote = url.rstrip("/") + "/" + os.path.relpath(os.fspath(planned.data_path), cache).replace(os.sep, "/")
+    try:
+        dataset_copy.pull(remote, os.fspath(planned.data_path))
+    except dataset_copy.CopyError as e:
+        raise DatasetNotPreparedError(str(e)) from None
+    return tfds.builder(name, data_dir=cache)  # anew: TFDS reads dataset_info.json when the builder is made
 
 
 def static_bytes(shape: Sequence[int | None], dtype: Any) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 import fsspec
 from tensorflow_datasets.core import file_adapters
 
-from vidvol.core import redact, tfds_api
+from vidvol.core import redact, store, tfds_api
 from vidvol.core.urls import scheme
 
 # The file formats the streaming writer honours, each written by TFDS's own file adapter, which takes an
@@ -46,7 +46,8 @@ def check_file_format(file_format: str | file_adapters.FileFormat | None, data_d
         )
     if fmt is file_adapters.FileFormat.ARRAY_RECORD and data_dir is not None:
         s = scheme(data_dir)
-        if s not in _ARRAY_RECORD_SCHEMES:
+        # A bucket data_dir is fine: vidvol writes each shard to local scratch and uploads it (outputs, bucket).
+        if s not in _ARRAY_RECORD_SCHEMES and not store.is_bucket(os.fspath(data_dir)):
             raise ValueError(
                 f"data_dir {os.fspath(data_dir)}: ArrayRecord files are written and read as local files only (no "
                 f"{s}:// in array_record); build into a local data_dir and copy the result to {s}:// afterwards, or "
