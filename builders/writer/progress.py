@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_SUFFIX = ".progress"
 WRITE_INTERVAL_S = 0.5  # how often a worker rewrites its shard's record (local data_dir)
-REMOTE_WRITE_INTERVAL_S = 5.0  # the same on gs://, hdfs://: each rewrite is a remote object write
+REMOTE_WRITE_INTERVAL_S = 5.0  # the same on gs://, s3://: each rewrite is a remote object write
 POLL_INTERVAL_S = 0.5  # how often the driver reads the records (local data_dir)
 REMOTE_POLL_INTERVAL_S = 5.0
 LINE_INTERVAL_S = 10.0  # plain progress lines: at most one per split this often (plus a final one)
