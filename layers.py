@@ -16,7 +16,8 @@ This module imports only Keras and NumPy (no other vidvol module): the lowest la
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import keras
 import numpy as np

@@ -17,7 +17,8 @@ decides MRI read speed: the mri_volumes card, "Storage"; figures in benchmarks/R
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -43,7 +44,7 @@ class _FixedShapeFeature(tfds.features.FeatureConnector):
             raise ValueError(f"shape must be positive integers, got {shape!r}")
 
     @classmethod
-    def from_json_content(cls, value: dict[str, Any], doc: Any = None) -> "_FixedShapeFeature":
+    def from_json_content(cls, value: dict[str, Any], doc: Any = None) -> _FixedShapeFeature:
         return cls(shape=value["shape"], doc=doc)
 
     def to_json_content(self) -> dict[str, Any]:
@@ -291,7 +292,7 @@ class VideoFrames(tfds.features.Video):
                                                        use_colormap=image.use_colormap))
 
     @classmethod
-    def from_video(cls, video: tfds.features.Video) -> "VideoFrames":
+    def from_video(cls, video: tfds.features.Video) -> VideoFrames:
         """The `VideoFrames` reading what a TFDS `Video` feature wrote (same shape, format, dtype)."""
         image = video.feature
         return cls(video.shape, encoding_format=image.encoding_format, dtype=image.np_dtype,
@@ -317,9 +318,9 @@ def with_fast_videos(features: tfds.features.FeaturesDict) -> tfds.features.Feat
 
     For datasets prepared before `VideoFrames` (their features.json names TFDS's `Video`).
     """
-    if not any(type(f) is tfds.features.Video for f in features.values()):  # pylint: disable=unidiomatic-typecheck
+    if not any(type(f) is tfds.features.Video for f in features.values()):
         return features
     return tfds.features.FeaturesDict(
-        {k: VideoFrames.from_video(f) if type(f) is tfds.features.Video else f for k, f in features.items()},  # pylint: disable=unidiomatic-typecheck
+        {k: VideoFrames.from_video(f) if type(f) is tfds.features.Video else f for k, f in features.items()},
         doc=features.doc,
     )

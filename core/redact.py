@@ -112,7 +112,7 @@ def record(log_record: logging.LogRecord) -> logging.LogRecord:
     if suspect or undecoded:
         try:
             message = log_record.getMessage()
-        except Exception:  # pylint: disable=broad-except  (a bad format: leave it to the handler's error path)
+        except Exception:  # a bad format: leave it to the handler's error path
             return log_record
         if undecoded or has_secret(message):
             log_record.msg, log_record.args = names.shown(text(message)), ()

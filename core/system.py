@@ -33,6 +33,6 @@ def import_beam_quietly() -> None:
     root, drop = logging.getLogger(), _DropMessage("apitools not found")
     root.addFilter(drop)
     try:
-        import apache_beam  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+        import apache_beam  # noqa: F401
     finally:
         root.removeFilter(drop)

@@ -42,7 +42,8 @@ import dataclasses
 import inspect
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -69,9 +70,9 @@ class SerializerParts:
 def _serializer_parts() -> SerializerParts | None:
     """TFDS's example serializer internals (tensorflow-datasets 4.9), or None where one is missing."""
     try:
-        from tensorflow_datasets.core import example_serializer  # pylint: disable=g-import-not-at-top
-        from tensorflow_datasets.core import utils  # pylint: disable=g-import-not-at-top
-        from tensorflow_datasets.core.utils import dtype_utils  # pylint: disable=g-import-not-at-top
+        from tensorflow_datasets.core import example_serializer
+        from tensorflow_datasets.core import utils
+        from tensorflow_datasets.core.utils import dtype_utils
     except ImportError:
         return None
     private = ("_add_ragged_fields", "_item_to_np_array", "_as_bytes")
@@ -79,9 +80,9 @@ def _serializer_parts() -> SerializerParts | None:
         return None
     return SerializerParts(
         flatten_nest_dict=utils.flatten_nest_dict,
-        add_ragged_fields=example_serializer._add_ragged_fields,  # pylint: disable=protected-access
-        item_to_np_array=example_serializer._item_to_np_array,  # pylint: disable=protected-access
-        as_bytes=example_serializer._as_bytes,  # pylint: disable=protected-access
+        add_ragged_fields=example_serializer._add_ragged_fields,
+        item_to_np_array=example_serializer._item_to_np_array,
+        as_bytes=example_serializer._as_bytes,
         is_integer=dtype_utils.is_integer,
         is_floating=dtype_utils.is_floating,
         is_string=dtype_utils.is_string,
@@ -95,14 +96,14 @@ def _check() -> dict[str, bool]:
     """Which private entry points exist with the shape we call them with."""
     found: dict[str, bool] = {}
     try:
-        from tensorflow_datasets.core import reader  # pylint: disable=g-import-not-at-top
+        from tensorflow_datasets.core import reader
 
-        params = inspect.signature(reader._read_files).parameters  # pylint: disable=protected-access
+        params = inspect.signature(reader._read_files).parameters
         found["read_files"] = {"file_instructions", "read_config", "shuffle_files", "disable_shuffling", "file_format"} <= set(params)
     except (ImportError, AttributeError, TypeError, ValueError):
         found["read_files"] = False
     try:
-        from tensorflow_datasets.core import example_parser  # pylint: disable=g-import-not-at-top
+        from tensorflow_datasets.core import example_parser
 
         found["example_parser"] = hasattr(example_parser, "ExampleParser")
     except ImportError:
@@ -163,11 +164,11 @@ def read_files(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.
     """
     if not available("read_files"):
         raise RuntimeError("TFDS's reader._read_files is not available; read through builder.as_dataset")
-    from tensorflow_datasets.core import reader  # pylint: disable=g-import-not-at-top
+    from tensorflow_datasets.core import reader
 
     info = builder.info
     file_format = read_config.file_format or info.file_format or tfds.core.FileFormat.TFRECORD
-    return reader._read_files(  # pylint: disable=protected-access
+    return reader._read_files(
         file_instructions=info.splits[split].file_instructions,
         read_config=read_config,
         shuffle_files=shuffle_files,
@@ -180,7 +181,7 @@ def parse_specs(serialized_infos: dict[str, Any]) -> dict[str, Any] | None:
     """TFDS's flat `tf.io` parse specs of `{feature: get_serialized_info()}`, or None without the parser."""
     if not available("example_parser"):
         return None
-    from tensorflow_datasets.core import example_parser  # pylint: disable=g-import-not-at-top
+    from tensorflow_datasets.core import example_parser
 
     return example_parser.ExampleParser(serialized_infos).flat_feature_specs
 
@@ -188,7 +189,7 @@ def parse_specs(serialized_infos: dict[str, Any]) -> dict[str, Any] | None:
 def filename_template(builder: tfds.core.DatasetBuilder, split: str) -> tfds.core.ShardedFileTemplate:
     """The shard file naming of `split` in the builder's data directory."""
     if available("filename_template"):
-        return builder._get_filename_template(split_name=split)  # pylint: disable=protected-access
+        return builder._get_filename_template(split_name=split)
     return tfds.core.ShardedFileTemplate(
         split=split, dataset_name=builder.name, data_dir=builder.data_path,
         filetype_suffix=builder.info.file_format.file_suffix,
@@ -197,7 +198,7 @@ def filename_template(builder: tfds.core.DatasetBuilder, split: str) -> tfds.cor
 
 def given_manual_dir(dl_manager: Any) -> str | None:
     """The manual_dir a build was given, unchecked (a bucket URL stays a URL), or None."""
-    given = getattr(dl_manager, "_manual_dir", None) if not _PUBLIC_ONLY else None  # pylint: disable=protected-access
+    given = getattr(dl_manager, "_manual_dir", None) if not _PUBLIC_ONLY else None
     return None if given is None else os.fspath(given)
 
 
@@ -213,7 +214,7 @@ def replace_features(info: tfds.core.DatasetInfo, features: tfds.features.Featur
             "video_folder sets the features it finds in manual_dir there; install a tensorflow-datasets version "
             "within setup.cfg's range"
         )
-    info._features = features  # pylint: disable=protected-access
+    info._features = features
     if info.features is not features:
         raise RuntimeError(f"tensorflow-datasets {tfds.__version__}: DatasetInfo.features did not take the new features")
 
@@ -225,7 +226,7 @@ def replace_sequence_feature(sequence: tfds.features.Sequence, feature: tfds.fea
             f"tensorflow-datasets {tfds.__version__}: Sequence keeps its inner feature elsewhere than `_feature`, and "
             "vidvol's VideoFrames replaces it there; install a tensorflow-datasets version within setup.cfg's range"
         )
-    sequence._feature = feature  # pylint: disable=protected-access
+    sequence._feature = feature
     if sequence.feature is not feature:
         raise RuntimeError(f"tensorflow-datasets {tfds.__version__}: Sequence.feature did not take the new feature")
 
@@ -234,7 +235,7 @@ def ffmpeg_args(video: tfds.features.Video) -> list[str]:
     """The extra ffmpeg arguments a TFDS `Video` feature was made with (none where TFDS does not keep them)."""
     if not available("ffmpeg_args"):
         return []
-    return list(getattr(video, "_extra_ffmpeg_args", ()))  # pylint: disable=protected-access
+    return list(getattr(video, "_extra_ffmpeg_args", ()))
 
 
 class _DropDtypeDeprecation(logging.Filter):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -46,7 +46,7 @@ class ExamplePlan:
         training: bool,
         static_batch: int | None,
         augment: augment_video.VideoAugment | None = None,
-    ) -> "ExamplePlan":
+    ) -> ExamplePlan:
         """Checks the requested features against the builder and decides what is decoded where (and cropped how)."""
         features = info.features
         raw = tuple(n for n in names if frames.is_raw_video(features[n]))
@@ -118,7 +118,7 @@ class ExamplePlan:
                 total += static_bytes(feature.shape, np.float32)
         return total
 
-    def with_decoders(self, decoders: Mapping[str, tfds.decode.Decoder]) -> "ExamplePlan":
+    def with_decoders(self, decoders: Mapping[str, tfds.decode.Decoder]) -> ExamplePlan:
         """This plan with `decoders` (set up on their features) used for those features, per batch and per example."""
         for name, decoder in decoders.items():
             decoder.setup(feature=self.features[name])

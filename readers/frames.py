@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -41,7 +41,7 @@ def is_encoded_video(feature: tfds.features.FeatureConnector) -> bool:
 
 def is_raw_video(feature: tfds.features.FeatureConnector) -> bool:
     """True for uint8 frames stored uncompressed: a Tensor feature of fixed shape (T, H, W, C), C 1 or 3."""
-    if type(feature) is not tfds.features.Tensor:  # pylint: disable=unidiomatic-typecheck  (not Video, ClassLabel...)
+    if type(feature) is not tfds.features.Tensor:  # not Video, ClassLabel...
         return False
     shape = tuple(feature.shape)
     return np.dtype(feature.np_dtype) == np.uint8 and len(shape) == 4 and shape[-1] in (1, 3) and None not in shape
@@ -149,7 +149,7 @@ def decode_frame_strings(encoded: tf.Tensor, count: int, feature: tfds.features.
     return tf.ensure_shape(frames, (count, height, width, channels))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _blank(fmt: str, shape: tuple[int, int, int], dtype: str) -> bytes:
     """Encoded all-zero frame of one format, size and dtype."""
     ok, data = cv2.imencode(".jpg" if fmt == "jpeg" else ".png", np.zeros(shape, dtype))

@@ -86,7 +86,7 @@ def _register_exit_hook() -> None:
     if _exit_hook_registered:
         return
     try:
-        threading._register_atexit(_close_at_exit)  # pylint: disable=protected-access  (as concurrent.futures does)
+        threading._register_atexit(_close_at_exit)  # as concurrent.futures does
     except RuntimeError:  # already shutting down
         return
     _exit_hook_registered = True

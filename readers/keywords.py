@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # Keywords retired in 0.2.0 (the readers' keywords before `ReadSpec`) -> (ReadSpec part, its class, field).
 RETIRED_SPEC: dict[str, tuple[str, str, str]] = {

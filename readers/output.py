@@ -19,7 +19,8 @@ stops with an error naming the fix when a mask has a 0 (padding), so nothing is 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -183,7 +184,7 @@ class Dequantization:
 
     def layer(self, dtype: str = "float32", name: str | None = None):
         """A `vidvol.layers.Dequantize` applying this scale and offset, computing in `dtype`."""
-        from vidvol import layers  # pylint: disable=g-import-not-at-top  (Keras only when asked for)
+        from vidvol import layers  # Keras only when asked for
 
         return layers.Dequantize(self.scale, self.offset, dtype=dtype, name=name)
 

@@ -11,7 +11,8 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf

@@ -29,7 +29,7 @@ def u64(value: int) -> tf.Tensor:
 
 def mix(u: tf.Tensor) -> tf.Tensor:
     """splitmix64's finalizer on uint64 (wrapping arithmetic)."""
-    shift = lambda v, s: tf.bitwise.right_shift(v, u64(s))  # noqa: E731
+    shift = lambda v, s: tf.bitwise.right_shift(v, u64(s))
     u = tf.bitwise.bitwise_xor(u, shift(u, 30)) * u64(_M1)
     u = tf.bitwise.bitwise_xor(u, shift(u, 27)) * u64(_M2)
     return tf.bitwise.bitwise_xor(u, shift(u, 31))
@@ -46,7 +46,7 @@ def mix_np(u: np.ndarray) -> np.ndarray:
 
 def example_seed(seed, epoch, index, stream: int) -> tf.Tensor:
     """A stateless `[2]` int64 seed for one example's draws of `stream` (tensors or ints; `index` may be a vector -> `[N, 2]`)."""
-    as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)  # noqa: E731  (two's complement)
+    as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)
     g = u64(GOLDEN)
     a = mix(as_u64(seed) * g + u64(stream + 1))
     b = mix(a + as_u64(epoch) * g)
@@ -58,7 +58,7 @@ def example_seed(seed, epoch, index, stream: int) -> tf.Tensor:
 def seed_np(seed, epoch, index, stream: int) -> np.ndarray:
     """`example_seed` in NumPy, the same integers ([..., 2] int64; `index` may be an array): the random-access
     readers key their orders with it without running TensorFlow."""
-    as_u64 = lambda v: np.asarray(v, np.int64).astype(np.uint64)  # noqa: E731  (two's complement, as TF's bitcast)
+    as_u64 = lambda v: np.asarray(v, np.int64).astype(np.uint64)
     with np.errstate(over="ignore"):
         g = np.uint64(GOLDEN)
         a = mix_np(as_u64(seed) * g + np.uint64(stream + 1))

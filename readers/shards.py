@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -140,7 +141,7 @@ def recorded_sizes(builder: tfds.core.DatasetBuilder) -> dict[str, int]:
         with tf.io.gfile.GFile(path, "r") as f:
             entries = json.loads(f.read()).get("shards", [])
         return {e["file"]: e["num_bytes"] for e in entries
-                if isinstance(e, dict) and isinstance(e.get("file"), str) and type(e.get("num_bytes")) is int}  # pylint: disable=unidiomatic-typecheck
+                if isinstance(e, dict) and isinstance(e.get("file"), str) and type(e.get("num_bytes")) is int}  # not bool
     except (tf.errors.OpError, OSError, ValueError, AttributeError, TypeError):
         return {}
 
@@ -236,6 +237,6 @@ def read_examples(
         features = tfds_api.extract_features(decoders, features)
         decoders = decoders.decoders
     records = read_records(builder, split, read_config, shuffle_files, instructions)
-    parse = lambda record: features.deserialize_example(record, decoders=decoders)  # noqa: E731
+    parse = lambda record: features.deserialize_example(record, decoders=decoders)
     return records.map(parse, num_parallel_calls=read_config.num_parallel_calls_for_decode)
 

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import math
 import os
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from vidvol.builders.sources import csv_files
 from vidvol.builders.sources import files

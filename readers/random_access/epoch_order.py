@@ -11,7 +11,8 @@ imports neither.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 

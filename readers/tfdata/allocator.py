@@ -24,9 +24,9 @@ def _tf_runtime_started() -> bool:
     if "tensorflow" not in sys.modules:
         return False
     try:
-        from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+        from tensorflow.python.eager import context
 
-        return context.context_safe() is not None and context.context()._context_handle is not None  # pylint: disable=protected-access
+        return context.context_safe() is not None and context.context()._context_handle is not None
     except (ImportError, AttributeError):
         return False
 
@@ -45,7 +45,7 @@ def pool_active() -> bool:
     """
     if os.environ.get(ENV_VAR, "").lower() not in ("true", "1") or _tf_started_first:
         return False
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     try:
         tf.config.experimental.get_memory_info("CPU:0")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -42,7 +42,7 @@ class BatchParser:
 
     @classmethod
     def for_features(cls, features: tfds.features.FeaturesDict, names: Sequence[str], videos: Sequence[str],
-                     decoders: Mapping[str, tfds.decode.Decoder] | None = None) -> "BatchParser | None":
+                     decoders: Mapping[str, tfds.decode.Decoder] | None = None) -> BatchParser | None:
         """A parser when every feature read has a fixed stored shape (and TFDS's specs are reachable), else None."""
         if not tfds_api.available("read_files"):
             return None

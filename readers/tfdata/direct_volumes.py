@@ -34,7 +34,7 @@ import dataclasses
 import logging
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -161,7 +161,7 @@ def index_shard(path: str, volume: str) -> ShardIndex:
                 int16.append(flag == 1)
         except tfrecord.FrameError as e:
             raise IndexError_(str(e)) from None
-    as_array = lambda v: np.asarray(v, np.int64)  # noqa: E731
+    as_array = lambda v: np.asarray(v, np.int64)
     return ShardIndex(path, small, as_array(starts), as_array(lengths), as_array(data_at), as_array(data_len),
                       np.asarray(int16, bool))
 
@@ -347,7 +347,7 @@ class PatchReads(VolumeReads):
         base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
         scratch = self._scratch_of((2,) + self.scratch_shape())
         flat = memoryview(scratch.reshape(-1)).cast("B")
-        (pd, ph, pw), box_list, read = plan.patch, box.tolist(), 0
+        (_, ph, pw), box_list, read = plan.patch, box.tolist(), 0
         fd = os.open(index.path, os.O_RDONLY)
         try:
             for j, sample in enumerate(draws):
@@ -365,7 +365,7 @@ class PatchReads(VolumeReads):
 
 
 def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | None:
-    from vidvol.readers import output  # pylint: disable=g-import-not-at-top
+    from vidvol.readers import output
 
     volumes = [n for n in names if output.is_volume(builder.info.features[n])]
     return volumes[0] if len(volumes) == 1 else None

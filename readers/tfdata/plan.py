@@ -10,7 +10,7 @@ parallelism), from the builder's info, a few facts of the split (`SplitFacts`) a
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -56,7 +56,7 @@ class SplitFacts:
     example_bytes: float  # stored (serialized) bytes per example: num_bytes / num_examples
 
     @classmethod
-    def of(cls, builder: tfds.core.DatasetBuilder, split: str) -> "SplitFacts":
+    def of(cls, builder: tfds.core.DatasetBuilder, split: str) -> SplitFacts:
         """The facts of `split` of a prepared builder (a missing or empty split: an error naming it)."""
         instructions = shards.file_instructions(builder, split)
         info = builder.info.splits[split]

@@ -26,7 +26,7 @@ def default_cycle_length(num_files: int, num_cpus: int | None = None) -> int:
 def default_memory_budget() -> int:
     """Bytes one pipeline's buffers may use by default: a quarter of physical memory, at most 16 GiB."""
     try:
-        import psutil  # pylint: disable=g-import-not-at-top
+        import psutil
 
         total = psutil.virtual_memory().total
     except (ImportError, OSError):

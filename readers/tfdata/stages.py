@@ -11,7 +11,8 @@ zeroes evaluation pads and finishes (frames to the output dtype, the output stru
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -59,7 +60,7 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
                                              plan.static_batch, plan.augment)
         return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
     reads = record_reads.RecordReads(source)
-    fetch = lambda draw: record_reads.read_records(reads, draw["index"])  # noqa: E731
+    fetch = lambda draw: record_reads.read_records(reads, draw["index"])
     if plan.parser is not None:
         return BatchRead(parse=lambda draw: plan.parser.parse(fetch(draw)), fetch=fetch)
     return BatchRead(parse=None, fetch=fetch)
