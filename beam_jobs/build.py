@@ -150,7 +150,7 @@ def read_result(builder: tfds.core.DatasetBuilder, *, built: bool, target: bucke
 
 def _local_dask_cluster():
     """A scheduler and one worker process per core on 127.0.0.1, for one build."""
-    from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import dask_cluster
 
     return dask_cluster.LocalDaskCluster(n_workers=runners.default_num_workers())
 
@@ -351,7 +351,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     option, a stray word ValueError.
     """
     parser = make_parser()
-    own = {o: action.nargs != 0 for action in parser._actions for o in action.option_strings}  # pylint: disable=protected-access
+    own = {o: action.nargs != 0 for action in parser._actions for o in action.option_strings}
     cli, flags = runners.split_beam_flags(list(sys.argv[1:] if argv is None else argv), own)
     args, stray = parser.parse_known_args(cli)
     if stray:

@@ -83,7 +83,7 @@ def driver_pythonpath(extra: Sequence[str] = ()) -> list[str]:
 
 
 async def _identity(address: str, timeout: float) -> dict:
-    from distributed.core import rpc  # pylint: disable=g-import-not-at-top
+    from distributed.core import rpc
 
     async with rpc(address, timeout=timeout) as r:
         return await r.identity()
@@ -96,7 +96,7 @@ def check_reachable(address: str, timeout: float = 5.0) -> dict:
     after `timeout`. Returns the identity dict (`type`, `id`, `workers`, ...). Runs its own event
     loop, so call it from synchronous code.
     """
-    from distributed.comm.addressing import get_address_host_port  # pylint: disable=g-import-not-at-top
+    from distributed.comm.addressing import get_address_host_port
 
     try:
         host, port = get_address_host_port(address)
@@ -252,7 +252,7 @@ class LocalDaskCluster:
         raise TimeoutError(f"dask scheduler wrote no {path} within {self.startup_timeout:.0f} s; {log}:\n{local_cluster.log_tail(log)}")
 
     def _wait_for_workers(self, deadline: float) -> None:
-        from distributed import Client  # pylint: disable=g-import-not-at-top
+        from distributed import Client
 
         with Client(self.address, timeout=max(1.0, deadline - time.monotonic())) as client:
             while True:
@@ -286,9 +286,9 @@ class LocalDaskCluster:
 
     def worker_pids(self) -> dict[str, int]:
         """{worker address: pid of the process that runs its tasks}, as the scheduler sees them now."""
-        from distributed import Client  # pylint: disable=g-import-not-at-top
+        from distributed import Client
 
-        from distributed.comm.core import CommClosedError  # pylint: disable=g-import-not-at-top
+        from distributed.comm.core import CommClosedError
 
         deadline = time.monotonic() + 30
         with Client(self.address, timeout=10) as client:
@@ -341,13 +341,13 @@ def check_workers(address: str, manual_dir: str | None = None, *, timeout: float
     Raises WorkerSetupError naming each failing worker and the fix; returns {address: probe answer}.
     A worker that does not answer within `timeout` is named as such instead of the build hanging.
     """
-    import cloudpickle  # pylint: disable=g-import-not-at-top
-    from distributed import Client  # pylint: disable=g-import-not-at-top
+    import cloudpickle
+    from distributed import Client
 
-    from vidvol.beam_jobs import worker_probe  # pylint: disable=g-import-not-at-top
-    from vidvol.builders.sources import files  # pylint: disable=g-import-not-at-top
-    from vidvol.core import redact  # pylint: disable=g-import-not-at-top
-    from vidvol.core.version import VERSION  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import worker_probe
+    from vidvol.builders.sources import files
+    from vidvol.core import redact
+    from vidvol.core.version import VERSION
 
     if manual_dir and "://" not in manual_dir:
         manual_dir = os.path.abspath(manual_dir)  # workers run in folders of their own

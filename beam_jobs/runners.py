@@ -118,7 +118,7 @@ def default_num_workers() -> int:
 def register_dask_options() -> bool:
     """Imports Beam's Dask runner so PipelineOptions knows `--dask_client_address` & co.; False without dask."""
     try:
-        from apache_beam.runners.dask import dask_runner  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+        from apache_beam.runners.dask import dask_runner  # noqa: F401
     except ImportError:
         return False
     return True
@@ -190,12 +190,12 @@ def resolve(
     cannot, and the fix, instead of failed or hanging tasks).
     """
     if runner is not None and not isinstance(runner, str):
-        from vidvol.beam_jobs import dask_runner  # pylint: disable=g-import-not-at-top
+        from vidvol.beam_jobs import dask_runner
 
         if isinstance(runner, dask_runner.DaskRunner):  # resolved before the shard tasks were known
             return runner, _dask_options(options or po.PipelineOptions([]), num_tasks, manual_dir)
         if getattr(runner, _DEFAULT_WORKERS_ATTR, False) and is_small_build(num_sources):
-            from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
+            from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
             return FnApiRunner(), po.PipelineOptions(_small_build_flags(_flags(options), num_sources))
         return runner, options or po.PipelineOptions([])
@@ -203,12 +203,12 @@ def resolve(
     if runner is not None:
         options = po.PipelineOptions([f"--runner={runner}"] + _flags(options))
     if _runner_name(options) == DASK_RUNNER:
-        from vidvol.beam_jobs import dask_runner  # pylint: disable=g-import-not-at-top
+        from vidvol.beam_jobs import dask_runner
 
         return dask_runner.DaskRunner(), _dask_options(options, num_tasks, manual_dir)
     if not is_local(options):
         return None, options
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner  # pylint: disable=g-import-not-at-top
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     flags = [f for f in _flags(options) if not f.startswith("--runner")]
     given = original.get_all_options(retain_unknown_options=True) if original is not None else {}
@@ -242,7 +242,7 @@ def _dask_options(
     options = po.PipelineOptions([f"--runner={DASK_RUNNER}", *flags])
     address = options.get_all_options().get("address")
     if address:
-        from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
+        from vidvol.beam_jobs import dask_cluster
 
         dask_cluster.check_reachable(address)
         if num_tasks is not None:
@@ -264,7 +264,7 @@ def _is_set(options: po.PipelineOptions | None, name: str) -> bool:
 def _beam_actions() -> tuple[tuple[tuple[str, ...], str, bool], ...]:
     """(long flags, option key, takes a value) of every option the installed Beam's PipelineOptions define."""
     register_dask_options()
-    parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
+    parser = po._BeamArgumentParser(allow_abbrev=False)
     todo, seen = list(po.PipelineOptions.__subclasses__()), set()
     while todo:
         cls = todo.pop()
@@ -273,11 +273,11 @@ def _beam_actions() -> tuple[tuple[tuple[str, ...], str, bool], ...]:
         seen.add(cls)
         todo.extend(cls.__subclasses__())
         try:
-            cls._add_argparse_args(parser)  # pylint: disable=protected-access
-        except Exception:  # pylint: disable=broad-except  (an option class registered twice, ...)
+            cls._add_argparse_args(parser)
+        except Exception:  # an option class registered twice, ...
             continue
     out = []
-    for action in parser._actions:  # pylint: disable=protected-access
+    for action in parser._actions:
         longs = tuple(o[2:] for o in action.option_strings if o.startswith("--"))
         if longs:
             out.append((longs, action.dest, action.nargs != 0))

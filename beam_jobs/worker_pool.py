@@ -40,7 +40,7 @@ def start(host: str = "127.0.0.1", port: int = 0) -> tuple[str, grpc.Server]:
     server.start()
 
     def stop_workers() -> None:
-        for proc in list(pool._worker_processes.values()):  # pylint: disable=protected-access
+        for proc in list(pool._worker_processes.values()):
             worker_pool_main.kill_process_gracefully(proc, timeout=5)
 
     atexit.register(stop_workers)

@@ -31,17 +31,17 @@ def probe(manual_dir: str | None = None) -> dict[str, Any]:
         vidvol_datasets = importlib.import_module("vidvol.datasets")  # registers the builders, as a DoFn's import does
         del vidvol_datasets
         out["vidvol"] = getattr(importlib.import_module("vidvol"), "__version__", "unknown")
-    except Exception as e:  # pylint: disable=broad-except  (any import failure is the answer)
+    except Exception as e:  # any import failure is the answer
         out["import_error"] = _short(e)
         out["import_trace"] = traceback.format_exc(limit=4)
         return out
     if manual_dir and "://" in manual_dir and not manual_dir.startswith("file://"):
         try:
-            import fsspec  # pylint: disable=g-import-not-at-top
+            import fsspec
 
             fs, path = fsspec.core.url_to_fs(manual_dir)
             fs.ls(path, detail=False)
-        except Exception as e:  # pylint: disable=broad-except  (no credentials, access denied, no such bucket, ...)
+        except Exception as e:  # no credentials, access denied, no such bucket, ...
             out["read_error"] = _short(e)
     elif manual_dir and not os.path.isdir(manual_dir.removeprefix("file://")):
         out["read_error"] = f"FileNotFoundError: no folder {manual_dir} on this worker"

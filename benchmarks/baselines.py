@@ -181,7 +181,7 @@ def on_every_core(rate_fn, work, cores: int, *, min_seconds: float) -> dict[str,
     def run(i: int) -> None:
         try:
             results[i] = rate_fn(work, min_seconds=min_seconds)
-        except BaseException as e:  # pylint: disable=broad-except
+        except BaseException as e:
             errors.append(e)
 
     try:

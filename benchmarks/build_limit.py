@@ -29,16 +29,16 @@ import numpy as np
 
 def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
     """(split, source, example_fn) of every input a build of name/config decodes, from the builder itself."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
 
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import vidvol  # noqa: F401
 
     with tempfile.TemporaryDirectory() as tmp:
         builder = tfds.builder(f"{name}/{config}", data_dir=tmp)
         # The builder's own download manager, as download_and_prepare makes it (benchmark code: private calls).
-        dl_manager = builder._make_download_manager(  # pylint: disable=protected-access
+        dl_manager = builder._make_download_manager(
             tmp, tfds.download.DownloadConfig(manual_dir=manual_dir))
-        generators = builder._split_generators(dl_manager)  # pylint: disable=protected-access
+        generators = builder._split_generators(dl_manager)
         for split, gen in generators.items():
             for source in gen.sources:
                 yield split, source, gen.example_fn
@@ -88,10 +88,10 @@ def _source_work(source: Any, *, num_samples: int, size: tuple[int, int], qualit
 def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: tuple[int, int],
            quality: int) -> dict[str, Any]:
     """CPU seconds for the inputs of name/config, one core: tight loop, our example function, + serialization."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
 
-    from vidvol.builders import example_io  # pylint: disable=g-import-not-at-top
-    from vidvol.builders.writer import example_bytes  # pylint: disable=g-import-not-at-top
+    from vidvol.builders import example_io
+    from vidvol.builders.writer import example_bytes
 
     cv2.setNumThreads(1)
     sources = list(_builder_sources(name, config, manual_dir))

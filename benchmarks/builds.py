@@ -61,10 +61,10 @@ def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, l
 def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
                 monitor_interval: float, target: str | None = None) -> tuple[float, float, measure.TreeSampler]:
     """Runs download_and_prepare here under a TreeSampler of this process (and its Beam workers, if any)."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import vidvol  # noqa: F401
 
     with measure.TreeSampler(os.getpid(), monitor_interval) as monitor:
         start, cpu_start = time.monotonic(), _cpu_seconds()

@@ -297,7 +297,7 @@ class Cluster(section.Section):
 
 def prepare_inputs(out: str, settings: ClusterSettings, inputs_dir: str) -> tuple[str, dict[int, str]]:
     """Standalone runs: fire inputs (reused if present), the scaling manual_dir and one per memory count."""
-    import inputs  # pylint: disable=g-import-not-at-top
+    import inputs
 
     s = settings
     root = os.path.join(inputs_dir, "fire_hrr")

@@ -126,11 +126,11 @@ class _Stamps:
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     """Starts a cluster, builds `job['dataset']` on it under the RSS monitor and the shard watch; returns timings."""
     started = psutil_create_time()
-    import measure  # pylint: disable=g-import-not-at-top
-    import psutil  # pylint: disable=g-import-not-at-top
+    import measure
+    import psutil
 
-    from vidvol.beam_jobs import build, dask_cluster, dask_runner  # pylint: disable=g-import-not-at-top
-    from vidvol.builders import dataset_builder  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import build, dask_cluster, dask_runner
+    from vidvol.builders import dataset_builder
 
     imported = time.time()
     # The workers get the driver's sys.path on their PYTHONPATH: keep this folder's scripts off it.
@@ -204,7 +204,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
 
 def psutil_create_time() -> float:
     """When this process started (time.time() scale)."""
-    import psutil  # pylint: disable=g-import-not-at-top
+    import psutil
 
     return psutil.Process().create_time()
 
@@ -212,8 +212,8 @@ def psutil_create_time() -> float:
 def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,
               num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
-    import jobs  # pylint: disable=g-import-not-at-top
-    from streams import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
+    import jobs
+    from streams import busy_cpu_seconds
 
     os.makedirs(work, exist_ok=True)
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
@@ -357,7 +357,7 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python benchmarks/cluster_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
-    import jobs  # pylint: disable=g-import-not-at-top
+    import jobs
 
     logging.basicConfig(level=logging.WARNING)
     return jobs.job_main(__file__, _build_job, argv)

@@ -37,7 +37,7 @@ KINETICS_CLASSES = 700
 
 def synthetic_sources(n: int, root: str = "/data/kinetics700/train") -> list[tuple[str, Any]]:
     """n hmdb51-style (source id, ClipSource) pairs with Kinetics-like ids, 700 labels."""
-    from vidvol.builders.transforms import clips  # pylint: disable=g-import-not-at-top
+    from vidvol.builders.transforms import clips
 
     out = []
     for i in range(n):
@@ -62,17 +62,17 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     `runners._dask_options` makes them (one partition per shard), without a scheduler: the steps up
     to `Client.compute` sending the graph.
     """
-    import apache_beam as beam  # pylint: disable=g-import-not-at-top
-    import dask  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
-    from apache_beam.runners.dask.dask_runner import DaskOptions  # pylint: disable=g-import-not-at-top
-    from apache_beam.runners.dask.overrides import dask_overrides  # pylint: disable=g-import-not-at-top
-    from dask._expr import FinalizeCompute  # pylint: disable=g-import-not-at-top
-    from dask.base import collections_to_expr  # pylint: disable=g-import-not-at-top
-    from distributed.protocol.serialize import serialize, to_serialize  # pylint: disable=g-import-not-at-top
+    import apache_beam as beam
+    import dask
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+    from apache_beam.runners.dask.overrides import dask_overrides
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
+    from distributed.protocol.serialize import serialize, to_serialize
 
-    from vidvol.beam_jobs import dask_runner, runners  # pylint: disable=g-import-not-at-top
-    from vidvol.builders.writer import shard_writer  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import dask_runner, runners
+    from vidvol.builders.writer import shard_writer
 
     def step(name: str, start: float) -> float:
         split_times[name] = round(time.monotonic() - start, 3)
@@ -92,7 +92,7 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     del proto
     t = step("submit.from_runner_api", t)
     pipeline.replace_all(dask_overrides())
-    bag_kwargs = DaskOptions._extract_bag_kwargs(  # pylint: disable=protected-access
+    bag_kwargs = DaskOptions._extract_bag_kwargs(
         options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True))
     visitor = runner.to_dask_bag_visitor(bag_kwargs)
     pipeline.visit(visitor)
@@ -108,7 +108,7 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
 
 def _note_rss(times: dict[str, Any], phase: str) -> float:
     """Notes the peak RSS so far (VmHWM, `measure.peak_rss_mib`) after `phase` (MiB) and returns it."""
-    import measure  # pylint: disable=g-import-not-at-top
+    import measure
 
     peak = times.setdefault("_maxrss", {})[phase] = round(measure.peak_rss_mib(), 1)
     return peak
@@ -116,9 +116,9 @@ def _note_rss(times: dict[str, Any], phase: str) -> float:
 
 def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     """The driver's part of a build over n synthetic sources, phase by phase (run it in a fresh process)."""
-    import cloudpickle  # pylint: disable=g-import-not-at-top
-    import psutil  # pylint: disable=g-import-not-at-top
-    from apache_beam.internal import pickler  # pylint: disable=g-import-not-at-top
+    import cloudpickle
+    import psutil
+    from apache_beam.internal import pickler
 
     # shard_writer too: what the build's driver has imported before its first phase (rss_after_imports)
     from vidvol.builders.writer import plan, results, shard_writer  # noqa: F401
@@ -210,14 +210,14 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
 
 def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.0) -> dict[str, Any]:
     """measure_driver(n) in a fresh process (this script as a job), so the peak RSS is this size's alone."""
-    import jobs  # pylint: disable=g-import-not-at-top
+    import jobs
 
     os.makedirs(work, exist_ok=True)
     job_path, result_path, log_path = (os.path.join(work, f"driver_{n}.{x}") for x in ("job.json", "json", "log"))
     with open(job_path, "w", encoding="utf-8") as f:
         json.dump({"n": n, "work": work, "submit": submit}, f)
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
-    from streams import busy_cpu_seconds  # pylint: disable=g-import-not-at-top
+    from streams import busy_cpu_seconds
 
     busy0, start = busy_cpu_seconds(), time.monotonic()
     status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)
@@ -331,7 +331,7 @@ def driver_note(row: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python benchmarks/cluster_driver.py JOB.json RESULT.json`: one size (started by `run_driver`)."""
-    import jobs  # pylint: disable=g-import-not-at-top
+    import jobs
 
     logging.basicConfig(level=logging.WARNING)
     return jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"]), argv)

@@ -47,7 +47,7 @@ def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None,
         if timer:
             timer.start()
         if interval:
-            import measure  # pylint: disable=g-import-not-at-top
+            import measure
 
             sampler = measure.TreeSampler(proc.pid, interval)
             sampler.start()
@@ -64,7 +64,7 @@ def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None,
 
 def kill_tree(pid: int) -> None:
     """SIGKILLs a job process and every process under it (dask workers outlive a SIGTERMed driver mid-task)."""
-    import psutil  # pylint: disable=g-import-not-at-top
+    import psutil
 
     try:
         root = psutil.Process(pid)

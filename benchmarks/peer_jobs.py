@@ -97,8 +97,8 @@ def uniform_indices(num_frames: int, num_samples: int) -> list[int]:
 
 def frames_opencv(path: str, num_frames: int) -> Any:
     """RGB uint8 (T, H, W, 3): one sequential grab() pass, retrieve() only at the wanted indices."""
-    import cv2  # pylint: disable=g-import-not-at-top
-    import numpy as np  # pylint: disable=g-import-not-at-top
+    import cv2
+    import numpy as np
 
     cap = cv2.VideoCapture(path)
     if not cap.isOpened():
@@ -120,7 +120,7 @@ def frames_opencv(path: str, num_frames: int) -> Any:
 
 def frames_decord(path: str, num_frames: int) -> Any:
     """RGB uint8 (T, H, W, 3) from `decord.VideoReader(path).get_batch(indices)`."""
-    import decord  # pylint: disable=g-import-not-at-top
+    import decord
 
     reader = decord.VideoReader(path, ctx=decord.cpu(0))
     return reader.get_batch(uniform_indices(len(reader), num_frames)).asnumpy()
@@ -128,8 +128,8 @@ def frames_decord(path: str, num_frames: int) -> Any:
 
 def frames_pyav(path: str, num_frames: int) -> Any:
     """RGB uint8 (T, H, W, 3): PyAV decodes the stream in order and converts the wanted frames."""
-    import av  # pylint: disable=g-import-not-at-top
-    import numpy as np  # pylint: disable=g-import-not-at-top
+    import av
+    import numpy as np
 
     with av.open(path) as container:
         stream = container.streams.video[0]
@@ -147,7 +147,7 @@ def frames_pyav(path: str, num_frames: int) -> Any:
 
 def frames_torchcodec(path: str, num_frames: int) -> Any:
     """RGB uint8 (T, H, W, 3) from TorchCodec's exact-seek `VideoDecoder.get_frames_at(indices)`."""
-    from torchcodec.decoders import VideoDecoder  # pylint: disable=g-import-not-at-top
+    from torchcodec.decoders import VideoDecoder
 
     decoder = VideoDecoder(path, seek_mode="exact", dimension_order="NHWC")
     return decoder.get_frames_at(indices=uniform_indices(decoder.metadata.num_frames, num_frames)).data.numpy()
@@ -159,8 +159,8 @@ DECODERS: dict[str, Callable[[str, int], Any]] = {
 
 def clip_uint8(peer: str, path: str, num_frames: int, size: int) -> Any:
     """RGB uint8 (T, size, size, 3): the peer's frames, resized as vidvol's build resizes (INTER_AREA)."""
-    import cv2  # pylint: disable=g-import-not-at-top
-    import numpy as np  # pylint: disable=g-import-not-at-top
+    import cv2
+    import numpy as np
 
     frames = DECODERS[peer](path, num_frames)
     return np.stack([cv2.resize(f, (size, size), interpolation=cv2.INTER_AREA) for f in frames])
@@ -176,7 +176,7 @@ class ClipDataset:
         return len(self.job.paths)
 
     def __getitem__(self, i: int) -> tuple[Any, int, int]:
-        import numpy as np  # pylint: disable=g-import-not-at-top
+        import numpy as np
 
         clip = clip_uint8(self.job.peer, self.job.paths[i], self.job.num_frames, self.job.size)
         return clip.astype(np.float32) / np.float32(255.0), self.job.labels[i], i
@@ -188,7 +188,7 @@ class ClipDataset:
 
 def monai_transforms(job: PeerJob) -> Any:
     """LoadImaged -> EnsureChannelFirstd -> Orientationd(RAS) -> ResizeWithPadOrCropd(S^3), then `MONAI_AUGMENT`."""
-    from monai import transforms as mt  # pylint: disable=g-import-not-at-top
+    from monai import transforms as mt
 
     keys = ["image"]
     steps = [mt.LoadImaged(keys=keys), mt.EnsureChannelFirstd(keys=keys), mt.Orientationd(keys=keys, axcodes="RAS"),
@@ -198,10 +198,10 @@ def monai_transforms(job: PeerJob) -> Any:
     return mt.Compose(steps)
 
 
-def MONAI_AUGMENT(keys: Sequence[str], crop: int) -> list[Any]:  # pylint: disable=invalid-name
+def MONAI_AUGMENT(keys: Sequence[str], crop: int) -> list[Any]:
     """MONAI's set: RandSpatialCropd(crop^3), RandFlipd(p=0.5, axis 0), RandRotate90d(p=0.5, axes 0-1),
     RandScaleIntensityd(factors=0.1, p=1), RandShiftIntensityd(offsets=0.1, p=1)."""
-    from monai import transforms as mt  # pylint: disable=g-import-not-at-top
+    from monai import transforms as mt
 
     return [mt.RandSpatialCropd(keys=keys, roi_size=(crop,) * 3, random_size=False),
             mt.RandFlipd(keys=keys, prob=0.5, spatial_axis=0),
@@ -210,10 +210,10 @@ def MONAI_AUGMENT(keys: Sequence[str], crop: int) -> list[Any]:  # pylint: disab
             mt.RandShiftIntensityd(keys=keys, offsets=0.1, prob=1.0)]
 
 
-def TORCHIO_AUGMENT() -> list[Any]:  # pylint: disable=invalid-name
+def TORCHIO_AUGMENT() -> list[Any]:
     """TorchIO's set (no affine, no crop: TorchIO crops at random only through its patch Queue):
     RandomFlip(axis 0, p=0.5) and RandomGamma(log_gamma in [-0.1, 0.1]) as the intensity change."""
-    import torchio as tio  # pylint: disable=g-import-not-at-top
+    import torchio as tio
 
     return [tio.RandomFlip(axes=(0,), flip_probability=0.5), tio.RandomGamma(log_gamma=(-0.1, 0.1))]
 
@@ -222,18 +222,18 @@ def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Call
     """(DataLoader, setup figures, first(batch) -> (volume tensor batch, path of its example 0)) of a volume peer."""
     setup: dict[str, Any] = {}
     if job.peer == "torchio":
-        import torchio as tio  # pylint: disable=g-import-not-at-top
+        import torchio as tio
 
         subjects = [tio.Subject(image=tio.ScalarImage(p), label=label, file=p)
                     for p, label in zip(job.paths, job.labels)]
-        import torch  # pylint: disable=g-import-not-at-top
+        import torch
 
         steps = [tio.ToCanonical(), tio.CropOrPad(job.size), tio.To(torch.float32)]  # float32 like the others
         steps += TORCHIO_AUGMENT() if job.augment else []
         dataset = tio.SubjectsDataset(subjects, transform=tio.Compose(steps))
         loader = tio.SubjectsLoader(dataset, batch_size=job.batch_size, num_workers=job.num_workers, sampler=sampler)
         return loader, setup, lambda b: (b["image"]["data"], b["file"][0])
-    from monai import data as md  # pylint: disable=g-import-not-at-top
+    from monai import data as md
 
     items = [{"image": p, "label": label, "file": p} for p, label in zip(job.paths, job.labels)]
     transform = monai_transforms(job)
@@ -260,7 +260,7 @@ def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Call
 
 def make_loader(job: PeerJob) -> tuple[Any, dict[str, Any], Callable[[Any], tuple[Any, str]]]:
     """The job's DataLoader over an endless seeded shuffle, its setup figures, and its first-batch accessor."""
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
 
     n = len(job.paths)
     sampler = torch.utils.data.RandomSampler(range(n), num_samples=n * EPOCHS,
@@ -279,7 +279,7 @@ def batch_examples(batch: Any) -> int:
 
 def first_batch(job: PeerJob, loader: Any, first: Callable[[Any], tuple[Any, str]]) -> dict[str, Any]:
     """Shape and dtype of the first batch; its example 0 saved (float32 .npy) with the file it came from."""
-    import numpy as np  # pylint: disable=g-import-not-at-top
+    import numpy as np
 
     tensor, path = first(next(iter(loader)))
     sample = os.path.join(job.work, f"{job.peer}_first.npy")
@@ -290,7 +290,7 @@ def first_batch(job: PeerJob, loader: Any, first: Callable[[Any], tuple[Any, str
 
 def versions() -> dict[str, str]:
     """Python and every peer library's version (those that import), with the FFmpeg each video peer links."""
-    import importlib.metadata as md  # pylint: disable=g-import-not-at-top
+    import importlib.metadata as md
 
     out = {"python": platform.python_version()}
     for dist in ("torch", "decord", "av", "torchcodec", "monai", "torchio", "nibabel", "SimpleITK",
@@ -305,25 +305,25 @@ def versions() -> dict[str, str]:
 def ffmpeg_of(peer: str) -> str:
     """The FFmpeg libavcodec a video peer decodes with (bundled or the system's), or '' where it does not say."""
     if peer == "pyav":
-        import av  # pylint: disable=g-import-not-at-top
+        import av
 
         return "libavcodec " + ".".join(map(str, av.library_versions["libavcodec"])) + " (bundled)"
     if peer == "torchcodec":
-        from torchcodec import _core  # pylint: disable=g-import-not-at-top
+        from torchcodec import _core
 
         v = _core.get_ffmpeg_library_versions()
         codec = v.get("libavcodec")
         codec = ".".join(map(str, codec)) if isinstance(codec, (list, tuple)) else codec
         return f"libavcodec {codec} (system FFmpeg {v.get('ffmpeg_version', '?')})"
     if peer == "opencv":
-        import cv2  # pylint: disable=g-import-not-at-top
+        import cv2
 
         line = [x for x in cv2.getBuildInformation().splitlines() if x.strip().startswith("avcodec:")]
         return f"libavcodec {line[0].split('(')[-1].rstrip(') ')} (bundled)" if line else ""
     if peer == "decord":
-        import glob  # pylint: disable=g-import-not-at-top
+        import glob
 
-        import decord  # pylint: disable=g-import-not-at-top
+        import decord
 
         site = os.path.dirname(os.path.dirname(decord.__file__))
         libs = glob.glob(os.path.join(site, "decord.libs", "libavcodec-*.so.*"))
@@ -333,10 +333,10 @@ def ffmpeg_of(peer: str) -> str:
 
 def run_peer(job: PeerJob) -> dict[str, Any]:
     """Times one peer pipeline `runs` times; returns the read-row figures, first-batch check data and versions."""
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
 
-    import measure  # pylint: disable=g-import-not-at-top
-    import streams  # pylint: disable=g-import-not-at-top
+    import measure
+    import streams
 
     os.makedirs(job.work, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
@@ -358,7 +358,7 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python benchmarks/peer_jobs.py JOB.json RESULT.json`: one peer pipeline, timed."""
-    import jobs  # pylint: disable=g-import-not-at-top
+    import jobs
 
     return jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job)), argv)
 

@@ -117,7 +117,7 @@ def vidvol_rows(headline: dict[str, Any], settings: PeersSettings) -> dict[str, 
     raw = headline.get("read", {}).get("hmdb51_raw")
     if raw:
         out["raw"] = {"pipeline": "vidvol.load", "config": raw["config"], **_keep(raw["loader"])}
-    import video_augment  # pylint: disable=g-import-not-at-top
+    import video_augment
 
     augmented = video_augment.vidvol_row(headline.get("video_augment"))
     if augmented:
@@ -129,7 +129,7 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
              mri_data: str) -> dict[str, Any]:
     """vidvol's float32 + mask, int16 and augmented (float32 + mask, the MONAI peer's set: `suite.mri_augment`) rows at
     the peers' batch: the headline's, or the same ReadJob run here."""
-    from suite import mri_augment  # pylint: disable=g-import-not-at-top
+    from suite import mri_augment
 
     read = headline.get("read", {})
     rows = {}
@@ -140,7 +140,7 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
                 augment if mode == "augment" else None):
             result = mine
         else:
-            from reads import ReadJob  # pylint: disable=g-import-not-at-top
+            from reads import ReadJob
 
             modes = ({"output_dtype": "int16", "mask_dtype": None} if mode == "int16" else
                      {"augment": augment} if mode == "augment" else {})
@@ -161,7 +161,7 @@ def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str
     """A `reads.ReadJob` in its own process (`reads.py`), or in this one when not isolating."""
     print(f"[peers] {tag} ({job.pipeline}, batch {job.batch_size})", flush=True)
     if not settings.isolate:
-        import reads  # pylint: disable=g-import-not-at-top
+        import reads
 
         return reads.measure_read(job)
     return run_script(work, tag, "reads.py", dataclasses.asdict(job), settings)
@@ -170,7 +170,7 @@ def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str
 def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: PeersSettings,
                python: str = sys.executable) -> dict[str, Any]:
     """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.run_job`; its result, or RuntimeError with the log."""
-    import jobs  # pylint: disable=g-import-not-at-top
+    import jobs
 
     folder = os.path.join(work, "jobs")
     os.makedirs(folder, exist_ok=True)
@@ -218,7 +218,7 @@ def peer_row(work: str, python: str, settings: PeersSettings, peer: str, tag: st
 
 def correlation(a: Any, b: Any) -> float:
     """Pearson correlation of two equally shaped arrays (0 where either is constant)."""
-    import numpy as np  # pylint: disable=g-import-not-at-top
+    import numpy as np
 
     x, y = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     if x.size != y.size or x.std() == 0 or y.std() == 0:
@@ -228,9 +228,9 @@ def correlation(a: Any, b: Any) -> float:
 
 def stored_examples(data_dir: str, name: str, key: str, wanted: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """{key value: example} of the train examples of a vidvol build whose `key` feature is in `wanted` (None: all)."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
 
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers the datasets)
+    import vidvol  # noqa: F401  (registers the datasets)
 
     out = {}
     ds = tfds.builder(name, data_dir=data_dir).as_dataset(split="train", shuffle_files=False)
@@ -253,7 +253,7 @@ def check_video(sample: Any, stored: Any) -> dict[str, Any]:
 def check_row(row: dict[str, Any], expect_shape: Sequence[int], stored: dict[str, Any], key_of, array_of, *,
               video: bool) -> None:
     """Adds `check` to a peer row: its first batch's shape/dtype and its example 0 against vidvol's stored one."""
-    import numpy as np  # pylint: disable=g-import-not-at-top
+    import numpy as np
 
     first = row["first_batch"]
     check: dict[str, Any] = {"shape_ok": list(first["shape"]) == list(expect_shape),
@@ -294,9 +294,9 @@ class Peers(section.Section):
                 mri_root: str, mri_data: str, mri_config: str, mri_key: str, venv: str,
                 headline: dict[str, Any]) -> dict[str, Any]:
         """TFDS's stock video rows, then (with the peers venv) every read-time peer and vidvol's MRI rows at its batch."""
-        import inputs  # pylint: disable=g-import-not-at-top
-        import peers_env  # pylint: disable=g-import-not-at-top
-        from vidvol.testing import samples  # pylint: disable=g-import-not-at-top
+        import inputs
+        import peers_env
+        from vidvol.testing import samples
 
         classes = list(samples.HMDB51_CLASSES)
         videos = inputs.hmdb51_split_videos(hmdb51_root, 1, "train")
@@ -339,17 +339,17 @@ class Peers(section.Section):
 
     def tfds_rows(self, work: str, settings: PeersSettings, hmdb51_root: str) -> list[dict[str, Any]]:
         """TFDS's stock `tfds.features.Video` of the same frames, built afresh, read with plain tfds.load per batch."""
-        import shutil  # pylint: disable=g-import-not-at-top
+        import shutil
 
-        import peers_tfds  # pylint: disable=g-import-not-at-top
-        from reads import ReadJob  # pylint: disable=g-import-not-at-top
+        import peers_tfds
+        from reads import ReadJob
 
         data_dir = os.path.join(work, "tfds_video")
         shutil.rmtree(data_dir, ignore_errors=True)  # the inputs may have changed since the last run
         built = peers_tfds.build(hmdb51_root, data_dir)
         video_id, clip = peers_tfds.first_clip(data_dir)
         sample = os.path.join(work, "tfds_video_first.npy")
-        import numpy as np  # pylint: disable=g-import-not-at-top
+        import numpy as np
 
         np.save(sample, clip.astype(np.float32) / 255.0)
         rows = []
@@ -397,7 +397,7 @@ class Peers(section.Section):
 
     def standalone_inputs(self, out: str, settings: PeersSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
         """What a benchmark run into OUT left: its results.json (headline rows), inputs and builds."""
-        import suite  # pylint: disable=g-import-not-at-top
+        import suite
 
         path = os.path.join(out, "results.json")
         if not os.path.isfile(path):
@@ -417,8 +417,8 @@ class Peers(section.Section):
 
 def versions(doc: dict[str, Any]) -> dict[str, Any]:
     """Exact versions: the peers venv's libraries (from its jobs), each video peer's FFmpeg, TFDS and TF here."""
-    import tensorflow  # pylint: disable=g-import-not-at-top
-    import tensorflow_datasets  # pylint: disable=g-import-not-at-top
+    import tensorflow
+    import tensorflow_datasets
 
     peers = [r for r in doc["video"] + doc["volume"] if "versions" in r]
     out: dict[str, Any] = {"tensorflow-datasets": tensorflow_datasets.__version__, "tensorflow": tensorflow.__version__}

@@ -83,7 +83,7 @@ def ensure(venv: str, *, create: bool, log_path: str, timeout: float = 1800.0) -
                 raise PeersUnavailable(f"{' '.join(cmd[:4])} ran past {timeout:.0f} s (log: {log_path})") from e
             if proc.returncode != 0:
                 log.close()
-                import jobs  # pylint: disable=g-import-not-at-top
+                import jobs
 
                 raise PeersUnavailable(f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{jobs.tail(log_path, 3000)}")
     with open(os.path.join(venv, STAMP), "w", encoding="utf-8") as f:

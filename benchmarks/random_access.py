@@ -70,7 +70,7 @@ def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2)
 
     `streams.stream_rate` over those calls, CPU of this process and its children (Grain's workers).
     """
-    import streams  # pylint: disable=g-import-not-at-top
+    import streams
 
     return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,
                                warmup_batches=warmup, cores=len(os.sched_getaffinity(0)),
@@ -84,10 +84,10 @@ def _counting(iterator: Iterator[Any]) -> Callable[[], int]:
 
 def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: int, seed: int = 0):
     """{pipeline: factory of a fresh `next_batch`}: each factory opens its pipeline anew (one per round)."""
-    import grain  # pylint: disable=g-import-not-at-top
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import grain
+    import tensorflow_datasets as tfds
 
-    import vidvol  # pylint: disable=g-import-not-at-top
+    import vidvol
 
     def sequential():
         return _counting(iter(tfds.as_numpy(vidvol.load(name, "train", batch_size, data_dir=tfrecord_dir, repeat=True))))
@@ -116,10 +116,10 @@ def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: i
 
 def build(manual_dir: str, data_dir: str, config: str, file_format: str = "tfrecord") -> None:
     """hmdb51/`config` from `manual_dir` into `data_dir` in this process (multi-threaded Beam), unless prepared."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import vidvol  # noqa: F401
 
     builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir, file_format=file_format)
     if not builder.is_prepared():
@@ -156,7 +156,7 @@ class RandomAccess(section.Section):
         """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
         name = f"hmdb51/{settings.config}"
         dirs = build_both(manual_dir, tfrecord_dir, work, settings.config)
-        import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+        import tensorflow_datasets as tfds
 
         examples = tfds.builder(name, data_dir=dirs["array_record"]).info.splits["train"].num_examples
         factories = pipelines(name, dirs["tfrecord"], dirs["array_record"], settings.batch_size)
@@ -234,7 +234,7 @@ class RandomAccess(section.Section):
     def standalone_inputs(self, out: str, settings: RandomAccessSettings, inputs_dir: str,
                           args: argparse.Namespace) -> dict[str, Any]:
         """The hmdb51 inputs of the mode (reused when present)."""
-        import inputs  # pylint: disable=g-import-not-at-top
+        import inputs
 
         root = os.path.join(inputs_dir, "hmdb51")
         inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))

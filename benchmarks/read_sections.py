@@ -79,7 +79,7 @@ def _read(ctx: section.Context, tag: str, job: ReadJob) -> dict[str, Any]:
     """Runs one read job (in its own process when isolating); returns its result."""
     print(f"[bench] read {tag} via {job.pipeline}", flush=True)
     if not ctx.settings.isolate:
-        import reads  # pylint: disable=g-import-not-at-top
+        import reads
 
         result = reads.measure_read(job)
     else:

@@ -75,7 +75,7 @@ class ReadJob:
 
 def loader_dataset(job: ReadJob) -> tf.data.Dataset:
     """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
-    from vidvol import readers  # pylint: disable=g-import-not-at-top  (registers the datasets too)
+    from vidvol import readers  # registers the datasets too
 
     spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype),
                             augment=readers.VolumeAugment(**job.augment) if job.augment else None)
@@ -89,8 +89,8 @@ def tfds_load_dataset(job: ReadJob) -> tf.data.Dataset:
     Shuffled files, TFDS's default parallel decode; autocache off (TFDS would otherwise cache a small
     split's decoded clips in memory after the first epoch, and time memory copies instead of reads).
     """
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers the datasets)
+    import tensorflow_datasets as tfds
+    import vidvol  # noqa: F401  (registers the datasets)
 
     ds = tfds.load(f"{job.name}/{job.config}", split=job.split, data_dir=job.data_dir, shuffle_files=True,
                    download=False, read_config=tfds.ReadConfig(try_autocache=False))

@@ -73,7 +73,7 @@ METHOD = [
 
 def old_orders(shard_lengths: Sequence[int], cycle: int, buffer: int, seed: int, epochs: int) -> list[np.ndarray]:
     """The release before's training order over a split: file shuffle, interleave (block 1), example shuffle buffer."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     starts = np.cumsum([0] + list(shard_lengths))[:-1].astype(np.int64)
     files = tf.data.Dataset.from_tensor_slices((starts, np.asarray(shard_lengths, np.int64)))
@@ -85,7 +85,7 @@ def old_orders(shard_lengths: Sequence[int], cycle: int, buffer: int, seed: int,
 
 
 def new_orders(n: int, seed: int, epochs: int) -> list[np.ndarray]:
-    from vidvol.readers import order  # pylint: disable=g-import-not-at-top
+    from vidvol.readers import order
 
     layout = order.Layout(n, 1, 0, True)
     return [layout.examples_np(np.arange(n), e, seed, 0)[0] for e in range(epochs)]
@@ -144,19 +144,19 @@ def quality(shapes: Sequence[tuple], settings: ResumeSettings) -> list[dict[str,
 
 
 def _drop_indexes() -> None:
-    from vidvol.core import tfrecord  # pylint: disable=g-import-not-at-top
-    from vidvol.readers.tfdata import direct_volumes  # pylint: disable=g-import-not-at-top
+    from vidvol.core import tfrecord
+    from vidvol.readers.tfdata import direct_volumes
 
-    tfrecord._indexes.clear()  # pylint: disable=protected-access
-    direct_volumes._indexes.clear()  # pylint: disable=protected-access
+    tfrecord._indexes.clear()
+    direct_volumes._indexes.clear()
 
 
 def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -> dict[str, Any]:
     """Checkpoint bytes and seconds to the first batch after a restore at 10 % and 90 % of an epoch (module docstring)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
 
-    import vidvol  # pylint: disable=g-import-not-at-top
+    import vidvol
 
     builder = tfds.builder_from_directory(data_path)
     n = builder.info.splits["train"].num_examples
@@ -198,11 +198,11 @@ def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -
 
 def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]]:
     """Small sample builds (standalone runs): (label, data_path, batch size) of hmdb51, fire_hrr, mri_volumes."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-    from vidvol.testing import samples  # pylint: disable=g-import-not-at-top
+    import vidvol  # noqa: F401
+    from vidvol.testing import samples
 
     options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     plans = [("hmdb51", "hmdb51/split1_20x64x64", 8, lambda m: samples.write_hmdb51_layout(

@@ -101,12 +101,12 @@ def machine() -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     """Versions of the libraries the numbers depend on."""
-    import apache_beam  # pylint: disable=g-import-not-at-top
-    import cv2  # pylint: disable=g-import-not-at-top
-    import nibabel  # pylint: disable=g-import-not-at-top
-    import numpy  # pylint: disable=g-import-not-at-top
-    import tensorflow  # pylint: disable=g-import-not-at-top
-    import tensorflow_datasets  # pylint: disable=g-import-not-at-top
+    import apache_beam
+    import cv2
+    import nibabel
+    import numpy
+    import tensorflow
+    import tensorflow_datasets
 
     jpeg = next((line.split(":", 1)[1].strip() for line in cv2.getBuildInformation().splitlines()
                  if line.strip().startswith("JPEG:")), "unknown")

@@ -265,7 +265,7 @@ class Section(abc.ABC):
             inputs_dir = os.path.abspath(args.inputs or default_inputs_dir(out, settings.mode))
             doc = self.measure_section(os.path.join(out, self.key), settings,
                                        **self.standalone_inputs(out, settings, inputs_dir, args))
-        import report  # pylint: disable=g-import-not-at-top
+        import report
 
         bad = report.finite_numbers(doc)
         if bad:

@@ -79,7 +79,7 @@ class VideoAugmentSettings(section.Settings):
 
 def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
     """{pipeline: (VideoAugment or None, training)}."""
-    from vidvol import VideoAugment  # pylint: disable=g-import-not-at-top
+    from vidvol import VideoAugment
 
     return {"off": (None, True), "random_resized_crop": (VideoAugment(small), True),
             "random_crop": (VideoAugment(small, training_crop="random_short_side_scale"), True),
@@ -93,13 +93,13 @@ def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, cal
     `frames`: one batch of stored uint8 frames (B, T, H, W, C); the training crops are keyed as the
     examples 0..B-1 of epoch 0. The float conversion is `vidvol.load`'s (`stages.as_float`, TensorFlow).
     """
-    import time  # pylint: disable=g-import-not-at-top
+    import time
 
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import numpy as np
+    import tensorflow as tf
 
-    from vidvol.readers import rng  # pylint: disable=g-import-not-at-top
-    from vidvol.readers.tfdata import stages  # pylint: disable=g-import-not-at-top
+    from vidvol.readers import rng
+    from vidvol.readers.tfdata import stages
 
     keys = rng.seed_np(0, 0, np.arange(len(frames)), rng.VIDEO_AUGMENT)
     steps: dict[str, Any] = {}
@@ -157,10 +157,10 @@ class VideoAugmentCost(section.Section):
     def measure(self, work: str, settings: VideoAugmentSettings, *, manual_dir: str,
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
         """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
-        import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+        import tensorflow_datasets as tfds
 
-        import vidvol  # pylint: disable=g-import-not-at-top
-        from random_access import build, summarize_rounds, timed  # pylint: disable=g-import-not-at-top
+        import vidvol
+        from random_access import build, summarize_rounds, timed
 
         name = f"hmdb51/{settings.config}"
         data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")
@@ -253,7 +253,7 @@ class VideoAugmentCost(section.Section):
 
     def standalone_inputs(self, out: str, settings: VideoAugmentSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
         """The hmdb51 inputs of the mode (reused when present); the build goes under OUT/video_augment."""
-        import inputs  # pylint: disable=g-import-not-at-top
+        import inputs
 
         root = os.path.join(inputs_dir, "hmdb51")
         inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))

@@ -58,7 +58,7 @@ def source_shape(nbytes: int) -> tuple[int, int, int]:
 
 def _header(shape, spacing=(1.0, 1.0, 1.0)):
     """A NIfTI-1 single-file header for int16 `shape` at `spacing`, centred on the origin (nibabel)."""
-    import nibabel as nib  # pylint: disable=g-import-not-at-top
+    import nibabel as nib
 
     affine = np.diag([*map(float, spacing), 1.0])
     affine[:3, 3] = -0.5 * (np.asarray(shape) - 1) * np.asarray(spacing, np.float64)
@@ -158,7 +158,7 @@ def _record(monitor, data_dir: str, exit_code: int, wall: float, error: str) -> 
 
 def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, timeout: float) -> dict[str, Any]:
     """`tfds build mri_volumes/128` in a subprocess (one Beam worker process) under a process-tree RSS sampler."""
-    import jobs  # pylint: disable=g-import-not-at-top
+    import jobs
 
     shutil.rmtree(data_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", f"mri_volumes/{CONFIG}",
@@ -173,10 +173,10 @@ def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, tim
 
 def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, Any]:
     """The same build in this process (Beam in memory), under a sampler of this process: quick mode's plumbing."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    import vidvol  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import vidvol  # noqa: F401
 
     shutil.rmtree(data_dir, ignore_errors=True)
     start, exit_code, error = time.monotonic(), 0, ""
@@ -186,7 +186,7 @@ def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, 
             builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
                 manual_dir=manual_dir, beam_options=PipelineOptions(["--direct_num_workers=1",
                                                                      "--direct_running_mode=in_memory"])))
-        except Exception as e:  # pylint: disable=broad-except  (a dead build is this measurement's result)
+        except Exception as e:  # a dead build is this measurement's result
             exit_code, error = 1, f"{type(e).__name__}: {e}"[-1500:]
     return _record(monitor, data_dir, exit_code, time.monotonic() - start, error)
 

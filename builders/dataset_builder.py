@@ -69,7 +69,7 @@ class _GenerateFn(beam.DoFn):
                     yield beam.pvalue.TaggedOutput("skips", item.as_dict())
                 else:
                     yield item
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
             raise naming_source(e, source, self._split) from e
 
 
@@ -150,7 +150,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _display_name(self) -> str:
         return f"{self.name}/{self.builder_config.name}" if self.builder_config else self.name
 
-    def download_and_prepare(self, *, download_dir=None, download_config=None, **kwargs):  # pylint: disable=arguments-differ
+    def download_and_prepare(self, *, download_dir=None, download_config=None, **kwargs):
         """TFDS's download_and_prepare inside a build session (quiet terminal, build log, summary last).
 
         A dataset that is already prepared (and not being overwritten) is left to TFDS as is. A
@@ -211,7 +211,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                                         overwrite=bool(mode is not None and mode.overwrite_dataset))
             except BuildWriteError:
                 raise
-            except Exception as e:  # pylint: disable=broad-except
+            except Exception as e:
                 failure = write_failure(e)
                 if failure is None and isinstance(e, WRITE_ERRORS) and NO_ROOM.search(str(e)):
                     failure = {"path": "", "error": f"{type(e).__name__}: {e}"}  # TFDS's own metadata files

@@ -100,7 +100,7 @@ def naming_source(error: BaseException, source: Source, split: str) -> BaseExcep
             again = type(error)(f"{error.args[0]} {where}", *error.args[1:])
             if where in str(again):
                 return again
-    except Exception:  # pylint: disable=broad-except  (exception types with other constructors)
+    except Exception:  # exception types with other constructors
         pass
     return SourceError(f"{type(error).__name__}: {error} {where}")
 
@@ -134,7 +134,7 @@ def run_example_fn(example_fn: ExampleFn, source: Source, split: str) -> Iterato
                 yield dataclasses.replace(item, split=split)
             else:
                 yield _written_names(item)
-    except Exception as e:  # pylint: disable=broad-except  (only input errors are caught: the rest is re-raised)
+    except Exception as e:  # only input errors are caught: the rest is re-raised
         if not is_input_error(e):
             raise
         skip = Skip(source=source_id, reason=_reason(e, record), split=split)

@@ -133,7 +133,7 @@ class _PipeLogHandler(logging.Handler):
             elif record.exc_text:
                 fields["exc_text"] = shown(record.exc_text)
             _send(self.out, _LOG, pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception:  # pylint: disable=broad-except  (a log line is never worth the source)
+        except Exception:  # a log line is never worth the source
             pass
 
 
@@ -144,7 +144,7 @@ def _error_payload(error: BaseException) -> bytes:
     try:
         pickled = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(pickled)
-    except Exception:  # pylint: disable=broad-except  (an exception that cannot travel: its text does)
+    except Exception:  # an exception that cannot travel: its text does
         pickled = b""
     return pickle.dumps((example_io.is_input_error(error), text, tb, pickled), protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -178,7 +178,7 @@ def _serve(requests: io.BufferedReader, replies: io.BufferedWriter) -> None:
             for item in example_fn(record):
                 _send(replies, _ITEM, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
                 del item
-        except Exception as e:  # pylint: disable=broad-except  (every error goes back to the worker)
+        except Exception as e:  # every error goes back to the worker
             payload = _error_payload(e)
             del e
             _send(replies, _ERROR, payload)
@@ -240,7 +240,7 @@ class _Child:
             **{files.FETCH_DIR_ENV: self.scratch, _LOG_LEVEL_ENV: str(logging.getLogger().getEffectiveLevel())},
         )
         try:
-            self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+            self.process = subprocess.Popen(
                 [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(rep_w)],
                 pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=env, close_fds=True,
             )
@@ -254,8 +254,8 @@ class _Child:
             os.close(rep_w)
         self.served = 0
         self.started_in = _surroundings()
-        self.requests = open(req_w, "wb")  # pylint: disable=consider-using-with
-        self.replies = open(rep_r, "rb")  # pylint: disable=consider-using-with
+        self.requests = open(req_w, "wb")
+        self.replies = open(rep_r, "rb")
         ready = _receive(self.replies)
         if ready is None or ready[0] != _READY:
             how, _ = _describe_death(self.end(kill=True))
@@ -366,7 +366,7 @@ def _raised_again(payload: bytes) -> BaseException:
     if pickled:
         try:
             error = pickle.loads(pickled)
-        except Exception:  # pylint: disable=broad-except
+        except Exception:
             error = None
     if error is None or (is_input and not example_io.is_input_error(error)):
         error = DecoderError(text) if is_input else RuntimeError(text)
@@ -379,7 +379,7 @@ def _relog(payload: bytes) -> None:
     try:
         record = logging.makeLogRecord(pickle.loads(payload))
         logging.getLogger(record.name).handle(record)
-    except Exception:  # pylint: disable=broad-except  (a log line is never worth the source)
+    except Exception:  # a log line is never worth the source
         pass
 
 
@@ -391,7 +391,7 @@ def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: An
     path = example_io.source_file(record)
     try:
         pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # pylint: disable=broad-except  (e.g. a record holding a lambda: cloudpickle takes it by value)
+    except Exception:  # e.g. a record holding a lambda: cloudpickle takes it by value
         pickled = cloudpickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
     request = b"".join((_SIZE.pack(len(functions)), functions, pickled))
     child = _take()

@@ -1,27 +1,8 @@
 """The split's shard files as tf.data reads them, with errors that name the split or the damaged file.
 
-- `file_instructions`: the files a split (or slice) reads. A split that does not exist, or that a
-  build left without an example, is a ValueError naming it and the splits there are (and, from
-  the skip report, why it came out empty), not TFDS's `Instruction [] corresponds to no data!`
-  or tf.data's `The filenames argument must contain tf.string elements`.
-- `read_records`: the serialized records of a split, in exactly the order TFDS's own reader gives
-  them (same file shuffle under the same seed, same interleave, input-context sharding and
-  cardinality), so `vidvol.load` still equals `tfds.load` batch for batch. What differs: TFDS's
-  TFRecord reader stops at a damaged record with `DataLossError: corrupted record at 275398`,
-  naming no file, and TensorFlow has no in-graph way to add the file to that error. So each file
-  is read with its errors held back (`ignore_errors(log_warning=True)`: the reader's own message
-  still goes to the log) and padded to the record count the build recorded with stand-in
-  records: text that is no valid `tf.train.Example` and names the file and the `verify` command.
-  A healthy file never reaches them (the padding is cut at its count); a damaged, truncated or
-  missing file does, and the parse that follows fails with `InvalidArgumentError: Could not parse
-  example input, value: '?vidvol: shard file … could not be read to its end …'`. This costs
-  nothing per record (no per-record function: a function that takes a record string copies it,
-  which doubled the reading CPU on 100 KB records). One limit: in training, where the last
-  partial batch is dropped, a file that lost only a few records may have all its stand-ins in
-  that dropped batch; the next epoch (another shuffle) or any evaluation pass reports it, and
-  `python -m vidvol verify` always does. A file *longer* than the build wrote it (its size over the
-  `num_bytes` of `shards.json`) is refused before reading (`check_not_longer`), as its records past
-  the recorded count would otherwise be dropped without a word.
+Every reader finds a split's files through `file_instructions` and the file checks here;
+`read_records` / `read_examples` read a whole split in TFDS's own order, each file checked
+(`vidvol.load_labels`; `vidvol.load` reads by index through `readers.records`).
 """
 
 from __future__ import annotations
@@ -61,7 +42,22 @@ def _empty_splits(data_path: str) -> dict[str, str]:
 
 
 def file_instructions(builder: tfds.core.DatasetBuilder, split: str) -> list[Any]:
-    """TFDS's file instructions of `split` in a prepared builder; a missing or empty split is a SplitNotFoundError."""
+    """TFDS's file instructions of `split` in a prepared builder; a missing or empty split is a SplitNotFoundError.
+
+    A split that does not exist, or that a build left without an example, is named with the splits
+    there are (and, from the skip report, why it came out empty), not TFDS's `Instruction []
+    corresponds to no data!` or tf.data's `The filenames argument must contain tf.string elements`.
+
+    Args:
+      builder: the prepared dataset's builder.
+      split: a TFDS split, slices allowed (`"train[:80%]"`, `"train+test"`).
+
+    Returns:
+      TFDS's file instructions: the files the split (or slice) reads, with skip and take.
+
+    Raises:
+      SplitNotFoundError: a split that is not there, or one that selects no example.
+    """
     info = builder.info
     there = {name: s.num_examples for name, s in info.splits.items() if s.num_examples}
     listing = ", ".join(f"{n} ({k} example{'s' if k != 1 else ''})" for n, k in sorted(there.items())) or "none"
@@ -175,7 +171,39 @@ def read_records(
     builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool,
     instructions: Sequence[Any] | None = None,
 ) -> tf.data.Dataset:
-    """Serialized records of a split, element for element as TFDS's reader gives them, each file checked whole."""
+    """Serialized records of a split, element for element as TFDS's reader gives them, each file checked whole.
+
+    The order is exactly TFDS's own reader's (same file shuffle under the same seed, same interleave,
+    input-context sharding and cardinality: `interleave_files`). What differs: TFDS's TFRecord reader
+    stops at a damaged record with `DataLossError: corrupted record at 275398`, naming no file, and
+    TensorFlow has no in-graph way to add the file to that error. So each file is read with its
+    errors held back (`ignore_errors(log_warning=True)`: the reader's own message still goes to the
+    log) and padded to the record count the build recorded with stand-in records: text that is no
+    valid `tf.train.Example` and names the file and the `verify` command. A healthy file never
+    reaches them (the padding is cut at its count); a damaged, truncated or missing file does, and
+    the parse that follows fails with `InvalidArgumentError: Could not parse example input, value:
+    '?vidvol: shard file … could not be read to its end …'`. This costs nothing per record (no
+    per-record function: a function that takes a record string copies it, which doubled the reading
+    CPU on 100 KB records). One limit: where a last partial batch is dropped, a file that lost only
+    a few records may have all its stand-ins in that dropped batch; `python -m vidvol verify` always
+    reports it. A file *longer* than the build wrote it (its size over the `num_bytes` of
+    `shards.json`) is refused before reading (`check_not_longer`), as its records past the recorded
+    count would otherwise be dropped without a word.
+
+    Args:
+      builder: the prepared dataset's builder.
+      split: a TFDS split, slices allowed.
+      read_config: TFDS's read options (shuffle seed, interleave, input context, options).
+      shuffle_files: shuffle the files as `builder.as_dataset(shuffle_files=...)` does.
+      instructions: the split's file instructions, when the caller has them (else `file_instructions`).
+
+    Returns:
+      A `tf.data.Dataset` of serialized `tf.train.Example` strings.
+
+    Raises:
+      FileNotFoundError: a shard file of the split is gone.
+      ValueError: a shard file is longer than the build wrote it.
+    """
     instructions = list(instructions) if instructions is not None else file_instructions(builder, split)
     tail = stand_in_tail(builder)
     check_files_exist(builder, instructions)

@@ -30,11 +30,11 @@ class ArrayRecordBuilderTest:
     FILE_FORMAT = "array_record"
 
     def _make_builder(self, config=None):
-        return self.dataset_class(  # pylint: disable=not-callable
+        return self.dataset_class(
             data_dir=self.tmp_dir, config=config, version=self.VERSION, file_format=self.FILE_FORMAT
         )
 
-    def _assertAsDataset(self, builder):  # pylint: disable=invalid-name  (TFDS's hook name)
+    def _assertAsDataset(self, builder):  # TFDS's hook name
         self.assertEqual(builder.info.file_format, tfds.core.FileFormat.ARRAY_RECORD)
         files = os.listdir(os.fspath(builder.data_path))
         self.assertTrue([f for f in files if ".array_record-" in f])
@@ -80,7 +80,7 @@ def array_record_records(data_path: str) -> dict[str, list[bytes]]:
     Read with ArrayRecord's own reader, so a build's shards compare byte for byte with a TFRecord
     build's (`tf.data.TFRecordDataset`) of the same inputs.
     """
-    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    from array_record.python import array_record_module
 
     out = {}
     for name in sorted(os.listdir(data_path)):

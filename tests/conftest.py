@@ -17,8 +17,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def in_process_config(**kwargs):
     """DownloadConfig for a fast single-process Beam build (FnApiRunner, in memory)."""
-    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     return tfds.download.DownloadConfig(beam_options=opts, manual_dir=kwargs.pop("manual_dir", None), **kwargs)
@@ -60,7 +60,7 @@ def tfds_build():
 @pytest.fixture(scope="session")
 def distributions(tmp_path_factory):
     """{"sdist": path, "wheel": path} of vidvol, built once per session from a clean copy of the checkout."""
-    import installed  # pylint: disable=g-import-not-at-top
+    import installed
 
     return installed.build_distributions(tmp_path_factory.mktemp("distributions"))
 
@@ -68,7 +68,7 @@ def distributions(tmp_path_factory):
 @pytest.fixture(scope="session")
 def wheel_env(distributions, tmp_path_factory):
     """A fresh venv with vidvol installed from the wheel (`installed.InstalledEnv`), not seeing the checkout."""
-    import installed  # pylint: disable=g-import-not-at-top
+    import installed
 
     return installed.InstalledEnv.create(tmp_path_factory.mktemp("wheel_env"), distributions["wheel"])
 
@@ -76,6 +76,6 @@ def wheel_env(distributions, tmp_path_factory):
 @pytest.fixture(scope="session")
 def sdist_env(distributions, tmp_path_factory):
     """The same from the sdist (pip builds it into a wheel first, as `pip install vidvol-X.tar.gz` does)."""
-    import installed  # pylint: disable=g-import-not-at-top
+    import installed
 
     return installed.InstalledEnv.create(tmp_path_factory.mktemp("sdist_env"), distributions["sdist"])

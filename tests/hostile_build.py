@@ -45,7 +45,7 @@ def main() -> None:
     with TreeSampler(interval=0.02) as tree:
         result = {config: build(manual_dir, os.path.join(data_dir, config), config) for config in configs}
         tree.sweep()  # the decoding children still alive, read exactly before they end
-    isolation._end_all()  # pylint: disable=protected-access
+    isolation._end_all()
     result["peak_rss_mib"] = peak_rss_mib()  # VmHWM: this build's own, not the pytest worker's (see peak_memory)
     result["children_peak_rss_mib"] = tree.descendant_peak_mib()
     with open(result_path, "w", encoding="utf-8") as f:

@@ -40,9 +40,9 @@ def make(case: dict, seed="same") -> tf.data.Dataset:
     """The case's pipeline (`seed`: "same" for the case's own, else the one given)."""
     kwargs = dict(case.get("kwargs", {}))
     if "spec" in kwargs:
-        kwargs["spec"] = eval(kwargs["spec"])  # pylint: disable=eval-used  (test cases written by the test itself)
+        kwargs["spec"] = eval(kwargs["spec"])  # test cases written by the test itself
     if "tuning" in kwargs:
-        kwargs["tuning"] = eval(kwargs["tuning"])  # pylint: disable=eval-used
+        kwargs["tuning"] = eval(kwargs["tuning"])
     if seed != "same":
         kwargs["seed"] = seed
     with environment(case.get("env")):

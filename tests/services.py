@@ -195,7 +195,7 @@ class SeaweedS3:
 
     def client(self):
         """A botocore S3 client for this server (botocore comes with s3fs's aiobotocore; no boto3 needed)."""
-        import botocore.session  # pylint: disable=g-import-not-at-top
+        import botocore.session
 
         return botocore.session.get_session().create_client(
             "s3", endpoint_url=self.endpoint_url, aws_access_key_id=self.access_key,

@@ -120,6 +120,6 @@ def test_scaling_summary_speedups():
 
 
 def statistics_median(values):
-    import statistics  # pylint: disable=g-import-not-at-top
+    import statistics
 
     return statistics.median(values)

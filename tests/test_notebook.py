@@ -35,8 +35,8 @@ def _beam_works_in_ipython() -> str:
     `apache_beam.dataframe`; Beam 2.77 declares pandas<2.4 for that (extras `interactive`,
     `dataframe`) and fails to import with pandas 3 ("type object 'DataFrame' has no attribute 'first'").
     """
-    import pandas  # pylint: disable=g-import-not-at-top
-    from packaging.version import Version  # pylint: disable=g-import-not-at-top
+    import pandas
+    from packaging.version import Version
 
     if Version(pandas.__version__) >= Version("2.4"):
         return (f"pandas {pandas.__version__} is installed, but Beam pipelines built inside a notebook need "

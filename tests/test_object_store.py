@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import vidvol  # noqa: F401  (registers the datasets)
+import vidvol
 from vidvol.builders.sources import files
 from vidvol.builders.writer import skip_report
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
@@ -213,7 +213,7 @@ def test_tfds_build_cli_with_worker_processes_reads_the_bucket(s3_env, store, tm
 @pytest.fixture(scope="module")
 def s3_dask(store, tmp_path_factory):
     """A dask scheduler + 2 worker processes whose environment holds the bucket's credentials."""
-    from vidvol.beam_jobs import dask_cluster  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import dask_cluster
 
     server, _ = store
     scratch = tmp_path_factory.mktemp("dask_scratch")  # the workers' TMPDIR: none of the driver's folders
@@ -225,9 +225,9 @@ def s3_dask(store, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["hmdb51", "fire_video", "mri"])
 def test_dask_build_from_the_bucket_equals_the_local_build(name, s3_env, s3_dask, store, tmp_path, capfd):
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from vidvol.beam_jobs import runners  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import runners
 
     _, root = store
     local_dir, url = str(root / name), f"s3://{BUCKET}/{name}"
@@ -277,13 +277,13 @@ def _assert_bucket_equals_local(server, local_path: str, prefix: str) -> None:
 
 @pytest.mark.parametrize("dataset,source", [("mri_volumes/small_32", "mri"), ("hmdb51/split1_20x64x64", "hmdb51")])
 def test_python_m_vidvol_build_into_the_bucket_equals_the_local_build(dataset, source, s3_env, tmp_path, monkeypatch):
-    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import build
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))
     monkeypatch.setenv("VIDVOL_STAGING_DIR", str(tmp_path / "staging"))
-    import tempfile  # pylint: disable=g-import-not-at-top
+    import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
     url = f"s3://{BUCKET}/{source}"
@@ -303,7 +303,7 @@ def test_python_m_vidvol_build_into_the_bucket_equals_the_local_build(dataset, s
 
 def test_dask_workers_sharing_only_the_bucket_build_into_it(s3_env, s3_dask, tmp_path, monkeypatch):
     """Raw data and output in the bucket; the workers' scratch (their own TMPDIR) holds no shard afterwards."""
-    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import build
 
     monkeypatch.setenv("VIDVOL_STAGING_DIR", str(tmp_path / "staging"))
     url = f"s3://{BUCKET}/mri"
@@ -320,8 +320,8 @@ def test_dask_workers_sharing_only_the_bucket_build_into_it(s3_env, s3_dask, tmp
 
 def test_two_builds_cannot_both_publish_into_one_prefix(s3_env, tmp_path):
     """A publish lock held by another build (its object in the bucket) stops this one before it replaces anything."""
-    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
-    from vidvol.builders.writer import bucket  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import build
+    from vidvol.builders.writer import bucket
 
     prefix = "out-conflict"
     lock = f"{prefix}/mri_volumes/small_32/2.0.0{bucket.PUBLISH_LOCK_SUFFIX}"
@@ -336,8 +336,8 @@ def test_two_builds_cannot_both_publish_into_one_prefix(s3_env, tmp_path):
 def test_readers_take_the_bucket_data_dir_and_pull_push_check_every_shard(s3_env, tmp_path, monkeypatch):
     """vidvol.load and vidvol.data_source read a bucket dataset (pulled into the cache, checked) and give the local
     build's batches; pull/push copy a version and a damaged shard stops the pull naming it."""
-    from vidvol.beam_jobs import build  # pylint: disable=g-import-not-at-top
-    from vidvol.cli import main as cli  # pylint: disable=g-import-not-at-top
+    from vidvol.beam_jobs import build
+    from vidvol.cli import main as cli
 
     monkeypatch.setenv("VIDVOL_STAGING_DIR", str(tmp_path / "staging"))
     monkeypatch.setenv("VIDVOL_CACHE_DIR", str(tmp_path / "cache"))

@@ -70,7 +70,7 @@ def test_wheel_holds_every_module_and_data_file(distributions):
 
 
 def _read_zip(path, name):
-    import zipfile  # pylint: disable=g-import-not-at-top
+    import zipfile
 
     with zipfile.ZipFile(path) as z:
         return z.read(name).decode()

@@ -92,7 +92,7 @@ def test_a_build_from_presigned_urls_writes_and_logs_no_secret(tmp_path, served,
 def test_a_video_list_of_presigned_urls_keeps_them_out_of_keys_video_ids_and_reports(tmp_path, served, capfd):
     """video_folder: a CSV listing videos by presigned URL (one served, one missing); the `video_id` feature, the
     example keys in the shards, the skip report and everything else written hold no secret."""
-    from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb  # pylint: disable=import-outside-toplevel
+    from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 
     folder, port = served
     manual = tmp_path / "manual"
@@ -127,7 +127,7 @@ def test_a_manual_dir_with_credentials_in_its_url_is_never_written_or_shown(tmp_
     """`s3://KEY:SECRET@bucket/prefix` (the credentials only in the URL): the build reads through them, and neither
     shards.json's manual_dir, the build log's command line, the skip report, the shards, the terminal nor the
     error of a refused secret shows them."""
-    from services import SeaweedS3  # pylint: disable=import-outside-toplevel
+    from services import SeaweedS3
 
     local = tmp_path / "mri"
     samples.write_mri_volumes(str(local), num_subjects=4, shape=(8, 8, 8))

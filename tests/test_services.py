@@ -22,13 +22,13 @@ def s3():
 
 
 def _fs(**options):
-    import s3fs  # pylint: disable=g-import-not-at-top
+    import s3fs
 
     return s3fs.S3FileSystem(skip_instance_cache=True, **options)
 
 
 def test_roundtrip_with_storage_options(s3):
-    import fsspec  # pylint: disable=g-import-not-at-top
+    import fsspec
 
     fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3.storage_options)
     assert sorted(fs.ls("", detail=False)) == ["second-bucket", "vidvol-test"]
@@ -44,7 +44,7 @@ def test_roundtrip_with_storage_options(s3):
 
 
 def test_listens_on_loopback_only(s3):
-    pid = s3._proc.pid  # pylint: disable=protected-access
+    pid = s3._proc.pid
     listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="inet")
                  if c.status == psutil.CONN_LISTEN}
     assert listening
@@ -106,11 +106,11 @@ def test_stop_leaves_nothing_behind():
     server = services.SeaweedS3()
     with server:
         assert time.monotonic() - t0 < 30
-        pid, workdir, ports = server._proc.pid, server.workdir, dict(server.ports)  # pylint: disable=protected-access
+        pid, workdir, ports = server._proc.pid, server.workdir, dict(server.ports)
         assert os.path.isdir(workdir)
         assert "secret" not in repr(server) and server.secret_key not in repr(server)
         children = psutil.Process(pid).children(recursive=True)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not [c for c in children if c.is_running()]
     assert not os.path.exists(workdir)
-    assert not [p for port in ports.values() for p in services._socket_paths(port) if os.path.exists(p)]  # pylint: disable=protected-access
+    assert not [p for port in ports.values() for p in services._socket_paths(port) if os.path.exists(p)]

@@ -53,14 +53,14 @@ def prepare_with_tfds_writer(builder: dataset_builder.StreamingBeamBuilder, dl_m
     streaming writer; shards are TFDS's (its shard count, its file names).
     """
     data_dir = os.fspath(builder.data_path)
-    generators = builder._generators(dl_manager, download_config)  # pylint: disable=protected-access
+    generators = builder._generators(dl_manager, download_config)
     for split, gen in generators.items():
         gen.skip_report_path = _skip_file(data_dir, split)
-    builder._split_generators = lambda *_args, **_kwargs: generators  # pylint: disable=protected-access
+    builder._split_generators = lambda *_args, **_kwargs: generators
     try:
-        tfds.core.GeneratorBasedBuilder._download_and_prepare(builder, dl_manager, download_config)  # pylint: disable=protected-access
+        tfds.core.GeneratorBasedBuilder._download_and_prepare(builder, dl_manager, download_config)
     finally:
-        del builder._split_generators  # back to the class's method  # pylint: disable=protected-access
+        del builder._split_generators  # back to the class's method
     results = []
     for split, info in builder.info.splits.items():
         with tf.io.gfile.GFile(_skip_file(data_dir, split), "r") as f:
@@ -91,12 +91,12 @@ def _download_and_prepare(self: dataset_builder.StreamingBeamBuilder, dl_manager
 
 def use_tfds_writer() -> None:
     """Makes every vidvol builder in this process write with TFDS's stock writer."""
-    dataset_builder.StreamingBeamBuilder._download_and_prepare = _download_and_prepare  # pylint: disable=protected-access
+    dataset_builder.StreamingBeamBuilder._download_and_prepare = _download_and_prepare
 
 
 def main() -> None:
     """`tfds` with the stock writer: TFDS's CLI (`launch_cli`, as `-m ...cli.main` runs it) on sys.argv."""
-    from tensorflow_datasets.scripts.cli import main as tfds_cli  # pylint: disable=g-import-not-at-top
+    from tensorflow_datasets.scripts.cli import main as tfds_cli
 
     use_tfds_writer()
     tfds_cli.launch_cli()

@@ -64,9 +64,9 @@ def rar_backend_available() -> str | None:
 def _load_libarchive() -> Any:
     """The `libarchive` module (libarchive-c); raises BackendFailed saying what is missing."""
     try:
-        import libarchive  # pylint: disable=import-outside-toplevel
-        import libarchive.ffi  # pylint: disable=import-outside-toplevel
-        import libarchive.read  # pylint: disable=import-outside-toplevel
+        import libarchive
+        import libarchive.ffi
+        import libarchive.read
     except ImportError as e:
         raise BackendFailed("the libarchive-c package is not installed", need="libarchive") from e
     except Exception as e:

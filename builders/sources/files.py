@@ -320,7 +320,7 @@ def _renamed(e: BaseException, old: str, new: str) -> BaseException | None:
         if isinstance(e, OSError) and filename is not None:
             return type(e)(e.errno, fix(e.strerror), fix(filename))
         return type(e)(*(fix(a) for a in e.args))
-    except Exception:  # pylint: disable=broad-except  (an exception class with another signature)
+    except Exception:  # an exception class with another signature
         return None
 
 
@@ -399,7 +399,7 @@ def manual_dir(dl_manager: Any) -> str:
     checks it through fsspec and names what is missing). TFDS itself only accepts URL schemes
     epath knows (s3://, gs://, az://, hf://); the layout functions take any fsspec URL.
     """
-    from vidvol.core import tfds_api  # pylint: disable=import-outside-toplevel  (TensorFlow: not for the decoding child)
+    from vidvol.core import tfds_api  # TensorFlow: not for the decoding child
 
     given = tfds_api.given_manual_dir(dl_manager)
     if given is not None and is_url(given):

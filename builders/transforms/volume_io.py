@@ -247,7 +247,7 @@ def open_image(path: str | bytes | os.PathLike, *, volume_index: int = 0,
             with _safe_name(path) as safe:
                 try:
                     img = nib.load(safe)
-                except Exception as err:  # pylint: disable=broad-except  (any parse failure is this file's)
+                except Exception as err:  # any parse failure is this file's
                     raise _unreadable(name, err, safe) from err
                 shape = _check_image(name, img, volume_index)
                 dataobj = img.dataobj
@@ -261,7 +261,7 @@ def open_image(path: str | bytes | os.PathLike, *, volume_index: int = 0,
             return
         try:
             img = klass.from_file_map(klass.make_file_map({"image": reader}), mmap=False)
-        except Exception as err:  # pylint: disable=broad-except  (a hostile header: any parse failure is this file's)
+        except Exception as err:  # a hostile header: any parse failure is this file's
             raise _unreadable(name, err) from err
         shape = _check_image(name, img, volume_index)
         reader.limit = check_claim(name, shape, img.get_data_dtype(), int(img.dataobj.offset), volume_index,

@@ -83,7 +83,7 @@ class BuildLockLostError(BuildInProgressError):
 
 def _tf():
     """TensorFlow, for object-store data_dirs only (local locks need nothing but the standard library)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     return tf
 
@@ -200,7 +200,7 @@ def _mtime(path: str) -> float | None:
         return _tf().io.gfile.stat(path).mtime_nsec / 1e9
     except OSError:
         return None
-    except Exception as e:  # pylint: disable=broad-except  (tf.errors.OpError)
+    except Exception as e:  # tf.errors.OpError
         logger.info("could not stat %s: %s", path, e)
         return None
 
@@ -452,7 +452,7 @@ class BuildLock:
                 return False
             try:
                 held = read(self.path)
-            except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: an NFS EIO, a transient GCS error)
+            except Exception as e:  # OSError, tf.errors.OpError: an NFS EIO, a transient GCS error
                 return self._refresh_failed(e)
             if not held or held.get("token") != self.content["token"]:
                 # Logged before lost_to is set: whoever sees lost_to (check_held, a test) finds the reason logged.
@@ -464,7 +464,7 @@ class BuildLock:
             self.content["heartbeat"] = _now()
             try:
                 _write(self.path, self.content, exclusive=False)
-            except Exception as e:  # pylint: disable=broad-except  (OSError, tf.errors.OpError: a full disk must not kill the build here)
+            except Exception as e:  # OSError, tf.errors.OpError: a full disk must not kill the build here
                 return self._refresh_failed(e)
             self._last_ok = _now()
             return True

@@ -100,7 +100,7 @@ class _TerminalHandler(logging.Handler):
         try:
             text = record.getMessage() if getattr(record, "vidvol_console", False) else self.format(record)
             self.session.console(text)
-        except Exception:  # pylint: disable=broad-except
+        except Exception:
             self.handleError(record)
 
 
@@ -174,7 +174,7 @@ class Session:
         text = redact.text(text)
         with self._lock:
             try:
-                from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+                from tqdm import tqdm
 
                 tqdm.write(text, file=stream)
                 stream.flush()
@@ -212,7 +212,7 @@ class Session:
     def _start_quiet(self) -> None:
         assert self.log_path is not None
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        self._log = open(self.log_path, "a", buffering=1, encoding="utf-8", errors=NAMES_ERRORS)  # pylint: disable=consider-using-with
+        self._log = open(self.log_path, "a", buffering=1, encoding="utf-8", errors=NAMES_ERRORS)
         self._log.write(f"=== vidvol build of {self.title}, {datetime.datetime.now().isoformat(timespec='seconds')}, "
                         f"pid {os.getpid()}: {redact.text(' '.join(sys.argv))}\n")
         self.terminal, self._owns_terminal = _terminal_stream()
@@ -302,7 +302,7 @@ def _under_tfds_cli() -> bool:
     After the build, that CLI logs and prints the whole `DatasetInfo` (a hundred lines), so the
     summary is shown at exit instead, as the last lines of the command.
     """
-    frame = sys._getframe(1)  # pylint: disable=protected-access
+    frame = sys._getframe(1)
     suffix = os.path.join("scripts", "cli", "cli_utils.py")
     while frame is not None:
         if frame.f_code.co_name == "download_and_prepare" and frame.f_code.co_filename.endswith(suffix):
@@ -346,7 +346,7 @@ def session(title: str, log_dir: str, *, version: str = "", print_summary: bool 
     cli = _under_tfds_cli()
     if quiet:
         try:
-            s._start_quiet()  # pylint: disable=protected-access
+            s._start_quiet()
             s.console(f"{title}: build log {log_path}")
         except OSError as e:  # no writable log folder: everything stays on the terminal
             s.restore()
@@ -369,8 +369,8 @@ def session(title: str, log_dir: str, *, version: str = "", print_summary: bool 
             atexit.register(_at_exit)
             _atexit_registered = True
         if quiet:  # keep catching the CLI's DatasetInfo dump (stdout) and INFO lines until exit
-            s._restore_streams()  # pylint: disable=protected-access
-            sys.stdout = s._log  # pylint: disable=protected-access
+            s._restore_streams()
+            sys.stdout = s._log
             _tail = s
         return
     s.restore()

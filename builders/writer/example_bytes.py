@@ -138,7 +138,7 @@ def serialize(example: Mapping[str, Any], tensor_info_dict: Mapping[str, Any]) -
             continue
         try:
             feature = _feature(item, info)
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
             raise type(e)(f"Error while serializing feature `{key}`: `{info}`: {e}") from e
         entries.append(_field(1, _field(1, key.encode("utf-8")) + _field(2, feature)))
     return _field(1, b"".join(entries))

@@ -179,16 +179,16 @@ def _tqdm_class(stream: TextIO):
     """tqdm's notebook bar in a Jupyter kernel with ipywidgets, else its terminal bar."""
     if "ipykernel" in sys.modules and not is_tty(stream):
         try:
-            from IPython import get_ipython  # pylint: disable=g-import-not-at-top
-            import ipywidgets  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+            from IPython import get_ipython
+            import ipywidgets  # noqa: F401
 
             if get_ipython() is not None and "IPKernelApp" in get_ipython().config:
-                from tqdm.notebook import tqdm  # pylint: disable=g-import-not-at-top
+                from tqdm.notebook import tqdm
 
                 return tqdm
-        except Exception:  # pylint: disable=broad-except  (no IPython, no ipywidgets: terminal bars)
+        except Exception:  # no IPython, no ipywidgets: terminal bars
             pass
-    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    from tqdm import tqdm
 
     return tqdm
 
@@ -323,7 +323,7 @@ class ProgressMonitor:
                 states = self.poll()
                 if self.display is not None:
                     self.display.update(states)
-            except Exception:  # pylint: disable=broad-except  (the display must never fail the build)
+            except Exception:  # the display must never fail the build
                 logger.debug("progress poll failed", exc_info=True)
 
     def __enter__(self) -> ProgressMonitor:
@@ -341,5 +341,5 @@ class ProgressMonitor:
         if self.display is not None:
             try:
                 self.display.close(states)
-            except Exception:  # pylint: disable=broad-except
+            except Exception:
                 logger.debug("progress display failed to close", exc_info=True)

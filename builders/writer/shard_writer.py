@@ -240,7 +240,7 @@ class WriteShardFn(beam.DoFn):
                     del record
             except GeneratorExit:
                 raise
-            except Exception as e:  # pylint: disable=broad-except  (not an input error: fails the build)
+            except Exception as e:  # not an input error: fails the build
                 source_failed.append(True)
                 raise naming_source(e, source, task.split) from e
             recorder.source_done(len(keys), sum(1 for s in skips if not s.get("example")))

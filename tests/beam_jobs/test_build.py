@@ -119,9 +119,9 @@ def test_max_shard_size_reaches_the_writer(manual_dir):
     builder = build.make_builder(DATASET, "/nonexistent")
     config = build.download_config(manual_dir=manual_dir, flags=runners.pipeline_flags("direct"), max_shard_size_mb=3)
     assert config.max_shard_size == 3 << 20
-    assert builder._max_shard_size(config) == 3 << 20  # pylint: disable=protected-access
+    assert builder._max_shard_size(config) == 3 << 20
     default = build.download_config(manual_dir=manual_dir, flags=runners.pipeline_flags("direct"))
-    assert builder._max_shard_size(default) == builder.builder_config.max_shard_size  # pylint: disable=protected-access
+    assert builder._max_shard_size(default) == builder.builder_config.max_shard_size
     assert type(config.beam_runner).__name__ == "FnApiRunner"
     assert config.beam_options.get_all_options()["direct_running_mode"] == "multi_processing"
 

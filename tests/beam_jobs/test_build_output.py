@@ -118,9 +118,9 @@ def test_small_tfds_build_runs_in_process_says_so_and_is_fast(manual_dir, tmp_pa
 @pytest.mark.slow
 def test_tty_shows_bars_that_reach_the_total(manual_dir, tmp_path):
     """Under a pseudo-terminal: tqdm bars (carriage returns), ending at the totals, then the summary."""
-    import fcntl  # pylint: disable=g-import-not-at-top
-    import pty  # pylint: disable=g-import-not-at-top
-    import termios  # pylint: disable=g-import-not-at-top
+    import fcntl
+    import pty
+    import termios
 
     data_dir = str(tmp_path / "data")
     cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", DATASET, "--imports", "vidvol",
@@ -131,7 +131,7 @@ def test_tty_shows_bars_that_reach_the_total(manual_dir, tmp_path):
             fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
             os.execve(sys.executable, cmd, ENV)
         finally:
-            os._exit(127)  # pylint: disable=protected-access
+            os._exit(127)
     chunks = []
     while True:
         try:
@@ -223,7 +223,7 @@ def test_small_build_choice_keeps_explicit_options():
     runner, options = runners.resolve(config.beam_runner, config.beam_options, 4, num_sources=9)
     assert runner is config.beam_runner and options.get_all_options()["direct_num_workers"] == 2
     # A resolver without `num_sources` (installed by other code) still works.
-    previous = writer_runner._runner_resolver  # pylint: disable=protected-access
+    previous = writer_runner._runner_resolver
     try:
         writer_runner.set_runner_resolver(lambda runner, options, num_tasks=None: ("R", options))
         assert writer_runner.resolve_runner(None, None, 3, num_sources=5) == ("R", None)

@@ -103,7 +103,7 @@ def test_the_cluster_runs_the_installed_wheel_not_the_checkout(cluster):
     for answer in answers.values():
         assert "wheel_env" in answer["python"] and "worker_home" in answer["cwd"]
         assert not answer["cwd"].startswith(str(installed.REPO))
-    from distributed import Client  # pylint: disable=g-import-not-at-top
+    from distributed import Client
 
     with Client(cluster.address) as client:
         seen = client.run(lambda: (__import__("vidvol").__file__, os.environ.get("PYTHONPATH")))
@@ -193,7 +193,7 @@ def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
             try:
                 outcome["result"] = build.build(dataset, manual_dir=str(manual), data_dir=data_dir, runner="dask",
                                                 num_shards=4, beam_flags=[f"--dask_client_address={c.address}"])
-            except BaseException as e:  # pylint: disable=broad-except
+            except BaseException as e:
                 outcome["error"] = e
 
         thread = threading.Thread(target=run)

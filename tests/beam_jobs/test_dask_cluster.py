@@ -29,15 +29,15 @@ def _listen_ips(pid: int) -> set[str]:
 
 
 def _pipeline(flags):
-    import apache_beam as beam  # pylint: disable=g-import-not-at-top
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     return beam.Pipeline(options=PipelineOptions(flags))
 
 
 def _file_writer(out_dir: str, sleep_s: float):
     """A DoFn class defined in a function, so cloudpickle ships it by value (the test module is not importable on workers)."""
-    import apache_beam as beam  # pylint: disable=g-import-not-at-top
+    import apache_beam as beam
 
     class WriteOneFile(beam.DoFn):
         def process(self, task):
@@ -109,7 +109,7 @@ def test_dask_runner_survives_a_sigkilled_worker(tmp_path):
     with dask_cluster.LocalDaskCluster(2, log_dir=str(tmp_path / "logs")) as cluster:
         # One partition per task; without it DaskRunner puts all 8 in one partition (one worker, serial).
         p = _pipeline(cluster.dask_runner_flags() + ["--dask_npartitions=8"])
-        import apache_beam as beam  # pylint: disable=g-import-not-at-top
+        import apache_beam as beam
 
         _ = p | beam.Create(tasks) | beam.Reshuffle() | beam.ParDo(_file_writer(str(out), 1.0))
         result = p.run()
@@ -158,7 +158,7 @@ def test_nanny_restarts_a_killed_worker(tmp_path):
 
 def test_workers_import_vidvol_and_see_env(tmp_path):
     """A vidvol module-level function is pickled by reference and imported on the worker; env reaches workers."""
-    import apache_beam as beam  # pylint: disable=g-import-not-at-top
+    import apache_beam as beam
 
     with dask_cluster.LocalDaskCluster(1, log_dir=str(tmp_path), env={"VIDVOL_DASK_TEST": "on-worker"}) as cluster:
         p = _pipeline(cluster.dask_runner_flags())
@@ -168,7 +168,7 @@ def test_workers_import_vidvol_and_see_env(tmp_path):
             assert result.wait_until_finish(duration=120_000) == "DONE"
         finally:
             result.client.close()
-        from distributed import Client  # pylint: disable=g-import-not-at-top
+        from distributed import Client
 
         with Client(cluster.address) as client:
             seen = client.run(lambda: ("vidvol.beam_jobs.dask_cluster" in sys.modules, os.environ.get("VIDVOL_DASK_TEST")))
@@ -177,12 +177,12 @@ def test_workers_import_vidvol_and_see_env(tmp_path):
 
 def test_beam_workers_write_s3_with_env_credentials(tmp_path):
     """DaskRunner workers reach SeaweedFS with only AWS_* variables (no storage_options in the DoFn)."""
-    import apache_beam as beam  # pylint: disable=g-import-not-at-top
-    import fsspec  # pylint: disable=g-import-not-at-top
-    import services  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path via conftest)
+    import apache_beam as beam
+    import fsspec
+    import services  # tests/ is on sys.path via conftest
 
     def put(i):
-        import fsspec  # pylint: disable=g-import-not-at-top,redefined-outer-name,reimported
+        import fsspec
 
         with fsspec.open(f"s3://vidvol-test/out/{i}.txt", "w") as f:
             f.write(f"{i}:{os.getpid()}")

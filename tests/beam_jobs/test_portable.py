@@ -103,7 +103,7 @@ def test_portable_build_equals_direct_build(services, tmp_path):
 @pytest.mark.long
 def test_portable_array_record_build_holds_the_direct_builds_records(services, tmp_path):
     """`--file_format array_record` on the portable runner: the direct TFRecord build's records, shard for shard."""
-    import array_record_testing  # pylint: disable=g-import-not-at-top  (tests/ is on sys.path via conftest)
+    import array_record_testing  # tests/ is on sys.path via conftest
 
     direct = build.build(DATASET, manual_dir=make_dummy_data.DUMMY_DIR, data_dir=str(tmp_path / "direct"),
                          beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])

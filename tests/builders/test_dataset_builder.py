@@ -154,7 +154,7 @@ def test_shards_json_records_every_shard_as_written(tmp_path):
 
 
 def test_array_record_shards_are_real_array_record_with_the_same_examples(tmp_path):
-    from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+    from array_record.python import array_record_module
 
     records = _build(tmp_path / "tfrecord")
     arrays = _build(tmp_path / "array_record", file_format="array_record")

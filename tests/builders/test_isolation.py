@@ -79,14 +79,14 @@ def test_a_consumer_that_stops_early_leaves_no_child_out_of_step():
 
 def test_a_child_killed_while_idle_is_not_blamed_on_the_next_source():
     run(behaving, Rec("a.avi"))
-    for child in list(isolation._idle):  # pylint: disable=protected-access
+    for child in list(isolation._idle):
         child.process.kill()  # from outside, between two sources
         child.process.wait()
     assert [type(i).__name__ for i in run(behaving, Rec("b.avi"))] == ["Skip", "tuple", "tuple"]
 
 
 def test_a_worker_that_cannot_start_a_child_decodes_itself_and_says_so(monkeypatch, caplog):
-    isolation._end_all()  # pylint: disable=protected-access  (no idle child to reuse)
+    isolation._end_all()  # no idle child to reuse
     monkeypatch.setattr(isolation.sys, "executable", "/bin/false")  # a real process that exits at once
     monkeypatch.setattr(isolation, "_start_failed", False)
     items = run(behaving, Rec("a.avi"))
@@ -144,7 +144,7 @@ def test_a_real_opencv_segfault_is_one_skip_and_the_build_goes_on(tmp_path, monk
 
 
 def test_in_child_pickles_for_the_workers():
-    import pickle  # pylint: disable=import-outside-toplevel
+    import pickle
 
     wrapped = pickle.loads(pickle.dumps(isolation.InChild(functools.partial(behaving))))
     assert run(wrapped.example_fn, Rec("a.avi"))[1][0] == "a.avi"

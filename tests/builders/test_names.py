@@ -68,7 +68,7 @@ def test_keys_text_features_and_skips_are_written_as_shown():
 def _raise(error):
     def fn(record):
         raise error
-        yield  # pylint: disable=unreachable
+        yield
 
     return fn
 
@@ -90,7 +90,7 @@ def test_memory_errors_and_decoder_library_errors_are_skips_other_errors_fail():
             list(example_io.run_example_fn(_raise(error), ("s", None), "train"))
     # An error raised inside a decoding library's own code is about the input, whatever its class.
     inside = {"__name__": "nibabel.fake_header"}
-    exec(compile("def parse():\n    raise TypeError('garbled header field')\n", "nibabel/fake_header.py", "exec"), inside)  # pylint: disable=exec-used
+    exec(compile("def parse():\n    raise TypeError('garbled header field')\n", "nibabel/fake_header.py", "exec"), inside)
     try:
         inside["parse"]()
     except TypeError as e:
@@ -99,7 +99,7 @@ def test_memory_errors_and_decoder_library_errors_are_skips_other_errors_fail():
 
 
 def test_logs_written_through_the_build_log_show_names_escaped(tmp_path):
-    from vidvol.builders.writer import build_log  # pylint: disable=import-outside-toplevel
+    from vidvol.builders.writer import build_log
 
     with build_log.session("names", str(tmp_path)) as session:
         logging.getLogger("vidvol.test_names").warning("skipping %s", LATIN1)

@@ -279,10 +279,10 @@ def test_video_slots_mask_unknown_and_out_of_range_times():
     decoded = video.DecodedFrames(frames=frames, indices=np.array([0, 1, 3]), timestamps=np.array([0.0, np.nan, 3.0]), num_decoded=4, fps=0.0)
     source = frame_series.VideoSeriesSource(key="v", video="v.avi", series_times=(0.0, 2.0), series_values=(0.0, 20.0), name="v.avi")
     seen = [math.inf, -math.inf]
-    slots = list(frame_series._video_slots(source, decoded, 0, 4, spec, seen))  # pylint: disable=protected-access
+    slots = list(frame_series._video_slots(source, decoded, 0, 4, spec, seen))
     assert [s.problem for s in slots] == ["", "unknown timestamp", "frame could not be decoded", "outside the time series (0..2 s)"]
     assert slots[0].target == 0.0 and slots[0].image is not None and [s.name for s in slots][3] == "v.avi#3"
-    example, skips = frame_series._assemble("v/w000", 0, slots, spec)  # pylint: disable=protected-access
+    example, skips = frame_series._assemble("v/w000", 0, slots, spec)
     assert example["mask"].tolist() == [1, 0, 0, 0] and example["time"].tolist() == [0.0, 0.0, 0.0, 3.0]
     assert [s.example for s in skips] == ["v/w000"] * 3 and seen == [0.0, 3.0]
 

@@ -29,7 +29,7 @@ def hmdb_small(tmp_path_factory):
 def hmdb_dummy_builds(tmp_path_factory):
     """hmdb51's default config (20 frames of 64x64) built from its dummy data as TFRecord and as ArrayRecord:
     {'tfrecord': data_dir, 'array_record': data_dir} (the random-access readers' and augmentation tests')."""
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top  (tests/conftest.py)
+    from conftest import in_process_config  # tests/conftest.py
 
     dirs = {}
     for fmt in ("tfrecord", "array_record"):
@@ -67,7 +67,7 @@ def write_int16_scans(root, *, num: int = 6, shape=(28, 40, 24), seed: int = 0) 
 def mri_padded(tmp_path_factory):
     """mri_volumes/small_32 from int16 (28, 40, 24) scans (padded along D and W, cropped along H), built as TFRecord
     and as ArrayRecord: {"tfrecord": builder, "array_record": builder}."""
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top  (tests/conftest.py)
+    from conftest import in_process_config  # tests/conftest.py
 
     root = tmp_path_factory.mktemp("mri_padded")
     write_int16_scans(str(root / "manual"))

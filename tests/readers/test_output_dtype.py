@@ -278,7 +278,7 @@ def test_direct_volume_reads_equal_tensorflows_reader_batch_for_batch(mri_int16,
 
 
 def test_index_keeps_every_other_feature_of_each_record(mri_int16):
-    from vidvol.readers.tfdata import direct_volumes  # pylint: disable=g-import-not-at-top
+    from vidvol.readers.tfdata import direct_volumes
 
     path = str(next(iter(mri_int16.info.splits["train"].file_instructions)).filename)
     index = direct_volumes.index_shard(path, "volume")
@@ -294,7 +294,7 @@ def test_index_keeps_every_other_feature_of_each_record(mri_int16):
 
 
 def test_direct_reads_detect_a_corrupted_volume_by_its_crc(mri_int16, tmp_path):
-    import shutil  # pylint: disable=g-import-not-at-top
+    import shutil
 
     copy = tmp_path / "mri_volumes" / "small_32" / "2.0.0"
     shutil.copytree(mri_int16.data_path, copy)

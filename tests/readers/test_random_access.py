@@ -33,7 +33,7 @@ def hmdb_dirs(hmdb_dummy_builds):
 @pytest.fixture(scope="module")
 def mri_dirs(tmp_path_factory):
     """mri_volumes small_32 built twice from the dummy data."""
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
+    from conftest import in_process_config
 
     dirs = {}
     for fmt in ("tfrecord", "array_record"):
@@ -240,9 +240,9 @@ def _same(a, b) -> None:
 
 @pytest.mark.parametrize("seed", [3, None])
 def test_grain_iterator_state_resumes_exactly_across_epochs(hmdb_dirs, seed):
-    import json  # pylint: disable=g-import-not-at-top
+    import json
 
-    import grain  # pylint: disable=g-import-not-at-top
+    import grain
 
     spec = ReadSpec(clips=Clips(length=6))
     make = lambda: vidvol.grain_dataset(HMDB, "train", 2, data_dir=hmdb_dirs["array_record"], seed=seed, spec=spec,

@@ -44,7 +44,7 @@ def built(tmp_path_factory, build_once):
 
 @pytest.fixture(scope="module")
 def build_once():
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
+    from conftest import in_process_config
 
     def build(builder_cls, config, manual, data):
         builder = builder_cls(data_dir=str(data), config=config)
@@ -71,7 +71,7 @@ def test_raw_configs_are_named_not_built_by_default():
         clips.ClipSpec(num_frames=None, height=64, width=64, image_format="raw")
     with pytest.raises(ValueError, match="fixed-length clips only"):
         hmdb.Builder(config=hmdb.Hmdb51Config(name="all_raw", num_frames=None, height=64, width=64, image_format="raw"),
-                     data_dir="/nonexistent").info  # pylint: disable=expression-not-assigned
+                     data_dir="/nonexistent").info
 
 
 def test_raw_equals_the_decoded_resized_frames_and_jpeg_within_its_error(built):
@@ -184,7 +184,7 @@ def test_read_time_clips_and_per_example_path_agree_on_raw(built):
 def test_random_access_reader_reads_raw_frames(built, tmp_path):
     manual = built[0]
     builder = hmdb.Builder(data_dir=str(tmp_path), config="split1_20x64x64_raw", file_format="array_record")
-    from conftest import in_process_config  # pylint: disable=g-import-not-at-top
+    from conftest import in_process_config
 
     builder.download_and_prepare(download_config=in_process_config(manual_dir=str(manual)))
     source = vidvol.data_source(builder, "test")

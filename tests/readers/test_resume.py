@@ -200,9 +200,9 @@ def _stateful_ops(ds: tf.data.Dataset) -> list[str]:
     What TF's external-state check looks at (dataset ops themselves checkpoint their own state);
     Assert is allowed by that check too.
     """
-    from tensorflow.python.framework import op_def_registry  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.framework import op_def_registry
 
-    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())  # pylint: disable=protected-access
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
     found = set()
     for node in (n for f in graph.library.function for n in f.node_def):
         op = op_def_registry.get(node.op)
@@ -230,7 +230,7 @@ def test_no_pipeline_holds_a_stateful_op_and_the_guard_names_a_users_own(built, 
         vidvol.check_resumable(ds)
         assert ds.options().experimental_external_state_policy in (None, tf.data.experimental.ExternalStatePolicy.FAIL)
         assert ds.options().experimental_symbolic_checkpoint
-        graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())  # pylint: disable=protected-access
+        graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
         assert "PyFuncStateless" in {n.op for f in graph.library.function for n in f.node_def}  # Python, stateless
     theirs = pipelines[0].map(lambda x, y: (x, y + tf.cast(tf.random.uniform([], 0, 2, tf.int32), y.dtype)))
     assert _stateful_ops(theirs) == ["RandomUniformInt"]

@@ -158,7 +158,7 @@ def test_a_finished_identical_extraction_is_kept_not_replaced(tmp_path):
     archive.extract_rar(path, str(late))  # the second process's finished temporary folder
     inode = (target / "a.txt").stat().st_ino
     marker = json.loads((late / archive.MARKER_NAME).read_text())
-    kept = archive._move_into_place(str(late), str(target), marker["fingerprint"], marker["sha256"])  # pylint: disable=protected-access
+    kept = archive._move_into_place(str(late), str(target), marker["fingerprint"], marker["sha256"])
     assert kept == ["a.txt", "d/b.txt"]
     assert (target / "a.txt").stat().st_ino == inode and not late.exists()
 

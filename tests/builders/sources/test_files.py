@@ -183,7 +183,7 @@ def test_local_copy_names_the_url_in_errors_and_always_deletes(flaky, tmp_path):
 
 
 def test_stages_take_urls_directly(flaky, tmp_path):
-    from vidvol.testing import samples  # pylint: disable=g-import-not-at-top
+    from vidvol.testing import samples
 
     samples.write_video(str(tmp_path / "v.avi"), 12, height=48, width=64)
     info = video.probe_video(f"{FLAKY}://{tmp_path}/v.avi")
@@ -194,7 +194,7 @@ def test_stages_take_urls_directly(flaky, tmp_path):
         video.probe_video(f"{FLAKY}://{tmp_path}/none.avi")
     assert "Video file not found" in str(err.value) and f"{FLAKY}://" in str(err.value)
     frame = samples.make_frame(3, height=40, width=50)
-    import cv2  # pylint: disable=g-import-not-at-top
+    import cv2
 
     cv2.imwrite(str(tmp_path / "f.png"), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
     np.testing.assert_array_equal(video.read_image(f"{FLAKY}://{tmp_path}/f.png"), frame)
@@ -215,7 +215,7 @@ BUCKET = "vidvol-files"
 
 @pytest.fixture(scope="module")
 def s3():
-    from services import SeaweedS3  # pylint: disable=g-import-not-at-top  (tests/services.py)
+    from services import SeaweedS3  # tests/services.py
 
     with SeaweedS3(buckets=(BUCKET,)) as server:
         client = server.client()

@@ -74,7 +74,7 @@ def test_wait_mode_waits_for_the_holder_then_takes_the_lock(tmp_path):
     path = str(tmp_path / "build_1.0.0.lock")
     first = build_lock.BuildLock(path, what="x")
     first.acquire()
-    import threading  # pylint: disable=import-outside-toplevel
+    import threading
     threading.Timer(1.5, first.release).start()
     second = build_lock.BuildLock(path, what="x", mode="wait")
     t0 = time.monotonic()
@@ -225,7 +225,7 @@ def test_the_heartbeat_survives_transient_read_and_write_errors(tmp_path, monkey
     monkeypatch.setattr(build_lock, "HEARTBEAT_S", 0.1)
     path = str(tmp_path / "build_1.0.0.lock")
     lock = build_lock.BuildLock(path, what="x", stale_s=60)
-    real_read, real_write = build_lock.read, build_lock._write  # pylint: disable=protected-access
+    real_read, real_write = build_lock.read, build_lock._write
     failures = {"read": 3, "write": 3}
 
     def flaky_read(p):
@@ -251,7 +251,7 @@ def test_the_heartbeat_survives_transient_read_and_write_errors(tmp_path, monkey
                 time.sleep(0.05)
             time.sleep(0.5)
         assert failures == {"read": 0, "write": 0}
-        assert lock._beat is not None and lock._beat.is_alive()  # pylint: disable=protected-access
+        assert lock._beat is not None and lock._beat.is_alive()
         assert real_read(path)["heartbeat"] > first
         assert "could not refresh the build lock" in caplog.text and "Input/output error" in caplog.text
         lock.check_held()  # still ours: no BuildLockLostError
@@ -272,7 +272,7 @@ def test_a_heartbeat_failing_past_the_stale_age_loses_the_lock_saying_why(tmp_pa
     try:
         monkeypatch.setattr(build_lock, "read", broken)
         time.sleep(1.5)
-        assert lock._beat is not None and not lock._beat.is_alive()  # pylint: disable=protected-access
+        assert lock._beat is not None and not lock._beat.is_alive()
         with pytest.raises(build_lock.BuildLockLostError, match="could not be written for .* Input/output error"):
             lock.check_held()
     finally:

@@ -104,11 +104,11 @@ def test_a_takeover_never_deletes_a_lock_it_did_not_judge_stale(tmp_path):
     """A waiter that read the stale lock, then lost the race: what it would take over is now a fresh lock."""
     path = str(tmp_path / "build_1.0.0.lock")
     _stale_lock(path, "dead_pid")
-    old, old_ident = build_lock._read_local(path)  # pylint: disable=protected-access
+    old, old_ident = build_lock._read_local(path)
     winner = build_lock.BuildLock(path, what="winner", mode="fail")
     winner.acquire()  # takes the stale lock over
     try:
-        assert not build_lock._take_over_local(path, old, old_ident, "late")  # pylint: disable=protected-access
+        assert not build_lock._take_over_local(path, old, old_ident, "late")
         assert build_lock.read(path)["token"] == winner.content["token"]
         assert sorted(os.listdir(tmp_path)) == ["build_1.0.0.lock"]  # no claim or moved file left
     finally:
@@ -118,7 +118,7 @@ def test_a_takeover_never_deletes_a_lock_it_did_not_judge_stale(tmp_path):
 def test_an_abandoned_takeover_claim_does_not_block_forever(tmp_path, monkeypatch):
     path = str(tmp_path / "build_1.0.0.lock")
     _stale_lock(path, "old_heartbeat")
-    holder, ident = build_lock._read_local(path)  # pylint: disable=protected-access
+    holder, ident = build_lock._read_local(path)
     # A waiter that died right after claiming: its claim (a hard link of the stale lock) stays.
     name = build_lock.hashlib.sha256(repr((holder.get("token"), ident)).encode()).hexdigest()[:16]
     os.link(path, f"{path}.takeover-{name}")
@@ -262,7 +262,7 @@ def test_a_build_that_lost_its_lock_stops_before_the_final_rename(tmp_path):
 
     thief = threading.Thread(target=take_it)
     thief.start()
-    from conftest import in_process_config  # pylint: disable=import-outside-toplevel
+    from conftest import in_process_config
 
     with pytest.raises(build_lock.BuildLockLostError) as e:
         builder.download_and_prepare(download_config=in_process_config(manual_dir=str(manual)))

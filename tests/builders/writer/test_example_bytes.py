@@ -85,7 +85,7 @@ def test_every_feature_kind_serializes_to_tfds_bytes():
 
 @pytest.mark.parametrize("dataset", ["hmdb51/split1_20x64x64", pytest.param("fire_hrr", marks=pytest.mark.slow), "mri_volumes/small_32", "video_folder"])
 def test_the_registered_datasets_features_serialize_to_tfds_bytes(dataset, tmp_path):
-    import vidvol  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import vidvol  # noqa: F401
 
     features = tfds.builder(dataset, data_dir=str(tmp_path)).info.features
     example = {}
@@ -93,7 +93,7 @@ def test_the_registered_datasets_features_serialize_to_tfds_bytes(dataset, tmp_p
         info = feature.get_tensor_info()
         if isinstance(feature, tfds.features.Video):
             n = feature.shape[0] or 4
-            example[name] = [jpeg(*feature.shape[1:3]) if feature._encoding_format == "jpeg"  # pylint: disable=protected-access
+            example[name] = [jpeg(*feature.shape[1:3]) if feature._encoding_format == "jpeg"
                              else RNG.integers(0, 256, feature.shape[1:], dtype=np.uint8) for _ in range(n)]
         elif isinstance(feature, vfeatures.BoxMask):
             example[name] = np.ones(feature.get_tensor_info().shape, np.uint8)

@@ -31,7 +31,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("integrity")
     manual, data_dir = root / "manual", root / "data"
     samples.write_mri_volumes(str(manual), num_subjects=10, shape=(12, 12, 12))
-    from conftest import in_process_config  # pylint: disable=import-outside-toplevel
+    from conftest import in_process_config
 
     builder = mri.Builder(data_dir=str(data_dir), config="small_32")
     builder.download_and_prepare(download_config=in_process_config(manual_dir=str(manual)))

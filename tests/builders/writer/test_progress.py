@@ -210,7 +210,7 @@ def worker_module(tmp_path, monkeypatch):
     (folder / "vidvol_progress_helper.py").write_text(textwrap.dedent(HELPER))
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
-    import vidvol_progress_helper  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+    import vidvol_progress_helper
 
     yield vidvol_progress_helper
     sys.modules.pop("vidvol_progress_helper", None)
@@ -250,7 +250,7 @@ def test_progress_files_are_removed_with_the_sidecars(tmp_path):
     path = str(tmp_path / "x-train.tfrecord-00000-of-00001.partial")
     open(path, "wb").close()
     task = plan.ShardTask("train", 0, path, (("a", None),))
-    json_files.write_json({"split": "train", "index": 0, "path": path, "keys": ["a"], "num_bytes": 1, "skips": []},  # pylint: disable=protected-access
+    json_files.write_json({"split": "train", "index": 0, "path": path, "keys": ["a"], "num_bytes": 1, "skips": []},
                             path + ".info.json")
     progress.ProgressRecorder(progress.progress_path(path), 1, interval=0).write()
     result = results.collect_split("train", [task], lambda i, n: str(tmp_path / "final-00000"))

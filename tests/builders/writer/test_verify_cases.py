@@ -19,7 +19,7 @@ DATASET = "mri_volumes/small_32"
 
 
 def _build(root, file_format: str):
-    from conftest import in_process_config  # pylint: disable=import-outside-toplevel
+    from conftest import in_process_config
 
     manual, data_dir = root / "manual", root / "data"
     samples.write_mri_volumes(str(manual), num_subjects=10, shape=(10, 10, 10))
@@ -148,7 +148,7 @@ def test_a_tfrecord_shard_with_more_records_than_recorded_is_flagged_and_refused
 
 
 def test_an_array_record_shard_with_more_records_than_recorded_is_flagged_and_refused(array_record, copy, capsys):
-    from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
+    from array_record.python import array_record_module
 
     data_dir, data_path = copy(array_record)
     shard = _train_shard(data_path, "array_record")
