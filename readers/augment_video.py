@@ -1,38 +1,8 @@
 """Read-time video augmentation: `VideoAugment`, the crops and flips of uint8 frames before they become floats.
 
 Training draws one crop (and flip) per clip, the same on every frame; evaluation takes a centre
-crop, or three crops along the long side (`multi_crop`). The crop is resized to `crop_size`, so
-every batch has the same static shape. Everything runs on the stored uint8 frames, before the
-float conversion (`Normalize`), and crops before it resizes: a box of the stored frame is resized
-once (OpenCV's bilinear, half-pixel centres, rounded back to uint8) or, where the box already has
-the output size, only copied. The output stays uint8, so `Output(dtype="uint8")` gets augmented
-frames too, and masks (one value per frame) are untouched by spatial crops.
-
-The draws are a pure function of the example's `[2]` key from `rng.example_seed(key, epoch,
-index, rng.VIDEO_AUGMENT)` (`vidvol.load`: its draw's iteration key; the random-access readers:
-`rng.seed_np` of their seed, the same integers), turned into uniforms by splitmix64 in
-NumPy (`_uniforms`) and into boxes by NumPy in every reader: the same (key, epoch, index) gives the
-same crop, bit for bit, in `vidvol.load`, `data_source`, `grain_dataset` and `torch_dataset`, and a
-restored iterator continues with the crops of the uninterrupted run. `vidvol.load` runs the crops
-of a batch in one Python call (`AugmentFrames`, a stateless `tf.numpy_function`) that writes them
-straight into a pooled batch buffer (multi_crop's copies too: one copy, where TF slices and a stack
-make two); a centre crop that needs no resize is a plain TF slice.
-
-Whose conventions (DMVR's `modalities.add_image`/`processors`, pytorchvideo's `transforms`):
-- `crop_size`: both (an int: square; `(h, w)` as pytorchvideo). No default: DMVR's 200 and
-  pytorchvideo's 224 disagree, and vidvol's stored frames are often smaller than either.
-- `training_crop="random_resized_crop"`: pytorchvideo's `RandomResizedCrop` (torchvision's rule): up
-  to 10 tries of an area fraction uniform in `scale` (0.08, 1.0) and an aspect ratio (w/h) log-uniform
-  in `aspect_ratio` (3/4, 4/3), the box placed uniformly, else the central crop.
-- `training_crop="random_short_side_scale"`: pytorchvideo's `RandomShortSideScale(min_size,
-  max_size)` + `RandomCrop(crop_size)`, DMVR's `resize_smallest(min_resize)` + random `crop_image`
-  (`min_size` = `max_size` is DMVR's fixed `min_resize`; `min_size=None` crops the stored frames
-  unscaled, as DMVR does when they already have `min_resize`).
-- `horizontal_flip_prob=0.5`: pytorchvideo's name, DMVR's `random_flip=True` (probability 0.5).
-- evaluation: the short side scaled to `min_size` (None: as stored), then DMVR's central crop
-  (offset `(H - h) // 2`) or, with `multi_crop` (DMVR-based readers' name, pytorchvideo's
-  `UniformCropVideo`), the left/centre/right (top/centre/bottom when taller than wide) crops along the
-  long side; the 3 views are stacked after the batch axis, `eval_clips * 3` with eval clips (clip-major).
+crop, or three along the long side (`multi_crop`). Crops run on the stored uint8 frames, before
+`Normalize`, and are the same, bit for bit, in every reader (docs/reading.md, "Augmentation").
 """
 
 from __future__ import annotations
@@ -83,8 +53,29 @@ def _pair(owner: str, name: str, value: Any, *, positive_int: bool) -> tuple:
 class VideoAugment:
     """Crops and flips of the uint8 frames at read time: random in training, fixed at evaluation.
 
-    The same (key, epoch, index) gives the same crop in every reader, and every batch keeps one static
-    shape (module docstring; docs/reading.md, "Augmentation").
+    Training draws one crop (and flip) per clip, the same on every frame; evaluation takes a centre
+    crop, or three crops along the long side (`multi_crop`). The crop is resized to `crop_size`, so
+    every batch has the same static shape. Everything runs on the stored uint8 frames, before the
+    float conversion (`Normalize`), so `Output(dtype="uint8")` gets augmented frames too, and masks
+    (one value per frame) are untouched by spatial crops. The same (key, epoch, index) gives the same
+    crop in every reader (`Geometry.training_boxes`; docs/reading.md, "Augmentation").
+
+    Whose conventions (DMVR's `modalities.add_image`/`processors`, pytorchvideo's `transforms`):
+    - `crop_size`: both (an int: square; `(h, w)` as pytorchvideo). No default: DMVR's 200 and
+      pytorchvideo's 224 disagree, and vidvol's stored frames are often smaller than either.
+    - `training_crop="random_resized_crop"`: pytorchvideo's `RandomResizedCrop` (torchvision's rule):
+      up to 10 tries of an area fraction uniform in `scale` (0.08, 1.0) and an aspect ratio (w/h)
+      log-uniform in `aspect_ratio` (3/4, 4/3), the box placed uniformly, else the central crop.
+    - `training_crop="random_short_side_scale"`: pytorchvideo's `RandomShortSideScale(min_size,
+      max_size)` + `RandomCrop(crop_size)`, DMVR's `resize_smallest(min_resize)` + random `crop_image`
+      (`min_size` = `max_size` is DMVR's fixed `min_resize`; `min_size=None` crops the stored frames
+      unscaled, as DMVR does when they already have `min_resize`).
+    - `horizontal_flip_prob=0.5`: pytorchvideo's name, DMVR's `random_flip=True` (probability 0.5).
+    - evaluation: the short side scaled to `min_size` (None: as stored), then DMVR's central crop
+      (offset `(H - h) // 2`) or, with `multi_crop` (DMVR-based readers' name, pytorchvideo's
+      `UniformCropVideo`), the left/centre/right (top/centre/bottom when taller than wide) crops along
+      the long side; the 3 views are stacked after the batch axis, `eval_clips * 3` with eval clips
+      (clip-major).
 
     Args:
       crop_size: output (height, width) of every frame (an int: square); every batch keeps it. No default.
@@ -236,7 +227,21 @@ class Geometry:
         return np.array([[y, 0, h, w], [y, x, h, w], [y, self.width - w, h, w]], np.int64)
 
     def training_boxes(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(B, 1, 4) int64 boxes and (B,) bool flips drawn from each example's `[2]` key (B, 2)."""
+        """(B, 1, 4) int64 boxes and (B,) bool flips drawn from each example's `[2]` key (B, 2).
+
+        The draws are a pure function of the example's `[2]` key from `rng.example_seed(key, epoch,
+        index, rng.VIDEO_AUGMENT)` (`vidvol.load`: its draw's iteration key; the random-access readers:
+        `rng.seed_np` of their seed, the same integers), turned into uniforms by splitmix64 in NumPy
+        (`_uniforms`) and into boxes by NumPy in every reader: the same (key, epoch, index) gives the
+        same crop, bit for bit, in `vidvol.load`, `data_source`, `grain_dataset` and `torch_dataset`,
+        and a restored iterator continues with the crops of the uninterrupted run.
+
+        Args:
+          keys: (B, 2) int64, each example's key.
+
+        Returns:
+          The boxes (y, x, h, w) in stored pixels, and whether each clip is flipped.
+        """
         u = _uniforms(keys, _DRAWS)
         if self.augment.training_crop == "random_resized_crop":
             h, w, found = self._random_resized(u)
@@ -298,6 +303,9 @@ class Geometry:
 def crop_boxes(frames: np.ndarray, boxes: np.ndarray, flips: np.ndarray | None, out: np.ndarray) -> None:
     """Into C-contiguous `out` (B, M, K, T, h, w, C): box k of example b over frames (B, M, T, H, W, C), resized, flipped.
 
+    Crops come before the resize: a box of the stored frame is resized once (OpenCV's bilinear,
+    half-pixel centres, rounded back to uint8) or, where the box already has the output size, only
+    copied; the output stays uint8.
     A box of the output's size is copied (a flipped one by `cv2.flip` frame by frame, into `out`);
     another is resized by `cv2.resize` (bilinear, half-pixel centres, rounded to uint8) frame by
     frame straight into `out`, then a flipped clip is mirrored in place by one `cv2.flip` of its rows.
@@ -349,8 +357,22 @@ def _repeat_views(x: Any, views: int, lead_rank: int, stack, repeat) -> Any:
 
 def augment_batch(batch: Mapping[str, tf.Tensor], geometries: Mapping[str, Geometry], leads: Mapping[str, tuple],
                   per_frame: Sequence[str], keys: tf.Tensor | None) -> dict[str, tf.Tensor]:
-    """`vidvol.load`'s stage: each video of a uint8 batch cropped (training: `keys` (B, 2) from its draws), per-frame
-    values repeated for multi_crop's views."""
+    """`vidvol.load`'s stage: each video of a uint8 batch cropped, per-frame values repeated for multi_crop's views.
+
+    The crops of a batch run in one Python call (`AugmentFrames`, a stateless `tf.numpy_function`)
+    that writes them straight into a pooled batch buffer (multi_crop's copies too: one copy, where TF
+    slices and a stack make two); a centre crop that needs no resize is a plain TF slice.
+
+    Args:
+      batch: the decoded batch, uint8 frames under the names of `geometries`.
+      geometries: the `Geometry` of each video feature.
+      leads: each video's leading frame dims per example ((T,) or (N, T)).
+      per_frame: the features with one value per frame (masks, fire_hrr's `hrr`).
+      keys: (B, 2) int64, each example's key from its draws (training); None at evaluation.
+
+    Returns:
+      The batch with its videos cropped and its per-frame values repeated for the views.
+    """
     out = dict(batch)
     for name, g in geometries.items():
         frames, lead = batch[name], leads[name]

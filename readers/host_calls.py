@@ -1,13 +1,11 @@
 """Python calls inside a read pipeline (`tf.numpy_function`): pooled output buffers and a clean interpreter exit.
 
-Three readers run Python per batch: the record reads (`records.RecordReads`, every `vidvol.load`),
-the direct volume reads (`direct_volumes.VolumeReads`) and the JPEG batch decode
-(`frames.JpegBatchDecode`). Each is a pure function of its inputs (the same indices read the same
-bytes of immutable shards), so it runs as a `tf.numpy_function(..., stateful=False)`: the pipeline
-holds no stateful op, and an iterator checkpoints with TensorFlow's own check of external state
-left on (`readers.order`). The batch outputs go into a pooled, aligned NumPy buffer that
-TensorFlow takes as the tensor without a copy (no fresh pages per batch), and every call is guarded
-by `HostCall`, which keeps a script or notebook kernel holding a live iterator from hanging at exit.
+Six steps of `vidvol.load` run Python per batch, each a `HostCall`: the record reads
+(`tfdata.record_reads.RecordReads`), the direct volume reads (`tfdata.direct_volumes.VolumeReads`,
+`PatchReads`), the JPEG batch decode (`frames.JpegBatchDecode`) and read-time augmentation
+(`augment_video.AugmentFrames`, `augment_volume.ArrayPatches`). Each is a pure function of its inputs
+(the same indices read the same bytes of immutable shards), so it runs as a
+`tf.numpy_function(..., stateful=False)`: the pipeline holds no stateful op (`order.check_resumable`).
 """
 
 from __future__ import annotations
@@ -93,7 +91,12 @@ def _register_exit_hook() -> None:
 
 
 class HostCall:
-    """Base of a `tf.numpy_function` body: `__call__` runs `run(*args)` unless Python is exiting, counted in flight."""
+    """Base of a `tf.numpy_function` body: `__call__` runs `run(*args)` unless Python is exiting, counted in flight.
+
+    The batch outputs go into a pooled, aligned NumPy buffer (`pool`) that TensorFlow takes as the
+    tensor without a copy (no fresh pages per batch); guarding every call here keeps a script or
+    notebook kernel that holds a live iterator from hanging at exit (the exit hook above).
+    """
 
     def __init__(self):
         _register_exit_hook()

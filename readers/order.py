@@ -1,36 +1,8 @@
 """Which example `vidvol.load` reads at each position: a pure function of the position, so a checkpoint is a position.
 
-A pipeline reads `Layout.per_epoch` examples per epoch. Its elements are numbered by a counter
-that runs through the epochs (one pass for `repeat=False`, forever with `repeat=True`); element
-`i` is position `j = i % per_epoch` of epoch `e = i // per_epoch`, and the example there is:
-
-- training: `(rotation + pipeline * q + permute(j)) mod n`, where `n` is the split's examples, `q =
-  n // pipelines` (every pipeline reads q per epoch), `permute` the keyed bijection of
-  `readers.permutation` under `rng.example_seed(key, e, pipeline, rng.ORDER)`, and `rotation` moves
-  the `n mod pipelines` examples no pipeline reads this epoch along the split epoch by epoch, so
-  each is left out as rarely as any other. One pipeline: a fresh uniform shuffle of the whole split
-  every epoch.
-- evaluation: pipeline `p` reads its contiguous share of the split in storage order (the first `n
-  mod pipelines` pipelines one example more); the others end with one *pad*: their last example
-  again, with `valid` False (`load` zeroes its mask and data; weight it 0). No randomness.
-
-Every random choice about an example is drawn from `rng.example_seed(key, e, index, stream)` (its
-clip: `rng.CLIP`; read-time augmentation: `rng.VIDEO_AUGMENT` / `rng.VOLUME_AUGMENT`, via
-`stream_seed`). `key` is the *iteration key*: derived from the `seed` given to `load` (or one drawn
-when it is None) and a per-iterator value, so each `iter(ds)` of a `repeat=False` dataset is a new
-pass (same sequence of passes under the same seed, as tf.data's reshuffling gives).
-
-What a tf.data iterator checkpoint then holds (`tf.data.Options.experimental_symbolic_checkpoint`:
-no buffered element is saved, each stage recomputes from its input's position): the counter, the
-iteration key and rotation value, and the fingerprint of the data it was reading (`index_batches`), about 2
-KiB for any dataset. Restored into a pipeline made afresh (another process, another `seed=`), the
-counter and keys are the saved ones, so the next batches are those the uninterrupted run would have
-read; a pipeline over other data (a rebuilt dataset, another split or pipeline layout) refuses the
-checkpoint with an error naming both (`tf.errors.InvalidArgumentError` at the first `next()`).
-
-Under symbolic checkpointing TensorFlow saves without checking for ops with external state, so a
-stateful op a user maps after `load` would be left out silently: `check_resumable(ds)` runs
-TensorFlow's own check over a whole pipeline (`load`'s holds none: its Python reads are stateless).
+Training reads a keyed permutation of the split, new every epoch, evaluation storage order (`Layout`);
+the checkpointed state is `index_batches`' counter and keys, about 2 KiB for any dataset
+(docs/reading.md, "Order" and "Stopping and resuming").
 """
 
 from __future__ import annotations
@@ -55,7 +27,22 @@ class ShardingError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """One pipeline's share of a split of `examples`: `pipelines` pipelines, this one `pipeline`, training or not."""
+    """One pipeline's share of a split of `examples`: `pipelines` pipelines, this one `pipeline`, training or not.
+
+    A pipeline reads `per_epoch` examples per epoch. Its elements are numbered by a counter that runs
+    through the epochs (one pass for `repeat=False`, forever with `repeat=True`); element `i` is
+    position `j = i % per_epoch` of epoch `e = i // per_epoch`, and the example there is:
+
+    - training: `(rotation + pipeline * q + permute(j)) mod n`, where `n` is the split's examples,
+      `q = n // pipelines` (every pipeline reads q per epoch), `permute` the keyed bijection of
+      `readers.permutation` under `rng.example_seed(key, e, pipeline, rng.ORDER)`, and `rotation`
+      moves the `n mod pipelines` examples no pipeline reads this epoch along the split epoch by
+      epoch, so each is left out as rarely as any other. One pipeline: a fresh uniform shuffle of the
+      whole split every epoch.
+    - evaluation: pipeline `p` reads its contiguous share of the split in storage order (the first
+      `n mod pipelines` pipelines one example more); the others end with one *pad*: their last
+      example again, with `valid` False (`load` zeroes its mask and data; weight it 0). No randomness.
+    """
 
     examples: int
     pipelines: int = 1
@@ -145,7 +132,21 @@ def stream_seed(draw, stream: int) -> tf.Tensor:
 
 
 def iteration_key(seed, per_iterator: tf.Tensor) -> tf.Tensor:
-    """The key of one pass: the load's seed mixed with the per-iterator value (int64 scalar)."""
+    """The key of one pass: the load's seed mixed with the per-iterator value (int64 scalar).
+
+    Every random choice about an example is drawn from `rng.example_seed(key, e, index, stream)` (its
+    clip: `rng.CLIP`; read-time augmentation: `rng.VIDEO_AUGMENT` / `rng.VOLUME_AUGMENT`, via
+    `stream_seed`). `key` is this *iteration key*: derived from the `seed` given to `load` (or one
+    drawn when it is None) and a per-iterator value, so each `iter(ds)` of a `repeat=False` dataset
+    is a new pass (same sequence of passes under the same seed, as tf.data's reshuffling gives).
+
+    Args:
+      seed: the load's seed (int).
+      per_iterator: the per-iterator value (int64 scalar from `tf.data.Dataset.random`).
+
+    Returns:
+      The iteration key, an int64 scalar.
+    """
     return rng.example_seed(seed, per_iterator, -1, rng.ORDER)[..., 0]
 
 
@@ -159,12 +160,29 @@ def _refusal(saved: tf.Tensor, current: str) -> tf.Tensor:
 
 
 def index_batches(layout: Layout, batch_size: int, *, drop_remainder: bool, repeat: bool, seed: int,
-          fingerprint: str) -> tf.data.Dataset:
+                  fingerprint: str) -> tf.data.Dataset:
     """Batches of draws (`index`, `epoch`, `seed`, `valid`: [B] each) in the pipeline's order; the checkpointed state.
 
-    `seed`: the load's seed (a drawn one when the caller gave None: a restored iterator keeps the
-    saved key, so it continues the saved run whatever this is). `fingerprint`: the split's
-    (`records.fingerprint`) plus the layout's; a restored state holding another one fails the read.
+    What a tf.data iterator checkpoint then holds (`tf.data.Options.experimental_symbolic_checkpoint`:
+    no buffered element is saved, each stage recomputes from its input's position): the counter, the
+    iteration key and rotation value, and the fingerprint of the data it was reading, about 2 KiB for
+    any dataset. Restored into a pipeline made afresh (another process, another `seed=`), the counter
+    and keys are the saved ones, so the next batches are those the uninterrupted run would have read;
+    a pipeline over other data (a rebuilt dataset, another split or pipeline layout) refuses the
+    checkpoint with an error naming both (`tf.errors.InvalidArgumentError` at the first `next()`).
+
+    Args:
+      layout: this pipeline's share of the split.
+      batch_size: draws per batch.
+      drop_remainder: drop the last partial batch of a pass (`repeat=False` only; repeated batches are full).
+      repeat: number the elements forever instead of one pass.
+      seed: the load's seed (a drawn one when the caller gave None: a restored iterator keeps the
+        saved key, so it continues the saved run whatever this is).
+      fingerprint: the split's (`records.fingerprint`); the layout's is added. A restored state
+        holding another one fails the read.
+
+    Returns:
+      A `tf.data.Dataset` of dicts of [B] tensors: `index` (storage index), `epoch`, `seed` (the key), `valid`.
     """
     current = fingerprint + layout.describe()
     # Batches of element numbers: one pass (`range`, the last partial batch as `drop_remainder` says), or

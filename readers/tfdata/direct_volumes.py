@@ -1,31 +1,9 @@
 """Direct volume reads: a volume's stored bytes go from the shard file into the output, nothing in between.
 
-Through TensorFlow's TFRecord parse a 128^3 MRI example is copied three times before it is a
-float32 volume (record string -> parsed feature string -> `decode_raw` tensor -> cast). For local
-TFRecord shards of a dataset with one `WholeNumberVolume` stored as int16, `vidvol.load` instead:
-
-1. indexes each shard once per process (`index_shard`: the TFRecord framing and the
-   `tf.train.Example` wire format are walked with a few small reads per record, the volume
-   bytes skipped): where each record and its volume bytes lie, and the record without them (a
-   valid, small `tf.train.Example` holding every other feature);
-2. reads the examples in `readers.order`'s order by their index in the split, as every
-   `vidvol.load` read does (so batches equal the other path's under a seed);
-3. per batch, parses the small records with TFDS's specs (`tf.io.parse_example`) and reads the
-   volumes in one Python call (`VolumeReads`, a `tf.numpy_function` without state: the same
-   indices read the same bytes): `os.preadv` puts each volume's bytes straight into the int16
-   batch buffer, which becomes the tensor without a copy. float32 output: each volume is read a
-   cache-sized chunk at a time into a scratch buffer and converted from there into the float32
-   batch buffer (the int16 bytes never reach main memory; NumPy's conversion and the read both let
-   go of the GIL); float16 / bfloat16: one TensorFlow cast of the int16 batch. That is the work of
-   the benchmark's volume limit (`os.pread` + `astype(float32)`). With volume augmentation
-   (`augment_volume`), `PatchReads` reads only the rows of each random patch.
-
-Integrity: the first time a record is read in a process its whole record is read and its length
-and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
-`verify` command); later epochs read only the volume bytes (the index is kept while the file's
-size, mtime and inode stay the same). Anything else (remote files, float32-stored volumes,
-videos, variable shapes, per-example parsing, a file whose records do not walk) reads whole
-records (`readers.records`) and parses them with TFDS's specs, which gives the same tensors.
+For local TFRecord shards of one `WholeNumberVolume` stored as int16, `vidvol.load` indexes each
+shard once (`index_shard`) and reads a batch's volumes in one Python call (`VolumeReads`; with
+volume augmentation `PatchReads`) beside TFDS's parse of the small records (`DirectParser`);
+anything else reads whole records (`plan_direct`; docs/reading.md, "Pipeline").
 """
 
 from __future__ import annotations
@@ -108,7 +86,22 @@ def cached_index(path: str, volume: str) -> ShardIndex:
 
 
 def index_shard(path: str, volume: str) -> ShardIndex:
-    """Walks one TFRecord file of `tf.train.Example`s, finding the bytes of `volume` ("volume/data") and its flag."""
+    """Walks one TFRecord file of `tf.train.Example`s, finding the bytes of `volume` ("volume/data") and its flag.
+
+    The TFRecord framing and the `tf.train.Example` wire format are walked with a few small reads per
+    record, the volume bytes skipped: where each record and its volume bytes lie, and the record
+    without them (a valid, small `tf.train.Example` holding every other feature).
+
+    Args:
+      path: a local TFRecord shard file.
+      volume: the volume feature's name.
+
+    Returns:
+      The shard's `ShardIndex`.
+
+    Raises:
+      IndexError_: the records or their examples do not walk (then whole records are read).
+    """
     target, flag_key = f"{volume}/data".encode(), f"{volume}/int16".encode()
     small, starts, lengths, data_at, data_len, int16 = [], [], [], [], [], []
     with open(path, "rb") as f:
@@ -373,7 +366,23 @@ def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | No
 
 def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords, names: Sequence[str]
                 ) -> tuple[str, list[ShardIndex]] | None:
-    """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged)."""
+    """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged).
+
+    Integrity: the first time a record is read in a process its whole record is read and its length
+    and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
+    `verify` command); later epochs read only the volume bytes (the index is kept while the file's
+    size, mtime and inode stay the same: `cached_index`). Anything else (remote files, float32-stored
+    volumes, videos, variable shapes, per-example parsing, a file whose records do not walk) reads
+    whole records (`readers.records`) and parses them with TFDS's specs, which gives the same tensors.
+
+    Args:
+      builder: the prepared dataset's builder.
+      source: the split's records (`records.SplitRecords`).
+      names: the features the read needs.
+
+    Returns:
+      (volume feature name, one `ShardIndex` per shard file), or None where direct reads do not apply.
+    """
     volume = _volume(builder, names)
     if volume is None or not all(tfrecord.is_local(p) for p in source.paths):
         return None
@@ -416,7 +425,22 @@ def volume_batch(files: tf.Tensor, rows: tf.Tensor, reads: VolumeReads, dtype: s
 
 
 class DirectParser:
-    """Parses a batch of example indices: the small records with TFDS's specs, the volume from its shard."""
+    """Parses a batch of example indices: the small records with TFDS's specs, the volume from its shard.
+
+    Through TensorFlow's TFRecord parse a 128^3 MRI example is copied three times before it is a
+    float32 volume (record string -> parsed feature string -> `decode_raw` tensor -> cast). Here the
+    examples are read in `readers.order`'s order by their index in the split, as every `vidvol.load`
+    read does (so batches equal the whole-record path's under a seed), and per batch the small
+    records are parsed with TFDS's specs (`tf.io.parse_example`) and the volumes read in one Python
+    call (`VolumeReads`, a `tf.numpy_function` without state: the same indices read the same bytes):
+    `os.preadv` puts each volume's bytes straight into the int16 batch buffer, which becomes the
+    tensor without a copy. float32 output: each volume is read a cache-sized chunk at a time into a
+    scratch buffer and converted from there into the float32 batch buffer (the int16 bytes never
+    reach main memory; NumPy's conversion and the read both let go of the GIL); float16 / bfloat16:
+    one TensorFlow cast of the int16 batch. That is the work of the benchmark's volume limit
+    (`os.pread` + `astype(float32)`). With volume augmentation (`augment_volume`), `PatchReads`
+    reads only the rows of each random patch.
+    """
 
     def __init__(self, builder: tfds.core.DatasetBuilder, source: records.SplitRecords, volume: str,
                  indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None,
