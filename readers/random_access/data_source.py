@@ -1,27 +1,9 @@
 """Random access for JAX and PyTorch users: examples by index from ArrayRecord shards, NumPy only.
 
-- `data_source(name, split)`: `ds[i]` and `ds.__getitems__([i, j, ...])` give decoded examples as
-  `tfds.load` gives them (a dict of NumPy arrays: frames (T, H, W, C) uint8, masks, labels, MRI
-  volume float32 + mask), from TFDS's own ArrayRecord data source (`builder.as_data_source`) and
-  the feature connectors' NumPy decoders: no TensorFlow graph at read time. A batch of indices is
-  decoded in a thread pool (OpenCV releases the GIL while it decodes a frame).
-- `SupervisedExamples`: `vidvol.load`'s per-example steps in NumPy, from the same `ReadSpec`: the
-  supervised `(inputs, target)` features, read-time clips with the same `Clips` rules
-  (`clip_sampling`, shared with `vidvol.load`; only the clip's frames are decoded), frames to
-  float32 in [0, 1] then `(x - mean) / std`, masks to `Output.mask_dtype`: `((x, mask), y)` per
-  example, and `ReadSpec.augment`'s crops of the uint8 frames before it (`augment_video`: the same
-  crops as `vidvol.load` for the same key, epoch and index). What they cannot do (resize, integer or
-  half outputs, dicts, leaving the mask out) is an error naming it (`ReadSpec.check_supported`), not ignored.
-- `grain_dataset(...)`: a Grain `MapDataset` of `((x, mask), y)` NumPy batches over them (shuffled
-  per epoch, random clips drawn by Grain's per-element RNG); `torch_dataset(...)`: the same
-  examples as a map-style dataset a `torch.utils.data.DataLoader` batches (torch is not needed to
-  build it: it is only the caller's).
-
-JPEG frames decode with libjpeg-turbo through simplejpeg with `tf.io.decode_jpeg`'s defaults (fast
-integer IDCT, fancy upsampling; `core.jpeg`), so they are the pixels `tfds.load` and `vidvol.load`
-give, bit for bit; `VideoFrames` decodes the same way in TFDS's NumPy path, so `tfds.data_source`
-gives them too (TFDS's own Video feature, OpenCV, takes the accurate IDCT: a few levels off).
-Everything else (PNG frames, masks, labels, volumes) is identical too. Resuming: `readers.resumable`.
+`data_source` gives the stored examples as `tfds.load` decodes them (`DataSource`), with no
+TensorFlow graph at read time; `SupervisedExamples` runs `vidvol.load`'s per-example steps on
+them in NumPy, for `grain_dataset` (`random_access.grain`) and `torch_dataset`
+(`random_access.torch`), resumable through `random_access.epoch_order`.
 """
 
 from __future__ import annotations
@@ -104,6 +86,16 @@ def _check_record_counts(builder: tfds.core.DatasetBuilder, instructions: Sequen
 
 class DataSource:
     """Decoded examples of one split by index: `len(ds)`, `ds[i]`, `ds.__getitems__(indices)`.
+
+    The examples are `tfds.load`'s (a dict of NumPy arrays: frames (T, H, W, C) uint8, masks, labels,
+    MRI volume float32 + mask), from TFDS's own ArrayRecord data source (`builder.as_data_source`)
+    and the feature connectors' NumPy decoders: no TensorFlow graph at read time. A batch of indices
+    is decoded in a thread pool (OpenCV releases the GIL while it decodes a frame). JPEG frames
+    decode with libjpeg-turbo through simplejpeg with `tf.io.decode_jpeg`'s defaults (fast integer
+    IDCT, fancy upsampling; `core.jpeg`), so they are the pixels `tfds.load` and `vidvol.load` give,
+    bit for bit; `VideoFrames` decodes the same way in TFDS's NumPy path, so `tfds.data_source`
+    gives them too (TFDS's own Video feature, OpenCV, takes the accurate IDCT: a few levels off).
+    Everything else (PNG frames, masks, labels, volumes) is identical too.
 
     `features`: the features decoded (default all). `decode_frames=False` leaves video features as
     arrays of encoded frames (what `SupervisedExamples` wants: it decodes only a clip's frames).
@@ -299,6 +291,15 @@ def data_source(
 @dataclasses.dataclass(frozen=True)
 class SupervisedExamples:
     """`vidvol.load`'s per-example steps in NumPy: `((x, mask), y)` of one example, by index.
+
+    From the same `ReadSpec` as `vidvol.load`: the supervised `(inputs, target)` features, read-time
+    clips with the same `Clips` rules (`clip_sampling`, shared with `vidvol.load`; only the clip's
+    frames are decoded), frames to float32 in [0, 1] then `(x - mean) / std`, masks to
+    `Output.mask_dtype`, and `ReadSpec.augment`'s crops of the uint8 frames before that
+    (`augment_video`: the same crops as `vidvol.load` for the same key, epoch and index). What they
+    cannot do (resize, integer or half outputs, dicts, leaving the mask out) is an error naming it
+    (`ReadSpec.check_supported`), not ignored. `grain_dataset` batches these examples;
+    `torch_dataset` is one.
 
     `ds[i]` (evaluation clips, or a random clip from fresh entropy) and `ds.example(i, rng, key)` (the
     random clip drawn by `rng`, the random crops by `key`) give one example; `ds.transform(example,

@@ -4,8 +4,8 @@
 `SeededIndex`: an example index that carries its epoch and seed (so a dataset's clip and augmentation draws
 follow the sampler into any worker process); `EpochSampler`: torchdata's `StatefulDataLoader`
 protocol over them (`torch_dataset(...).sampler()`); `refusal`: the error for a state saved on other
-data. `resumable` (Grain) and `random_access` (PyTorch's sampler) both import this module, and it
-imports neither.
+data. `grain` and `grain_iterators` (Grain) and `data_source` (PyTorch's sampler) import this module,
+and it imports none of them.
 """
 
 from __future__ import annotations
@@ -41,12 +41,30 @@ def refusal(saved: str, current: str) -> ValueError:
 
 @dataclasses.dataclass
 class EpochOrder:
-    """Which example each position of an epoch reads (`order.Layout` in NumPy), under a seed that a restore may replace."""
+    """Which example each position of an epoch reads (`order.Layout` in NumPy), under a seed that a restore may replace.
+
+    `vidvol.load`'s order rule: training epoch `e` is a permutation of the split
+    (`readers.permutation`) keyed by `(seed, e)`; evaluation the storage order; over several
+    replicas each reads an equal share (training drops `n mod replicas` an epoch, evaluation pads
+    with an example whose inputs are zero). Every clip is then drawn by `rng.example_rng(seed, epoch,
+    index, rng.CLIP)`, so the state of a reader is a position, the epoch and the seed, plus the
+    fingerprint of the data (`records.fingerprint`) it was reading.
+    """
 
     layout: order.Layout
     seed: int
 
     def indices(self, epoch: int, positions) -> list[SeededIndex]:
+        """The examples at `positions` of `epoch`.
+
+        Args:
+          epoch: the epoch (training: its permutation).
+          positions: positions in the epoch, in [0, `layout.per_epoch`).
+
+        Returns:
+          One `SeededIndex` per position: storage index, `epoch`, this order's seed, and whether it is
+          a real example (False: an evaluation pad).
+        """
         index, valid = self.layout.examples_np(np.asarray(positions, np.int64), epoch, self.seed, 0)
         return [SeededIndex(i, epoch, self.seed, v) for i, v in zip(index.tolist(), valid.tolist())]
 
@@ -61,7 +79,8 @@ class EpochSampler:
     epoch, rotating; evaluation pads, inputs zero). `seed` None: the dataset's, else a fresh one (kept
     in the state). `state_dict()` / `load_state_dict()` follow torchdata's `StatefulDataLoader`:
     `{"epoch", "yielded", "seed", "data"}`; after `load_state_dict`, the next `iter()` of that epoch
-    continues after the `yielded` indices.
+    continues after the `yielded` indices. It yields `SeededIndex`es, example indices that carry their
+    epoch and seed, so the dataset's clip draws follow the sampler in any worker process. Needs no torch.
     """
 
     def __init__(self, examples: Any, *, shuffle: bool | None = None, seed: int | None = None,

@@ -1,20 +1,8 @@
-"""Resuming the random-access readers: Grain iterators (`get_state`/`set_state`) and a stateful PyTorch sampler.
+"""`grain_dataset`: the random-access readers' `((x, mask), y)` batches as a Grain `MapDataset` whose iterators resume.
 
-Both read in `vidvol.load`'s order rule (`readers.order.Layout`, NumPy form): training epoch `e`
-is a permutation of the split (`readers.permutation`) keyed by `(seed, e)`; evaluation the
-storage order; over several replicas each reads an equal share (training drops `n mod replicas` a
-epoch, evaluation pads with an example whose inputs are zero). Every clip is drawn by
-`rng.example_rng(seed, epoch, index, rng.CLIP)`. So the state of an iterator is a position, the
-epoch and the seed, plus the fingerprint of the data (`records.fingerprint`) it was reading:
-
-- `grain_dataset(...)`: a Grain `MapDataset` whose iterators (`iter(ds)`, `ds.to_iter_dataset(...)`)
-  `get_state()` -> `{"iterator": Grain's own state, "seed": ..., "data": ...}`; `set_state(state)`
-  in a fresh process continues exactly, also for an unseeded dataset (the saved seed is taken up)
-  and across epochs (`num_epochs`). Data other than the saved one is a `ValueError` naming both.
-- `EpochSampler` (`torch_dataset(...).sampler()`, defined in `readers.epochs` with `Draw`): torchdata's `StatefulDataLoader` protocol,
-  `state_dict()` / `load_state_dict()` (and `set_epoch`, as `DistributedSampler`). It yields `Draw`s,
-  example indices that carry their epoch and seed, so the dataset's clip draws follow the sampler
-  in any worker process. Needs no torch.
+Grain is imported only when a dataset is made: its classes live in `grain_iterators`. The order,
+clips and augmentation follow `vidvol.load`'s rules under the seed (`epoch_order.EpochOrder`), so an
+iterator's state is a position, the epoch, the seed and the data's fingerprint.
 """
 
 from __future__ import annotations
@@ -43,9 +31,13 @@ def grain_dataset(
 
     Iterate it directly, or for parallel reads `ds.to_iter_dataset(grain.ReadOptions(num_threads=8))`,
     then `.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))` for worker processes. The
-    iterators of `iter(ds)` and `ds.to_iter_dataset(...)` resume: `it.get_state()` / `it.set_state(...)`
-    (module docstring); a transformation you add after this dataset gives Grain's own state, without
-    the seed (pass a seed then).
+    iterators of `iter(ds)` and `ds.to_iter_dataset(...)` resume: `it.get_state()` ->
+    `{"iterator": Grain's own state, "seed": ..., "data": ...}`; `it.set_state(state)` in a fresh
+    process continues exactly, also for an unseeded dataset (the saved seed is taken up) and across
+    epochs (`num_epochs`); data other than the saved one is a `ValueError` naming both. A
+    transformation you add after this dataset gives Grain's own state, without the seed (pass a
+    seed then). Training shuffles per epoch (`epoch_order.EpochOrder.indices`, `vidvol.load`'s
+    rule), each random clip drawn by `rng.example_rng(seed, epoch, index, rng.CLIP)`.
 
     Args:
       name: registered dataset name with optional config, or a builder (as in `vidvol.load`).

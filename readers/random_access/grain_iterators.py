@@ -1,4 +1,4 @@
-"""The Grain datasets of `resumable.grain_dataset` (this module imports Grain; `resumable` imports it when asked).
+"""The Grain datasets behind `readers.random_access.grain.grain_dataset`, apart because this module imports Grain.
 
 `Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
 example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
