@@ -1,39 +1,8 @@
 """Every use of TFDS's private API in vidvol, checked once at import, with a public fallback where TFDS has one.
 
-TFDS keeps a few things we need behind underscores or in modules it does not export:
-
-- `reader._read_files`: the serialized records of a split, read exactly as `as_dataset` reads
-  them before parsing (the read side parses them per batch). Fallback: `as_dataset`'s own
-  per-example parse (`available("read_files")` is False and the loader takes that path).
-- `example_parser.ExampleParser(...).flat_feature_specs`: TFDS's `tf.io` parse specs of a feature
-  set. Fallback: the same per-example path.
-- `DatasetBuilder._get_filename_template`: the shard file naming of a split. Fallback: the public
-  `tfds.core.ShardedFileTemplate` built from the same fields.
-- `GeneratorBasedBuilder._download_and_prepare(dl_manager, download_config)`: the hook our
-  streaming writer overrides (a documented override point, checked for its signature).
-- `DownloadManager._manual_dir`: the manual_dir as given, before `dl_manager.manual_dir` checks it
-  through tf.io.gfile (which has no s3:// here). Fallback: the public `dl_manager.manual_dir`,
-  which serves local paths (and schemes tf.io.gfile has, such as gs://) but not s3://.
-- `example_serializer._add_ragged_fields`, `._item_to_np_array`, `._as_bytes` (with
-  `utils.flatten_nest_dict` and `utils.dtype_utils`): how TFDS turns an encoded example into the
-  values of its `tf.train.Example` (nested sequences, dtype and shape checks, text as bytes); the
-  streaming writer writes the message around them itself (`vidvol.builders.writer.example_bytes`).
-  Fallback: TFDS's own `ExampleSerializer` + `SerializeToString(deterministic=True)` (the same
-  bytes, more copies).
-- `Sequence._feature`, `Video._extra_ffmpeg_args`: `vidvol.core.features.VideoFrames` is TFDS's
-  `Video` with its per-frame feature replaced by one that decodes a whole sequence in one call
-  (`replace_sequence_feature`: TFDS has no setter, so no fallback), and `VideoFrames.from_video`
-  carries a `Video`'s ffmpeg arguments over (`ffmpeg_args`; fallback: none, the constructor's
-  default, which only matters when encoding from video files).
-- `DatasetInfo._features`: a dataset whose features depend on its input (`video_folder`: the class
-  names found in manual_dir, `start`/`end` only for a CSV with time ranges) sets them once the
-  input is read, before anything is written (`replace_features`). TFDS has no public setter
-  (tfds ImageFolder reads its folder in `__init__`, which a manual_dir build cannot); there is no
-  fallback, so `VIDVOL_TFDS_PUBLIC_ONLY` leaves it in use and a TFDS without it fails that build
-  with a clear error.
-
-`VIDVOL_TFDS_PUBLIC_ONLY=1` (read at import) forces every fallback, so tests can prove the public
-path gives the same data.
+Each function here names what it reaches behind TFDS's underscores (or in modules TFDS does not
+export) and its fallback; `available(name)` says which one is in use. `VIDVOL_TFDS_PUBLIC_ONLY=1`
+(read at import) forces every fallback, so tests can prove the public path gives the same data.
 """
 
 from __future__ import annotations
@@ -93,7 +62,12 @@ _SERIALIZER_PARTS = _serializer_parts()
 
 
 def _check() -> dict[str, bool]:
-    """Which private entry points exist with the shape we call them with."""
+    """Which private entry points exist with the shape we call them with.
+
+    One has no function of its own: `GeneratorBasedBuilder._download_and_prepare(dl_manager,
+    download_config)`, the hook the streaming writer overrides (a documented override point,
+    checked for its signature; without it the import fails naming the TFDS versions to install).
+    """
     found: dict[str, bool] = {}
     try:
         from tensorflow_datasets.core import reader
@@ -151,16 +125,38 @@ def available(name: str) -> bool:
 
 
 def serializer_parts() -> SerializerParts | None:
-    """TFDS's example serializer internals for the direct writer, or None: serialize through TFDS's `ExampleSerializer`."""
+    """TFDS's example serializer internals for the direct writer, or None: serialize through TFDS's `ExampleSerializer`.
+
+    `example_serializer._add_ragged_fields`, `._item_to_np_array`, `._as_bytes` (with
+    `utils.flatten_nest_dict` and `utils.dtype_utils`): how TFDS turns an encoded example into the
+    values of its `tf.train.Example` (nested sequences, dtype and shape checks, text as bytes); the
+    streaming writer writes the message around them itself (`vidvol.builders.writer.example_bytes`).
+    Fallback (None): TFDS's own `ExampleSerializer` + `SerializeToString(deterministic=True)` (the
+    same bytes, more copies).
+
+    Returns:
+      The `SerializerParts`, or None where they are not available (or `VIDVOL_TFDS_PUBLIC_ONLY` is set).
+    """
     return _SERIALIZER_PARTS if available("example_serializer") else None
 
 
 def read_files(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.ReadConfig, shuffle_files: bool) -> tf.data.Dataset:
     """Serialized records of a split, read as `builder.as_dataset` reads them before its parse map.
 
-    Same file shuffling (`shuffle_seed`), `input_context` sharding by file, interleave,
-    cardinality and options, so the stream matches `as_dataset`'s element for element. Only
-    callable when `available("read_files")`.
+    TFDS's `reader._read_files`: same file shuffling (`shuffle_seed`), `input_context` sharding by
+    file, interleave, cardinality and options, so the stream matches `as_dataset`'s element for
+    element. `readers.shards.read_records` is tested against it. Only callable when
+    `available("read_files")`; without it (or under `VIDVOL_TFDS_PUBLIC_ONLY`) the read side also
+    leaves the per-batch parse (`BatchParser.for_features`) and parses per example, same batches.
+
+    Args:
+      builder: the prepared dataset's builder.
+      split: a TFDS split.
+      read_config: TFDS's read options.
+      shuffle_files: shuffle the files as `as_dataset(shuffle_files=...)` does.
+
+    Returns:
+      A `tf.data.Dataset` of serialized records.
     """
     if not available("read_files"):
         raise RuntimeError("TFDS's reader._read_files is not available; read through builder.as_dataset")
@@ -178,7 +174,17 @@ def read_files(builder: tfds.core.DatasetBuilder, split: str, read_config: tfds.
 
 
 def parse_specs(serialized_infos: dict[str, Any]) -> dict[str, Any] | None:
-    """TFDS's flat `tf.io` parse specs of `{feature: get_serialized_info()}`, or None without the parser."""
+    """TFDS's flat `tf.io` parse specs of `{feature: get_serialized_info()}`, or None without the parser.
+
+    `example_parser.ExampleParser(...).flat_feature_specs`. Fallback (None): the read side parses per
+    example through `as_dataset`'s own decoders.
+
+    Args:
+      serialized_infos: each feature's `get_serialized_info()`.
+
+    Returns:
+      The flat `tf.io` feature specs, or None.
+    """
     if not available("example_parser"):
         return None
     from tensorflow_datasets.core import example_parser
@@ -187,7 +193,18 @@ def parse_specs(serialized_infos: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def filename_template(builder: tfds.core.DatasetBuilder, split: str) -> tfds.core.ShardedFileTemplate:
-    """The shard file naming of `split` in the builder's data directory."""
+    """The shard file naming of `split` in the builder's data directory.
+
+    `DatasetBuilder._get_filename_template`. Fallback: the public `tfds.core.ShardedFileTemplate`
+    built from the same fields.
+
+    Args:
+      builder: the dataset's builder.
+      split: the split name.
+
+    Returns:
+      The split's `tfds.core.ShardedFileTemplate`.
+    """
     if available("filename_template"):
         return builder._get_filename_template(split_name=split)
     return tfds.core.ShardedFileTemplate(
@@ -197,7 +214,18 @@ def filename_template(builder: tfds.core.DatasetBuilder, split: str) -> tfds.cor
 
 
 def given_manual_dir(dl_manager: Any) -> str | None:
-    """The manual_dir a build was given, unchecked (a bucket URL stays a URL), or None."""
+    """The manual_dir a build was given, unchecked (a bucket URL stays a URL), or None.
+
+    `DownloadManager._manual_dir`: the manual_dir as given, before `dl_manager.manual_dir` checks it
+    through tf.io.gfile (which has no s3:// here). Fallback (None): the public `dl_manager.manual_dir`,
+    which serves local paths (and schemes tf.io.gfile has, such as gs://) but not s3://.
+
+    Args:
+      dl_manager: the build's `tfds.download.DownloadManager`.
+
+    Returns:
+      The manual_dir as a string, or None.
+    """
     given = getattr(dl_manager, "_manual_dir", None) if not _PUBLIC_ONLY else None
     return None if given is None else os.fspath(given)
 
@@ -207,7 +235,21 @@ DEFAULT_MIN_SHARD_SIZE = tfds.download.DownloadConfig().min_shard_size
 
 
 def replace_features(info: tfds.core.DatasetInfo, features: tfds.features.FeaturesDict) -> None:
-    """Sets the features of a builder's info once its input is read, before any example is written."""
+    """Sets the features of a builder's info once its input is read, before any example is written.
+
+    `DatasetInfo._features`: a dataset whose features depend on its input (`video_folder`: the class
+    names found in manual_dir, `start`/`end` only for a CSV with time ranges) sets them here. TFDS has
+    no public setter (tfds ImageFolder reads its folder in `__init__`, which a manual_dir build
+    cannot); there is no fallback, so `VIDVOL_TFDS_PUBLIC_ONLY` leaves it in use and a TFDS without
+    it fails that build with a clear error.
+
+    Args:
+      info: the builder's `DatasetInfo`.
+      features: the features found in the input.
+
+    Raises:
+      RuntimeError: this TFDS keeps its features elsewhere.
+    """
     if not available("set_features"):
         raise RuntimeError(
             f"tensorflow-datasets {tfds.__version__}: DatasetInfo keeps its features elsewhere than `_features`, and "
@@ -220,7 +262,18 @@ def replace_features(info: tfds.core.DatasetInfo, features: tfds.features.Featur
 
 
 def replace_sequence_feature(sequence: tfds.features.Sequence, feature: tfds.features.FeatureConnector) -> None:
-    """Sets the per-element feature of a TFDS `Sequence` (a `Video`'s frame feature), which TFDS offers no setter for."""
+    """Sets the per-element feature of a TFDS `Sequence` (a `Video`'s frame feature), which TFDS offers no setter for.
+
+    `Sequence._feature`: `vidvol.core.features.VideoFrames` is TFDS's `Video` with its per-frame
+    feature replaced by one that decodes a whole sequence in one call. No fallback.
+
+    Args:
+      sequence: the `Sequence` (a `Video`).
+      feature: its new per-element feature.
+
+    Raises:
+      RuntimeError: this TFDS keeps the inner feature elsewhere.
+    """
     if not available("sequence_feature"):
         raise RuntimeError(
             f"tensorflow-datasets {tfds.__version__}: Sequence keeps its inner feature elsewhere than `_feature`, and "
@@ -232,7 +285,17 @@ def replace_sequence_feature(sequence: tfds.features.Sequence, feature: tfds.fea
 
 
 def ffmpeg_args(video: tfds.features.Video) -> list[str]:
-    """The extra ffmpeg arguments a TFDS `Video` feature was made with (none where TFDS does not keep them)."""
+    """The extra ffmpeg arguments a TFDS `Video` feature was made with (none where TFDS does not keep them).
+
+    `Video._extra_ffmpeg_args`: `VideoFrames.from_video` carries a `Video`'s ffmpeg arguments over.
+    Fallback ([]): the constructor's default, which only matters when encoding from video files.
+
+    Args:
+      video: a TFDS `Video` feature.
+
+    Returns:
+      Its extra ffmpeg arguments.
+    """
     if not available("ffmpeg_args"):
         return []
     return list(getattr(video, "_extra_ffmpeg_args", ()))
