@@ -1,18 +1,9 @@
 """TFDS feature connectors that store volumes compactly and decode videos fast, to the documented tensors.
 
-- `VideoFrames`: TFDS's `Video` (same constructor, same stored bytes, same decoded uint8 frames)
-  whose frames decode in one unrolled graph instead of TFDS's per-example `tf.map_fn`, so plain
-  `tfds.load` streams at close to the JPEG decode limit; a batch of videos decodes in one call too.
-- `WholeNumberVolume`: float32 to its users, stored as little-endian int16 when every value is a
-  whole number in int16 range (lossless, half the bytes), else as float32 bytes; chosen per example.
-- `BoxMask`: a 0/1 uint8 mask that is one axis-aligned box (crop/pad masks are), stored as its
-  start/stop per axis; anything else is refused at build time with the reason.
-
-Both decode per example (`tfds.load`), per batch (`vidvol.load`'s batch parser) and with NumPy alone
-(`decode_example_np`: `tfds.data_source` over ArrayRecord shards, Grain, PyTorch); `VideoFrames`' JPEG
-frames decode in NumPy with `tf.io.decode_jpeg`'s pixels too (`core.jpeg`), so `tfds.data_source`
-gives `tfds.load`'s frames. Why storage
-decides MRI read speed: the mri_volumes card, "Storage"; figures in benchmarks/RESULTS.md.
+`VideoFrames` (TFDS's `Video`, decoded in one graph), `WholeNumberVolume` (float32, stored as int16
+where lossless) and `BoxMask` (a box mask stored as its bounds) decode per example (`tfds.load`), per
+batch (`vidvol.load`'s batch parser) and with NumPy alone (`decode_example_np`: `tfds.data_source`,
+Grain, PyTorch). Why storage decides MRI read speed: the mri_volumes card, "Storage".
 """
 
 from __future__ import annotations
@@ -52,7 +43,12 @@ class _FixedShapeFeature(tfds.features.FeatureConnector):
 
 
 class WholeNumberVolume(_FixedShapeFeature):
-    """float32 tensor of a fixed shape, stored as int16 when that is lossless, else as float32."""
+    """float32 tensor of a fixed shape, stored as int16 when that is lossless, else as float32.
+
+    float32 to its users, stored as little-endian int16 when every value is a whole number in int16
+    range (lossless, half the bytes), else as float32 bytes; chosen per example. Figures:
+    benchmarks/RESULTS.md.
+    """
 
     def get_tensor_info(self) -> tfds.features.TensorInfo:
         return tfds.features.TensorInfo(shape=self._shape, dtype=np.float32)
@@ -140,7 +136,10 @@ class WholeNumberVolume(_FixedShapeFeature):
 
 
 class BoxMask(_FixedShapeFeature):
-    """0/1 uint8 mask of a fixed shape that is one axis-aligned box, stored as start/stop per axis."""
+    """0/1 uint8 mask of a fixed shape that is one axis-aligned box, stored as start/stop per axis.
+
+    Crop/pad masks are such boxes; any other mask is refused at build time with the reason.
+    """
 
     def get_tensor_info(self) -> tfds.features.TensorInfo:
         return tfds.features.TensorInfo(shape=self._shape, dtype=np.uint8)
@@ -273,9 +272,12 @@ class VideoFrames(tfds.features.Video):
     TFDS's `Video` decodes an example's frames in a `tf.map_fn` (a while loop with tensor arrays),
     about half of what `tfds.load` spends on a 20-frame 64x64 clip. Here each frame gets its own
     `tf.io.decode_jpeg`/`decode_png` op in one graph (the frame count is static), the kernel TFDS's
-    Image runs, so the frames out are identical. Stored exactly as `Video` stores them (one encoded
-    image per frame), so shards written with either class read with either; features.json names this
-    class, and `tfds.builder_from_directory` imports it from `vidvol.core.features`.
+    Image runs, so the frames out are identical and plain `tfds.load` streams at close to the JPEG
+    decode limit. In NumPy (`tfds.data_source`) JPEG frames decode with `tf.io.decode_jpeg`'s pixels
+    too (`core.jpeg`), so `tfds.data_source` gives `tfds.load`'s frames. Stored exactly as `Video`
+    stores them (one encoded image per frame), so shards written with either class read with either;
+    features.json names this class, and `tfds.builder_from_directory` imports it from
+    `vidvol.core.features`.
 
     `decode_batch_example` decodes a batch of videos (B, T) of encoded frames in one call, e.g. after
     `tfds.load(..., decoders={"video": tfds.decode.SkipDecoding()})` and `.batch(B)`. Variable-length

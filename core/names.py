@@ -1,17 +1,9 @@
 """File names as vidvol hashes and shows them: any name a filesystem can hold, UTF-8 or not.
 
-On POSIX a file name is bytes. Python hands bytes that are not UTF-8 over as lone surrogates
-(`os.fsdecode(b"caf\\xe9.mp4")` is `"caf\\udce9.mp4"`), which no UTF-8 writer accepts. vidvol keeps
-that `str` to open the file, and:
-
-- hashes and orders a name by its bytes, `name_bytes` (`os.fsencode`'s bytes on POSIX, spelled out
-  so that every machine gets the same ones); for a UTF-8 name they are `name.encode("utf-8")`, so
-  the split and shard order of every existing UTF-8 name is unchanged;
-- shows it, wherever it writes a name (example keys, text features such as `video_id`, label names,
-  the skip report, the build log and the terminal), by one rule, `shown`: each byte that is not
-  UTF-8 becomes `\\xNN` (`caf\\xe9.mp4`); a UTF-8 name is shown as it is.
-
-`NAMES_ERRORS` is that rule as a codec error handler, for streams that write whatever text comes.
+On POSIX a file name is bytes, which Python hands over as lone surrogates where they are not UTF-8
+(`os.fsdecode(b"caf\\xe9.mp4")` is `"caf\\udce9.mp4"`); vidvol keeps that `str` to open the file,
+hashes and orders it by its bytes (`name_bytes`) and shows it by one rule (`shown`). `NAMES_ERRORS`
+is that rule as a codec error handler, for streams that write whatever text comes.
 """
 
 from __future__ import annotations
@@ -38,7 +30,18 @@ codecs.register_error(NAMES_ERRORS, _escape_undecoded)
 
 
 def name_bytes(name: str | bytes) -> bytes:
-    """The bytes a name stands for (what vidvol hashes): `os.fsencode`'s on POSIX, UTF-8 for a UTF-8 name."""
+    """The bytes a name stands for (what vidvol hashes): `os.fsencode`'s on POSIX, UTF-8 for a UTF-8 name.
+
+    vidvol hashes and orders a name by these bytes (spelled out so that every machine gets the same
+    ones); for a UTF-8 name they are `name.encode("utf-8")`, so the split and shard order of every
+    existing UTF-8 name is unchanged.
+
+    Args:
+      name: a file name as Python gives it (surrogate-escaped where not UTF-8), or its bytes.
+
+    Returns:
+      The name's bytes.
+    """
     if isinstance(name, bytes):
         return name
     try:
@@ -48,7 +51,17 @@ def name_bytes(name: str | bytes) -> bytes:
 
 
 def shown(text: str) -> str:
-    """`text` as vidvol writes it: each byte that is not UTF-8 as `\\xNN`; valid UTF-8 text unchanged."""
+    """`text` as vidvol writes it: each byte that is not UTF-8 as `\\xNN`; valid UTF-8 text unchanged.
+
+    The one rule wherever vidvol writes a name (example keys, text features such as `video_id`, label
+    names, the skip report, the build log and the terminal): `caf\\xe9.mp4`.
+
+    Args:
+      text: a name or any text holding one.
+
+    Returns:
+      The text, writable by any UTF-8 writer.
+    """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
