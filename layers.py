@@ -1,17 +1,8 @@
 """Keras layers that finish on the accelerator what `vidvol.load` leaves undone on the host.
 
-`Dequantize(scale, offset)`: the stored integers of `vidvol.load` with `vidvol.Output(dtype="uint8"|"int16")`
-(a quarter or half the bytes of float32 through the input pipeline and onto the device) become
-`x * scale + offset` in float on the device; with the scale and offset of
-`vidvol.dequantize_params(...)` that equals `vidvol.load`'s float32 output within float rounding.
-
-    dq = vidvol.dequantize_params("hmdb51/split1_20x64x64", "uint8", mean=MEAN, std=STD, data_dir=D)
-    ds = vidvol.load("hmdb51/split1_20x64x64", "train", 32, data_dir=D,
-                     spec=vidvol.ReadSpec(output=vidvol.Output(dtype="uint8")))
-    video = keras.Input((20, 64, 64, 3), dtype="uint8")
-    x = vidvol.layers.Dequantize(dq.scale, dq.offset)(video)   # or dq.layer()
-
-This module imports only Keras and NumPy (no other vidvol module): the lowest layer of the package.
+`Dequantize(scale, offset)` turns the stored integers of `vidvol.Output(dtype="uint8"|"int16")`
+into float on the device. This module imports only Keras and NumPy (no other vidvol module): the
+lowest layer of the package.
 """
 
 from __future__ import annotations
@@ -36,6 +27,17 @@ def _as_config(values: Any) -> float | list[float]:
 @keras.saving.register_keras_serializable(package="vidvol")
 class Dequantize(keras.layers.Layer):
     """`cast(x) * scale + offset`: stored integers (or any numbers) to float on the device.
+
+    The stored integers of `vidvol.load` with `vidvol.Output(dtype="uint8"|"int16")` (a quarter or
+    half the bytes of float32 through the input pipeline and onto the device) become
+    `x * scale + offset` in float on the device; with the scale and offset of
+    `vidvol.dequantize_params(...)` that equals `vidvol.load`'s float32 output within float rounding.
+
+        dq = vidvol.dequantize_params("hmdb51/split1_20x64x64", "uint8", mean=MEAN, std=STD, data_dir=D)
+        ds = vidvol.load("hmdb51/split1_20x64x64", "train", 32, data_dir=D,
+                         spec=vidvol.ReadSpec(output=vidvol.Output(dtype="uint8")))
+        video = keras.Input((20, 64, 64, 3), dtype="uint8")
+        x = vidvol.layers.Dequantize(dq.scale, dq.offset)(video)   # or dq.layer()
 
     Args:
       scale, offset: scalars, or one value per channel (the last axis), e.g. from

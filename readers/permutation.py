@@ -1,19 +1,8 @@
 """A keyed bijection on [0, n): the epoch's example order, evaluable at any one position in O(1).
 
-`permute(positions, n, seed)` (TensorFlow, vectorized) and `permute_np` (NumPy) give the same
-integers: position `j` of an epoch reads example `permute(j, n, seed)`, and every example comes
-exactly once. Nothing is held: the order is a pure function of the position and the `[2]` seed
-(`rng.example_seed(seed, epoch, pipeline, rng.ORDER)`), so an iterator restored at position `j`
-continues the same order, another host computes the same one, and the random-access readers
-(`readers.random_access`) share it.
-
-A balanced Feistel network on the smallest even number of bits holding n (at least 2), six rounds
-of splitmix64's finalizer keyed per round, restricted to [0, n) by cycle-walking: a value that
-lands at or past n is encrypted again until it falls inside (the network is a permutation of
-[0, 2^bits), so the walk ends, on average after under 4 encryptions since 2^bits < 4n). Six rounds
-because four rounds of a balanced Feistel network are the minimum for a pseudo-random permutation
-in theory; two more cost little (a few integer ops per position) and remove the residual structure
-a simple round function leaves at four (measured by `benchmarks/resume.py`'s order metrics).
+`permute` (TensorFlow, vectorized) and `permute_np` (NumPy) give the same integers: position `j` of
+an epoch reads example `permute(j, n, seed)`, every example exactly once. Nothing is held, so a
+restored iterator, another host and the random-access readers compute the same order.
 """
 
 from __future__ import annotations
@@ -76,9 +65,28 @@ def permute_np(positions, n: int, seed) -> np.ndarray:
 def permute(positions: tf.Tensor, n: int, seed: tf.Tensor) -> tf.Tensor:
     """The example at each of `positions` (int64, each in [0, n)) of the order keyed by `seed`.
 
-    `seed`: int64 `[..., 2]` broadcastable against `positions` (one `[2]` seed, or one per position:
-    a batch that crosses an epoch boundary holds positions of two orders). `n` is a Python int (one
-    pipeline's examples per epoch, fixed when the pipeline is made).
+    The order is a pure function of the position and the `[2]` seed (`rng.example_seed(seed, epoch,
+    pipeline, rng.ORDER)`), so an iterator restored at position `j` continues the same order,
+    another host computes the same one, and the random-access readers (`readers.random_access`,
+    through `permute_np`) share it.
+
+    A balanced Feistel network on the smallest even number of bits holding n (at least 2), six
+    rounds (`ROUNDS`) of splitmix64's finalizer keyed per round, restricted to [0, n) by
+    cycle-walking: a value that lands at or past n is encrypted again until it falls inside (the
+    network is a permutation of [0, 2^bits), so the walk ends, on average after under 4 encryptions
+    since 2^bits < 4n). Six rounds because four rounds of a balanced Feistel network are the minimum
+    for a pseudo-random permutation in theory; two more cost little (a few integer ops per position)
+    and remove the residual structure a simple round function leaves at four (measured by
+    `benchmarks/resume.py`'s order metrics).
+
+    Args:
+      positions: int64 positions, any shape, each in [0, n).
+      n: a Python int (one pipeline's examples per epoch, fixed when the pipeline is made).
+      seed: int64 `[..., 2]` broadcastable against `positions` (one `[2]` seed, or one per position:
+        a batch that crosses an epoch boundary holds positions of two orders).
+
+    Returns:
+      The example index at each position, int64, the shape of `positions`.
     """
     x = tf.cast(positions, tf.int64)
     n = int(n)

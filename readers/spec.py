@@ -1,22 +1,9 @@
 """What every vidvol reader reads and hands out, as values: `ReadSpec(clips, normalize, output, augment)`, and `Tuning`.
 
-`vidvol.load`, `vidvol.grain_dataset`, `vidvol.torch_dataset`, `SupervisedExamples.make` and
-`vidvol.data_source` take the same `spec=ReadSpec(...)`, so a clip, normalization or output choice
-is written once and checked here, in `__post_init__`, the same way for every reader (a bad value is
-a `ValueError` naming the field and the choices). A reader that cannot honour a part says so
-(`ReadSpec.check_supported`) instead of ignoring it.
-
-The parts are what the peers keep apart too: a DMVR factory takes the sampling and normalization
-in `configure()` (`num_frames`, `stride`, `num_test_clips`, `zero_centering_image`), apart from
-`make_dataset()`'s reader arguments and `tune()`'s speed; pytorchvideo's `LabeledVideoDataset` a
-clip sampler object and a transform; `tfds.load` its output options (`as_supervised`,
-`decoders`) beside its read options (`read_config`). The
-spec is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a
-spec can be compared and stored with an experiment while the tuning follows the machine.
-Augmentation is the `augment` part, a frozen dataclass like the others but None by default (nothing
-augmented): `VideoAugment` crops and flips the uint8 frames before `normalize` (`readers.augment_video`),
-`VolumeAugment` takes MONAI's `Rand*` transforms to volumes (`readers.augment_volume`); iteration state
-belongs to the readers, not here.
+`vidvol.load`, `grain_dataset`, `torch_dataset`, `SupervisedExamples.make` and `data_source` take
+the same `spec=ReadSpec(...)`, checked here the same way for every reader (a bad value is a
+`ValueError` naming the field and the choices); a reader that cannot honour a part says so
+(`ReadSpec.check_supported`). The spec is what comes out; `Tuning` is how fast.
 """
 
 from __future__ import annotations
@@ -202,6 +189,18 @@ class ReadSpec:
     Defaults read every stored frame, frames float32 in [0, 1], the supervised `((x, mask), y)`
     tuple, as `vidvol.load(name, split, batch_size)` always has, and augment nothing.
 
+    The parts are what the peers keep apart too: a DMVR factory takes the sampling and
+    normalization in `configure()` (`num_frames`, `stride`, `num_test_clips`,
+    `zero_centering_image`), apart from `make_dataset()`'s reader arguments and `tune()`'s speed;
+    pytorchvideo's `LabeledVideoDataset` a clip sampler object and a transform; `tfds.load` its
+    output options (`as_supervised`, `decoders`) beside its read options (`read_config`). The spec
+    is what comes out (it changes the tensors); `Tuning` is how fast (it never does), so a spec can
+    be compared and stored with an experiment while the tuning follows the machine. Augmentation is
+    the `augment` part, a frozen dataclass like the others but None by default: `VideoAugment` crops
+    and flips the uint8 frames before `normalize` (`readers.augment_video`), `VolumeAugment` takes
+    MONAI's `Rand*` transforms to volumes (`readers.augment_volume`); iteration state belongs to the
+    readers, not here.
+
     Args:
       clips: the read-time clips (`vidvol.Clips`); default `Clips()`: every stored frame.
       normalize: the frame normalization and resize (`vidvol.Normalize`); default `Normalize()`.
@@ -282,8 +281,8 @@ class Tuning:
         parse each batch of serialized records in one call (same values and, under a seed, the same
         order as TFDS's per-example parse); default True. False parses each record with TFDS's decoders.
       direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
-        bytes straight from the file into the batch (`readers.direct_volumes`: indexed once, CRC32C
-        checked; same tensors and order); default True. False: through TensorFlow's TFRecord reader.
+        bytes straight from the file into the batch (`readers.tfdata.direct_volumes`: indexed once, CRC32C
+        checked; same tensors and order); default True. False: whole records, parsed with TFDS's specs.
 
     Raises:
       ValueError: `cycle_length` or `memory_budget_bytes` not None or an integer >= 1, or a flag not a bool.
