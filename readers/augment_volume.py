@@ -1,23 +1,9 @@
 """Read-time volume augmentation (`ReadSpec(augment=VolumeAugment(...))`): MONAI's `Rand*` transforms, seeded per example.
 
-Per volume (in this order): random spatial patches (MONAI `RandSpatialCropSamples(roi_size,
-num_samples)`, TorchIO `Queue`'s `samples_per_volume`), random flips per axis (a MONAI
-`RandFlip(prob, spatial_axis=a)` for each axis `a`), a random 90-degree rotation in a plane
-(`RandRotate90(prob, max_k, spatial_axes)`), intensity scale `v * (1 + factor)`
-(`RandScaleIntensity(factors, prob)`) and shift `v + offset` (`RandShiftIntensity(offsets,
-prob)`). The draws follow MONAI's rules (formulas, ranges, the np.rot90 direction, the patch corner
-uniform in `[0, size - patch]`, the evaluation centre `size // 2 - patch // 2` of
-`CenterSpatialCrop`); the numbers come from `rng.example_rng(seed, epoch, index,
-rng.VOLUME_AUGMENT)`, a pure function of the example's draw, so `vidvol.load` and the random-access
-readers give the same patches for the same (seed, epoch, index), a restored iterator continues
-exactly, and each epoch differs.
-
-The mask follows every spatial transform (a `BoxMask` stays a box: its box is cut to the patch,
-flipped and rotated, then made dense at the patch shape). The intensity shift is applied where the
-mask is 1 only, so padding stays 0 (MONAI shifts every voxel); the scale leaves 0 at 0 anyway.
-Evaluation (`training=False`) takes one deterministic centre patch per volume and nothing random.
-Numbers are computed identically on both sides (float32 `x * (1 + factor)`, then `+ offset * mask`),
-so `vidvol.load` and the random-access readers agree bit for bit.
+Per volume: random patches, flips, a 90-degree rotation, intensity scale and shift, each by MONAI's
+rule (`VolumeAugment`, `draw`), the mask following the spatial ones (`VolumePlan`). The numbers are a
+pure function of (seed, epoch, index), so every reader gives the same patches, bit for bit
+(docs/reading.md, "Volume augmentation").
 """
 
 from __future__ import annotations
@@ -76,8 +62,19 @@ class VolumeAugment:
     """Random patches, flips, 90-degree rotations and intensity scale/shift of volumes, as MONAI's `Rand*` transforms.
 
     Every transform is off until its `*_prob` is above 0 (MONAI's own default prob is 0.1; here the
-    prob is the switch), its other parameters keep MONAI's defaults. Evaluation takes the centre
-    patch and nothing random (module docstring; docs/reading.md, "Volume augmentation").
+    prob is the switch), its other parameters keep MONAI's defaults. Evaluation (`training=False`)
+    takes one deterministic centre patch per volume and nothing random (`centre`; docs/reading.md,
+    "Volume augmentation").
+
+    Per volume (in this order): random spatial patches (MONAI `RandSpatialCropSamples(roi_size,
+    num_samples)`, TorchIO `Queue`'s `samples_per_volume`), random flips per axis (a MONAI
+    `RandFlip(prob, spatial_axis=a)` for each axis `a`), a random 90-degree rotation in a plane
+    (`RandRotate90(prob, max_k, spatial_axes)`), intensity scale `v * (1 + factor)`
+    (`RandScaleIntensity(factors, prob)`) and shift `v + offset` (`RandShiftIntensity(offsets,
+    prob)`). The mask follows every spatial transform (a `BoxMask` stays a box: its box is cut to the
+    patch, flipped and rotated, then made dense at the patch shape). The intensity shift is applied
+    where the mask is 1 only, so padding stays 0 (MONAI shifts every voxel); the scale leaves 0 at 0
+    anyway.
 
     Args:
       patch_size: (D, H, W) of the random patch (MONAI `roi_size`); None on an axis (or None for all,
@@ -186,8 +183,20 @@ def draw(augment: VolumeAugment, shape: Sequence[int], patch: Sequence[int], gen
     """A training volume's samples from `gen`: 12 uniforms each, always (so enabling one transform moves no other).
 
     MONAI's rules: the corner uniform in [0, size - patch] per axis; each flip with `flip_prob`; with
-    `rotate_prob`, k uniform in 1..max_k; with `scale_prob`, factor uniform in the factors' range; with
-    `shift_prob`, offset uniform in the offsets' range.
+    `rotate_prob`, k uniform in 1..max_k (the np.rot90 direction); with `scale_prob`, factor uniform
+    in the factors' range; with `shift_prob`, offset uniform in the offsets' range. The numbers come
+    from `rng.example_rng(seed, epoch, index, rng.VOLUME_AUGMENT)`, a pure function of the example's
+    draw, so `vidvol.load` and the random-access readers give the same patches for the same (seed,
+    epoch, index), a restored iterator continues exactly, and each epoch differs.
+
+    Args:
+      augment: the transforms and their probabilities.
+      shape: the stored volume's (D, H, W).
+      patch: the patch's (D, H, W).
+      gen: the example's generator (`rng.example_rng(..., rng.VOLUME_AUGMENT)`).
+
+    Returns:
+      `samples_per_volume` `Sample`s: patch corner, flipped axes, quarter turns, scale, shift.
     """
     a = augment
     scale_lo, scale_hi = a.scale_factors or (0.0, 0.0)
@@ -244,7 +253,20 @@ def box_of(box: Sequence[Sequence[int]], sample: Sample, patch: Sequence[int], p
 
 
 def intensity_np(values: np.ndarray, mask: np.ndarray | None, scale: float, shift: float) -> np.ndarray:
-    """float32 `values * scale + shift * mask` (shift only where the mask is 1), as `finish` computes it in TensorFlow."""
+    """float32 `values * scale + shift * mask` (shift only where the mask is 1), as `finish` computes it in TensorFlow.
+
+    Numbers are computed identically on both sides (float32 `x * (1 + factor)`, then
+    `+ offset * mask`), so `vidvol.load` and the random-access readers agree bit for bit.
+
+    Args:
+      values: the patch's voxels.
+      mask: its mask (None: all ones).
+      scale: the sample's `1 + factor`.
+      shift: the sample's offset.
+
+    Returns:
+      The float32 voxels.
+    """
     y = np.multiply(values, np.float32(scale), dtype=np.float32)
     if shift:
         y = y + (np.float32(shift) if mask is None else np.float32(shift) * mask.astype(np.float32))

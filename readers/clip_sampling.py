@@ -1,15 +1,9 @@
 """Read-time clip sampling: which stored frames form a fixed-length clip, in TF (graph mode) or NumPy.
 
-A clip is `clip_length` frame indices `start, start + stride, ..., start + (clip_length - 1) * stride`.
-Training draws `start` uniformly from every start whose clip fits in the video (start 0 when none
-fits); evaluation takes `num_clips` evenly spaced starts from the first to the last fitting start
-(the middle one when `num_clips == 1`). Slots that run past the video's end get `valid = False`
-and repeat the last frame's index, so a gather stays in range and the caller zeroes them. The
-functions work on index arrays only; decoding the chosen frames is the loader's job.
-
-The rules are written once over a small array namespace (`_TF`, `_NP`): `vidvol.load` runs them
-as TF ops inside its tf.data graph (`random_clip`, `even_clips`); the random-access readers (Grain,
-PyTorch) run the same rules on NumPy (`random_clip_np`, `even_clips_np`), so both sample clips alike.
+The rules (`ClipWindow`) are written once over a small array namespace (`_TF`, `_NP`): `vidvol.load`
+runs them as TF ops inside its tf.data graph (`random_clip`, `even_clips`); the random-access readers
+(Grain, PyTorch) run the same rules on NumPy (`random_clip_np`, `even_clips_np`), so both sample
+clips alike.
 """
 
 from __future__ import annotations
@@ -24,7 +18,16 @@ import tensorflow as tf
 
 @dataclasses.dataclass(frozen=True)
 class ClipWindow:
-    """Clip length, frame stride and the number of evenly spaced clips taken at evaluation."""
+    """Clip length, frame stride and the number of evenly spaced clips taken at evaluation.
+
+    A clip is `clip_length` frame indices `start, start + stride, ..., start + (clip_length - 1) *
+    stride`. Training draws `start` uniformly from every start whose clip fits in the video (start 0
+    when none fits); evaluation takes `eval_clips` evenly spaced starts from the first to the last
+    fitting start (the middle one when `eval_clips == 1`). Slots that run past the video's end get
+    `valid = False` and repeat the last frame's index, so a gather stays in range and the caller
+    zeroes them. The functions work on index arrays only; decoding the chosen frames is the
+    loader's job.
+    """
 
     clip_length: int
     stride: int = 1

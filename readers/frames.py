@@ -1,11 +1,9 @@
-"""Video frames at read time: encoded ones kept as strings through the shuffle and decoded a batch at a
-time; raw (uncompressed uint8) ones parsed a batch at a time with one `tf.io.decode_raw`.
+"""Video frames at read time: encoded ones kept as strings until their batch decodes, raw ones parsed a batch at a time.
 
-Large RGB JPEG frames decode in one Python call per batch (`JpegBatchDecode`: libjpeg-turbo through
-simplejpeg, with the fast integer IDCT and fancy upsampling that `tf.io.decode_jpeg` uses, so the
-same pixels bit for bit), each frame straight into its slot of the batch; other frames through
-TensorFlow's decode ops. Only frames of at least `HOST_DECODE_MIN_PIXELS` go the first way by default;
-`VIDVOL_JPEG_DECODE=tf` (or `host`) in the environment forces one way for every size.
+Large RGB JPEG frames decode in one Python call per batch (`JpegBatchDecode`: the pixels of
+`tf.io.decode_jpeg`, bit for bit), each frame straight into its slot of the batch; other frames
+through TensorFlow's decode ops, raw (uncompressed uint8) ones with one `tf.io.decode_raw`
+(`decode_raw_batch`). `host_jpeg_decode` says which way a feature's frames go.
 """
 
 from __future__ import annotations
@@ -118,7 +116,17 @@ def simplejpeg_decodes(feature: tfds.features.Video) -> bool:
 
 
 def host_jpeg_decode(feature: tfds.features.Video) -> bool:
-    """Whether `feature`'s frames decode through `JpegBatchDecode` (RGB JPEG, simplejpeg installed, not turned off)."""
+    """Whether `feature`'s frames decode through `JpegBatchDecode` (RGB JPEG, simplejpeg installed, not turned off).
+
+    Only frames of at least `HOST_DECODE_MIN_PIXELS` go that way by default; `VIDVOL_JPEG_DECODE=tf`
+    (or `host`) in the environment forces one way for every size.
+
+    Args:
+      feature: a video feature.
+
+    Returns:
+      True: `JpegBatchDecode`; False: TensorFlow's decode ops.
+    """
     choice = os.environ.get(JPEG_DECODE_ENV, "").lower()
     if choice == "tf" or not simplejpeg_decodes(feature) or None in feature.shape[1:3]:
         return False

@@ -1,19 +1,8 @@
 """What `vidvol.load` hands the model: the dtype of frames and volumes, the mask, and how to dequantize on the device.
 
-`Output.dtype` (`vidvol.Output`, in `spec=vidvol.ReadSpec(output=...)`; frames and volumes; other
-features keep their own dtype):
-
-- "float32" (default): model-ready floats on the host (frames scaled to [0, 1], then mean/std).
-- "bfloat16" / "float16": the same numbers cast on the host (half the bytes to the device; float16
-  is exact for whole numbers up to 2048, bfloat16 up to 256).
-- the stored integers: "uint8" for video frames, "int16" for MRI volumes stored as int16 (every
-  scanner-valued config). Nothing is converted on the host; `dequantize_params` gives the
-  `scale` and `offset` with which `x * scale + offset` equals the float32 output, and
-  `vidvol.layers.Dequantize` applies them on the accelerator.
-
-`Output.mask_dtype`: float32 (default), bfloat16, float16, uint8 or bool; None leaves the `mask` input out.
-Omitting it is for data whose every voxel (frame) is real; the loader checks that per batch and
-stops with an error naming the fix when a mask has a 0 (padding), so nothing is silently lost.
+`Output.dtype` takes float32 (default), bfloat16 / float16, or the stored integers (uint8 frames,
+int16 volumes: `output_dtype_name`), which `Dequantization` turns into the float32 output on the
+accelerator; `Output.mask_dtype` chooses the mask's dtype, or leaves it out (`mask_dtype_name`).
 """
 
 from __future__ import annotations
@@ -47,7 +36,26 @@ def _dtype_name(value: Any) -> str | None:
 
 
 def output_dtype_name(value: Any, field: str = "output_dtype") -> str:
-    """The canonical name of an output dtype; ValueError naming `field` and listing the choices for anything else."""
+    """The canonical name of an output dtype; ValueError naming `field` and listing the choices for anything else.
+
+    `Output.dtype` (`vidvol.Output`, in `spec=vidvol.ReadSpec(output=...)`) applies to frames and
+    volumes; other features keep their own dtype:
+
+    - "float32" (default): model-ready floats on the host (frames scaled to [0, 1], then mean/std).
+    - "bfloat16" / "float16": the same numbers cast on the host (half the bytes to the device;
+      float16 is exact for whole numbers up to 2048, bfloat16 up to 256).
+    - the stored integers: "uint8" for video frames, "int16" for MRI volumes stored as int16 (every
+      scanner-valued config). Nothing is converted on the host; `dequantize_params` gives the
+      `scale` and `offset` with which `x * scale + offset` equals the float32 output, and
+      `vidvol.layers.Dequantize` applies them on the accelerator.
+
+    Args:
+      value: a dtype name, or a tf/np dtype.
+      field: the field named in the error.
+
+    Returns:
+      The dtype's name, one of `OUTPUT_DTYPES`.
+    """
     name = _dtype_name(value)
     if name not in OUTPUT_DTYPES:
         raise ValueError(f"{field} must be one of {list(OUTPUT_DTYPES)} (or the matching tf/np dtype), got {value!r}")
@@ -55,7 +63,20 @@ def output_dtype_name(value: Any, field: str = "output_dtype") -> str:
 
 
 def mask_dtype_name(value: Any, field: str = "mask_dtype") -> str | None:
-    """The canonical name of a mask dtype (None: leave the mask out); ValueError listing the choices for anything else."""
+    """The canonical name of a mask dtype (None: leave the mask out); ValueError listing the choices for anything else.
+
+    `Output.mask_dtype`: float32 (default), bfloat16, float16, uint8 or bool; None leaves the `mask`
+    input out. Omitting it is for data whose every voxel (frame) is real; the loader checks that per
+    batch (`full_mask_check`) and stops with an error naming the fix when a mask has a 0 (padding),
+    so nothing is silently lost.
+
+    Args:
+      value: a dtype name, a tf/np dtype, or None.
+      field: the field named in the error.
+
+    Returns:
+      The dtype's name, one of `MASK_DTYPES`, or None.
+    """
     if value is None:
         return None
     name = _dtype_name(value)
