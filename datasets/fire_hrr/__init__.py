@@ -1,0 +1,1 @@
+"""fire_hrr: fire-test recordings with per-frame heat release rate, as a TFDS dataset folder."""

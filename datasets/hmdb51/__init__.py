@@ -1,0 +1,1 @@
+"""hmdb51: HMDB51 human action clips, as a TFDS dataset folder."""

@@ -1,0 +1,1 @@
+"""video_folder: your own labelled videos, as a TFDS dataset folder."""

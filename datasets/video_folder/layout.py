@@ -1,22 +1,9 @@
 """video_folder's manual_dir layouts: class folders, split lists (UCF101 and HMDB51 formats), CSV lists, hashed splits.
 
-- class folders `<class>/<video>.<ext>` (any container OpenCV decodes), directly in manual_dir
-  or in one folder below it (`UCF-101/<class>/...`, `hmdb51_org/<class>/...`); labels are the
-  sorted folder names (or the order of a UCF101 `classInd.txt` next to the lists);
-- optional split lists next to them: UCF101's `trainlist01.txt` (`<class>/<video> <label index>`)
-  and `testlist01.txt` (`<class>/<video>`), or HMDB51's `<class>_test_split<k>.txt`
-  (`<video> <id>`, 1 = train, 2 = test, 0 = unused); one numbered *set* of lists is used;
-- without lists, a deterministic hashed train/validation/test split by video, or by a group
-  that a regular expression reads from the file name (UCF101's `_g(\\d+)_`), so that one group
-  never straddles two splits;
-- or a CSV `path,label[,split][,start,end]` (`csv_list`), where `start`/`end` seconds cut a clip
-  out of a longer video (Kinetics-style lists).
-
-What hmdb51 and mri_volumes share with it (class folders, HMDB51 split files, hashed splits,
-label order) is `vidvol.builders.sources.labels`. manual_dir may be a local folder or a URL
+`discover` reads a manual_dir as one of them. manual_dir may be a local folder or a URL
 (`s3://bucket/videos`, any fsspec URL): every listing, existence check and list read goes through
-`vidvol.builders.sources.files`. Nothing here decodes a video; a listed video that is missing is
-left for the example function to report as a skip.
+`vidvol.builders.sources.files`; what hmdb51 and mri_volumes share with it (class folders, HMDB51
+split files, hashed splits, label order) is `vidvol.builders.sources.labels`.
 """
 
 from __future__ import annotations
@@ -539,8 +526,36 @@ def _from_csv(manual_dir: str, csv_path: str, options: Options) -> Collection:
 
 
 def discover(manual_dir: str, options: Options) -> Collection:
-    """Reads a manual_dir as a CSV list (the config's `csv_file`, or one top-level CSV with a
-    `path,label` header) or as class folders with optional split lists."""
+    """Reads a manual_dir as a CSV list or as class folders with optional split lists.
+
+    The layouts:
+
+    - class folders `<class>/<video>.<ext>` (any container OpenCV decodes), directly in manual_dir
+      or in one folder below it (`UCF-101/<class>/...`, `hmdb51_org/<class>/...`); labels are the
+      sorted folder names (or the order of a UCF101 `classInd.txt` next to the lists);
+    - optional split lists next to them: UCF101's `trainlist01.txt` (`<class>/<video> <label index>`)
+      and `testlist01.txt` (`<class>/<video>`), or HMDB51's `<class>_test_split<k>.txt`
+      (`<video> <id>`, 1 = train, 2 = test, 0 = unused); one numbered *set* of lists is used;
+    - without lists, a deterministic hashed train/validation/test split by video, or by a group
+      that a regular expression reads from the file name (UCF101's `_g(\\d+)_`), so that one group
+      never straddles two splits;
+    - or a CSV `path,label[,split][,start,end]` (`csv_list`: the config's `csv_file`, or one
+      top-level CSV with a `path,label` header), where `start`/`end` seconds cut a clip out of a
+      longer video (Kinetics-style lists).
+
+    Nothing here decodes a video; a listed video that is missing is left for the example function
+    to report as a skip.
+
+    Args:
+      manual_dir: the folder or URL holding the videos.
+      options: the config's layout options (CSV file, split set, hashed fractions, group pattern).
+
+    Returns:
+      The `Collection`: the layout found, the label names and each split's videos.
+
+    Raises:
+      LayoutError: nothing to write (no video in any split), with the layouts expected.
+    """
     csv_path = find_csv(manual_dir, options.csv_file)
     if csv_path is not None:
         collection = _from_csv(manual_dir, csv_path, options)

@@ -2,13 +2,8 @@
 
     python -m vidvol.datasets.video_folder.make_dummy_data [OUT_DIR]
 
-- `folders/`: class folders only (`jump/`, `wave/`), .avi + .mp4 + .mkv mixed: hashed 80/10/10 split;
-- `ucf101/`: `UCF-101/<Class>/v_<Class>_g<group>_c<clip>.avi` with `ucfTrainTestlist/` (classInd.txt,
-  trainlist01/02.txt, testlist01/02.txt); class names whose sorted order differs from classInd's;
-- `hmdb51_lists/`: `videos/<class>/*.mp4` with `splits/<class>_test_split1.txt`;
-- `csv/`: three longer videos (.mp4, .avi, .mkv) and `clips.csv` (`path,label,split,start,end`).
-
-The writers (`write_clip`, `ucf101_tree`) are reused by the tests to write their inputs.
+The layouts (`main`): `folders/`, `ucf101/`, `hmdb51_lists/` and `csv/`. The writers (`write_clip`,
+`ucf101_tree`) are reused by the tests to write their inputs.
 """
 
 from __future__ import annotations
@@ -77,7 +72,18 @@ def ucf101_tree(root: str, *, classes=UCF_CLASSES, groups=(1, 2, 3), clips=(1, 2
 
 
 def main(out: str = DUMMY_DIR) -> None:
-    """Writes every layout under `out` (replacing what is there)."""
+    """Writes every layout under `out` (replacing what is there).
+
+    - `folders/`: class folders only (`jump/`, `wave/`), .avi + .mp4 + .mkv mixed: hashed 80/10/10 split;
+    - `ucf101/`: `UCF-101/<Class>/v_<Class>_g<group>_c<clip>.avi` with `ucfTrainTestlist/`
+      (classInd.txt, trainlist01/02.txt, testlist01/02.txt); class names whose sorted order differs
+      from classInd's;
+    - `hmdb51_lists/`: `videos/<class>/*.mp4` with `splits/<class>_test_split1.txt`;
+    - `csv/`: three longer videos (.mp4, .avi, .mkv) and `clips.csv` (`path,label,split,start,end`).
+
+    Args:
+      out: the dummy_data folder (default: this dataset's `dummy_data/`).
+    """
     for layout in ("folders", "ucf101", "hmdb51_lists", "csv"):
         shutil.rmtree(os.path.join(out, layout), ignore_errors=True)
     for c, (cls, names) in enumerate(FOLDER_VIDEOS.items()):
