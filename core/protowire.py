@@ -1,7 +1,7 @@
 """Protobuf wire-format varints: the one encoder and decoder behind vidvol's direct record writing and reading.
 
-Used where vidvol writes `tf.train.Example` bytes itself (`builders.example_bytes`) and where it
-reads stored volumes straight out of TFRecord files (`readers.direct_volumes`).
+Used where vidvol writes `tf.train.Example` bytes itself (`builders.writer.example_bytes`) and where it
+reads stored volumes straight out of TFRecord files (`readers.tfdata.direct_volumes`).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class EpochOrder:
 
 
 class EpochSampler:
-    """A resumable sampler: `vidvol.load`'s order over `examples` (a `random_access.SupervisedExamples`: its length,
+    """A resumable sampler: `vidvol.load`'s order over `examples` (a `data_source.SupervisedExamples`: its length,
     `training`, `seed` and `source.fingerprint`), for `torch.utils.data.DataLoader`.
 
     `shuffle` (default: the dataset's `training`): a new permutation of the split per epoch (call
