@@ -1,1 +1,4 @@
-"""The build side, dataset-agnostic, in rooms: transforms (array stages), sources (inputs), writer (Beam writes), builder bases on top."""
+"""The build side, dataset-agnostic, in rooms, with the builder bases on top.
+
+The rooms: transforms (array stages), sources (inputs), writer (Beam writes).
+"""

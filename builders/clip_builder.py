@@ -1,4 +1,6 @@
-"""The TFDS side every video-clip dataset shares (hmdb51, video_folder): configs, named geometries, features, the builder base.
+"""The TFDS side every video-clip dataset shares: configs, named geometries, features, the builder base.
+
+The video-clip datasets are hmdb51 and video_folder.
 
 `ClipConfig` holds the fields of a clip geometry (frame count, size, resize, sampling, storage),
 `GEOMETRIES` the named ones offered as configs, `clip_features` the feature set, and

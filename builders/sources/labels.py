@@ -1,4 +1,4 @@
-"""Labelled inputs as datasets list them: the video-file test, class folders, HMDB51 split files, hashed splits, label order.
+"""Labelled inputs as datasets list them: the video-file test, class folders, split files, hashed splits, label order.
 
 What several datasets share about listing their inputs, so that none imports another's layout:
 hmdb51 and video_folder find class folders and read HMDB51's `<class>_test_split<k>.txt` files

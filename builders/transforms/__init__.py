@@ -1,1 +1,4 @@
-"""Dataset-agnostic stages on arrays, one kind per module: video decoding, frame ops, volumes, clip / frame-series / volume examples."""
+"""Dataset-agnostic stages on arrays, one kind per module.
+
+Video decoding, frame ops, volumes, clip / frame-series / volume examples.
+"""

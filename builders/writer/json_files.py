@@ -1,4 +1,7 @@
-"""The small JSON documents a build writes next to its shards (shard sidecars, the skip report), each written whole, no URL secret in them."""
+"""The small JSON documents a build writes next to its shards, each written whole, no URL secret in them.
+
+They are the shard sidecars and the skip report.
+"""
 
 from __future__ import annotations
 

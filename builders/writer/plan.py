@@ -1,4 +1,4 @@
-"""Shard planning, before anything is decoded: sources in a stable order, cut into contiguous shard tasks, and the plan file.
+"""Shard planning, before anything is decoded: sources in a stable order, cut into shard tasks, and the plan file.
 
 Sources are ordered by a stable hash (classes mixed across shards, the same order in every
 run) and cut into `num_shards_for` contiguous chunks, one `ShardTask` per shard file. The
