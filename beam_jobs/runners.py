@@ -5,11 +5,6 @@ Prism binary, so "direct" here always means Beam's `FnApiRunner` (the engine beh
 runner), multi-process with one SDK worker per core — or, for a build of at most
 `SMALL_BUILD_SOURCES` inputs whose worker count/mode the user did not choose, one in-process worker
 (starting a worker process per core, each importing TensorFlow, costs more than such a build).
-
-`RECIPES` names, per runner a user can pick (`direct`, `portable`, `flink`, `spark`, `dataflow`),
-the Beam runner class, the options it cannot run without and what it needs so its workers can
-import vidvol; `pipeline_flags` turns a runner name plus user flags into a checked flag list, and
-`unknown_options` catches a misspelled option before a cluster job is submitted.
 """
 
 from __future__ import annotations
@@ -59,7 +54,13 @@ class MissingOptionError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class RunnerRecipe:
-    """What one runner choice means: Beam runner class, required options, how workers get vidvol."""
+    """What one runner choice means: Beam runner class, required options, how workers get vidvol.
+
+    `RECIPES` names, per runner a user can pick (`direct`, `portable`, `dask`, `flink`, `spark`,
+    `dataflow`), the Beam runner class, the options it cannot run without and what it needs so its
+    workers can import vidvol; `pipeline_flags` turns a runner name plus user flags into a checked
+    flag list, and `unknown_options` catches a misspelled option before a cluster job is submitted.
+    """
 
     name: str  # the `--runner` choice of `python -m vidvol.beam_jobs.build`
     beam_runner: str  # the Beam `--runner` value

@@ -1,15 +1,8 @@
-"""Every CSV list a dataset reads (labels.csv, video lists, per-video series), read so that a failure names file and line.
+"""Every CSV list a dataset reads (labels.csv, video lists, per-video series), read so a failure names file and line.
 
 Python's `csv` module fails on two things real exports contain without saying where: a byte that
-is not UTF-8 (a list saved as Latin-1 or Windows-1252 by a spreadsheet: `UnicodeDecodeError:
-'utf-8' codec can't decode byte 0xe9 in position 8191`, a position in the decoder's buffer, not the
-file) and a field longer than `csv.field_size_limit()` (131072 characters: `_csv.Error: field
-larger than field limit`), almost always a quote opened and never closed, which swallows the rest
-of the file into one field. `rows` reads the file whole (CSV lists are small next to what they
-list; a URL is one request anyway), decodes it strictly as UTF-8 (a byte-order mark is dropped),
-and turns either failure, and any other `csv.Error`, into a ValueError (the dataset's own error
-class where it passes one) naming the file, the line and the fix. The limit is kept, not raised:
-a cell that long is never a path, a label or a number.
+is not UTF-8 and a field longer than `csv.field_size_limit()`; `rows` turns either, and any other
+`csv.Error`, into a ValueError naming the file, the line and the fix (see `rows`).
 """
 
 from __future__ import annotations
@@ -57,7 +50,21 @@ def _csv_error(path: str, first: int, last: int, e: csv.Error) -> str:
 
 def rows(path: str, *, error: type[ValueError] = CsvError) -> Iterator[tuple[int, list[str]]]:
     """(line number, cells) of each record of the CSV file `path` (the line its record ends on, as `csv.reader`'s
-    `line_num`); a non-UTF-8 byte, an over-long field or malformed CSV is `error` naming file, line and fix."""
+    `line_num`); a non-UTF-8 byte, an over-long field or malformed CSV is `error` naming file, line and fix.
+
+    The two failures Python's `csv` module reports without saying where: a byte that is not UTF-8 (a
+    list saved as Latin-1 or Windows-1252 by a spreadsheet: `UnicodeDecodeError: 'utf-8' codec can't
+    decode byte 0xe9 in position 8191`, a position in the decoder's buffer, not the file) and a
+    field longer than `csv.field_size_limit()` (131072 characters: `_csv.Error: field larger than
+    field limit`), almost always a quote opened and never closed, which swallows the rest of the
+    file into one field.
+
+    The file is read whole (CSV lists are small next to what they list; a URL is one request
+    anyway), decoded strictly as UTF-8 (a byte-order mark is dropped), and either failure, and any
+    other `csv.Error`, becomes a ValueError (the dataset's own error class where it passes one)
+    naming the file, the line and the fix. The limit is kept, not raised: a cell that long is never
+    a path, a label or a number.
+    """
     reader = csv.reader(io.StringIO(read_text(path, error=error), newline=""))
     while True:
         first = reader.line_num + 1

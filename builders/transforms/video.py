@@ -2,14 +2,10 @@
 
 Every function works on one video (or one image) at a time and returns numpy arrays in RGB
 order, so that builders never see OpenCV's BGR layout. Decoding is always one sequential pass
-(``grab`` every frame, ``retrieve`` only the wanted ones): seeking in DivX/XVID AVI files is
-slow and lands on the wrong frame, and a single pass also yields the true decoded length, which
-container headers often misreport.
-
-A path may also be a URL (`s3://...`, any fsspec URL, see `vidvol.builders.sources.files`): probing and
-decoding fetch it into a local temporary file for the call (OpenCV reads local files only), and
-`read_image` reads it straight into memory. The example functions fetch a source once
-(`files.local_copy`) and hand the local path to these stages.
+(see `decode_frames`). A path may also be a URL (`s3://...`, any fsspec URL, see
+`vidvol.builders.sources.files`): probing and decoding fetch it into a local temporary file for
+the call (OpenCV reads local files only), and `read_image` reads it straight into memory. The
+example functions fetch a source once (`files.local_copy`) and hand the local path to these stages.
 """
 
 from __future__ import annotations
@@ -345,6 +341,10 @@ def decode_frames(
     With ``encode`` each kept frame is encoded at once (``encode(rgb) -> bytes``) into ``encoded``
     and only those bytes are held: every frame of a long video, kept compressed. Nothing is sized
     by the frame count the container claims.
+
+    Why one sequential pass (``grab`` every frame, ``retrieve`` only the wanted ones): seeking in
+    DivX/XVID AVI files is slow and lands on the wrong frame, and a single pass also yields the true
+    decoded length, which container headers often misreport.
     """
     path = os.fspath(path)
     if files.is_url(path):  # OpenCV needs a local file: fetch one for this call

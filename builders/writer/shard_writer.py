@@ -1,14 +1,11 @@
 """The write step: each Beam worker writes whole shards, one example at a time straight into the file.
 
 The pipeline is shard numbers spread over the workers (`shard_pipeline`); `WriteShardFn` turns
-one into its shard: it reads the shard's sources from the plan file, runs each through the
-example function, serializes every example as it comes (`example_bytes`) and feeds the records
-to TFDS's file adapter, so a worker holds one decoded example plus the record writer's small
-buffer whatever the dataset's size (TFDS's stock Beam writer instead groups every serialized
-example of a shard, and on the direct runner of the whole split, in memory before writing).
-Each attempt is renamed into place whole, then its sidecar (`<shard>.info.json`: keys, skips,
-sizes, checksum) marks it done. A failed write (disk full, quota, file size limit) is a
-`ShardWriteError` naming the file, which the driver turns into one `BuildWriteError`.
+one into its shard, so a worker holds one decoded example plus the record writer's small buffer
+whatever the dataset's size. Each attempt is renamed into place whole, then its sidecar
+(`<shard>.info.json`: keys, skips, sizes, checksum) marks it done. A failed write (disk full,
+quota, file size limit) is a `ShardWriteError` naming the file, which the driver turns into one
+`BuildWriteError`.
 """
 
 from __future__ import annotations
@@ -122,7 +119,14 @@ def writing(path: str) -> Iterator[None]:
 
 
 class WriteShardFn(beam.DoFn):
-    """Writes one shard: example by example, encoded and serialized straight into the file."""
+    """Writes one shard: example by example, encoded and serialized straight into the file.
+
+    It reads the shard's sources from the plan file, runs each through the example function,
+    serializes every example as it comes (`example_bytes`) and feeds the records to TFDS's file
+    adapter, so a worker holds one decoded example plus the record writer's small buffer whatever
+    the dataset's size (TFDS's stock Beam writer instead groups every serialized example of a shard,
+    and on the direct runner of the whole split, in memory before writing).
+    """
 
     def __init__(
         self, features: tfds.features.FeatureConnector, example_fns: Mapping[str, ExampleFn],
