@@ -2,16 +2,9 @@
 
 A builder declares, per split, a list of small picklable *sources* (a path and a label, an
 experiment's frame list, ...) and a picklable *example function* that turns one source into
-`(key, example)` pairs or `Skip` records (`vidvol.builders.example_io`). `StreamingBeamBuilder`
-then plans shards up front (`vidvol.builders.writer.plan`) and runs one Beam pipeline in which
-each worker writes whole shards, one example at a time (`vidvol.builders.writer.shard_writer`),
-in the builder's TFDS file format (`vidvol.builders.writer.formats`); it collects the splits,
-writes the skip report and the shard list, and ends the build with its summary.
-
-`ExamplesFromSources` is also a regular TFDS `_generate_examples` PTransform, so the same
-builders can be written by TFDS's stock writer (the benchmark compares the two).
-Which Beam runner a build uses is not decided here: callers above (`vidvol.beam_jobs`) install a
-resolver with `vidvol.builders.writer.runner.set_runner_resolver`.
+`(key, example)` pairs or `Skip` records (`vidvol.builders.example_io`); `StreamingBeamBuilder`
+writes them (its docstring says how). Which Beam runner a build uses is not decided here: callers
+above (`vidvol.beam_jobs`) install a resolver with `vidvol.builders.writer.runner.set_runner_resolver`.
 """
 
 from __future__ import annotations
@@ -80,6 +73,9 @@ class ExamplesFromSources(beam.PTransform):
     builder passes `video.single_threaded_opencv`: Beam's workers are the parallelism).
     A builder may return a split with no source, with `empty_reason` saying why: the streaming
     builder leaves it out of the dataset's splits and its summary says why.
+
+    Being a regular TFDS `_generate_examples` PTransform, it lets the same builders be written by
+    TFDS's stock writer (the benchmark compares the two).
     """
 
     def __init__(
@@ -132,6 +128,12 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     `set_runner_resolver`). While it runs, the terminal shows one progress bar per split (from the
     workers' progress records), warnings and errors; everything else goes to a build log next to
     the dataset folder; the per-split summary comes last (see `vidvol.builders.writer.build_log`).
+
+    How a build runs: it plans shards up front (`vidvol.builders.writer.plan`) and runs one Beam
+    pipeline in which each worker writes whole shards, one example at a time
+    (`vidvol.builders.writer.shard_writer`), in the builder's TFDS file format
+    (`vidvol.builders.writer.formats`); it collects the splits, writes the skip report and the shard
+    list, and ends the build with its summary.
     """
 
     MIN_SHARDS = DEFAULT_MIN_SHARDS

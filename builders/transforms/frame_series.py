@@ -1,18 +1,9 @@
 """Ordered frames with a per-frame float target -> fixed-length, masked windows (one frame at a time).
 
-Two kinds of source, one recipe:
-
-- `FrameSeriesSource`: image files in time order, each with its target (and optionally a time);
-- `VideoSeriesSource`: one video plus a `(time, value)` series; each decoded frame's target is the
-  series linearly interpolated at the frame's timestamp.
-
-A sequence longer than `WindowSpec.max_len` is cut into consecutive windows of `max_len` frames,
-each its own example (key `<key>/w000`, `<key>/w001`, ...), so no frame is lost; the last window
-is zero-padded. Every slot of a window has `mask` 1 (a usable frame with a finite target) or 0
-(padding, an unreadable frame, a NaN target, a frame outside the series): mask-0 slots hold the
-zero frame and target 0. Frames are read (or taken from the decoded window), resized and encoded
-to JPEG/PNG one at a time, so an example function holds at most one window of frames and
-usually one frame plus the encoded bytes; padding reuses one encoded zero frame.
+Two kinds of source, one recipe: `FrameSeriesSource` (image files in time order, each with its
+target and optionally a time) and `VideoSeriesSource` (one video plus a `(time, value)` series;
+each decoded frame's target is the series linearly interpolated at the frame's timestamp). How a
+sequence becomes windows, and what a masked slot holds, is in `series_example`.
 """
 
 from __future__ import annotations
@@ -368,7 +359,18 @@ def video_series_example(source: VideoSeriesSource, spec: WindowSpec) -> Iterato
 
 
 def series_example(source: FrameSeriesSource | VideoSeriesSource, spec: WindowSpec) -> Iterator[example_io.KeyExample | example_io.Skip]:
-    """Either kind of source to its windows (the example function a builder hands to the writer)."""
+    """Either kind of source to its windows (the example function a builder hands to the writer).
+
+    A sequence longer than `WindowSpec.max_len` is cut into consecutive windows of `max_len` frames,
+    each its own example (key `<key>/w000`, `<key>/w001`, ...), so no frame is lost; the last window
+    is zero-padded. Every slot of a window has `mask` 1 (a usable frame with a finite target) or 0
+    (padding, an unreadable frame, a NaN target, a frame outside the series): mask-0 slots hold the
+    zero frame and target 0.
+
+    Frames are read (or taken from the decoded window), resized and encoded to JPEG/PNG one at a
+    time, so an example function holds at most one window of frames and usually one frame plus the
+    encoded bytes; padding reuses one encoded zero frame.
+    """
     if isinstance(source, VideoSeriesSource):
         return video_series_example(source, spec)
     if isinstance(source, FrameSeriesSource):

@@ -1,17 +1,9 @@
 """Encoded TFDS example -> serialized `tf.train.Example` bytes, written directly in protobuf's wire format.
 
-TFDS's `ExampleSerializer` builds a `tf.train.Example` message (copying every value into a
-BytesList, then the whole feature map into the Example) and `SerializeToString` copies it all
-again: for large examples (a window of full-size JPEG frames) those copies are most of what
-serializing costs a build. `serialize` produces the same bytes as
-`serializer.get_tf_example(example).SerializeToString(deterministic=True)` (feature-map entries in
-key order; tests compare them byte for byte on every feature kind vidvol writes) with one join.
-
-TFDS decides what each feature becomes: the same `_add_ragged_fields` (nested sequences), nest
-flattening and `_item_to_np_array` (dtype/shape checks, errors naming the feature) run first;
-only the message building is ours. They come from `vidvol.core.tfds_api`, which checks them at
-import; where they are missing (another TFDS version, or `VIDVOL_TFDS_PUBLIC_ONLY=1`),
-`Serializer` uses TFDS's own path.
+TFDS's `ExampleSerializer` copies every value into the message and `SerializeToString` copies it
+all again: for large examples those copies are most of what serializing costs a build. `serialize`
+produces the same bytes with one join; TFDS still decides what each feature becomes, and
+`Serializer` falls back to TFDS's own path where its internals are missing (see both).
 """
 
 from __future__ import annotations
@@ -122,7 +114,16 @@ _KEY_ORDER: Callable[[str], Any] | None = None
 
 
 def serialize(example: Mapping[str, Any], tensor_info_dict: Mapping[str, Any]) -> bytes:
-    """Bytes of the `tf.train.Example` TFDS would make of the encoded `example` (deterministic map order)."""
+    """Bytes of the `tf.train.Example` TFDS would make of the encoded `example` (deterministic map order).
+
+    TFDS's `ExampleSerializer` builds a `tf.train.Example` message (copying every value into a
+    BytesList, then the whole feature map into the Example) and `SerializeToString` copies it all
+    again: for large examples (a window of full-size JPEG frames) those copies are most of what
+    serializing costs a build. This produces the same bytes as
+    `serializer.get_tf_example(example).SerializeToString(deterministic=True)` (feature-map entries
+    in key order; tests compare them byte for byte on every feature kind vidvol writes) with one
+    join.
+    """
     example = _TFDS.flatten_nest_dict(example)
     flat = _TFDS.flatten_nest_dict({
         k: _TFDS.add_ragged_fields(example[k], info)
@@ -145,7 +146,14 @@ def serialize(example: Mapping[str, Any], tensor_info_dict: Mapping[str, Any]) -
 
 
 class Serializer:
-    """`features.encode_example(example)` -> serialized bytes; the fast path where TFDS's internals allow."""
+    """`features.encode_example(example)` -> serialized bytes; the fast path where TFDS's internals allow.
+
+    TFDS decides what each feature becomes: the same `_add_ragged_fields` (nested sequences), nest
+    flattening and `_item_to_np_array` (dtype/shape checks, errors naming the feature) run first;
+    only the message building is ours. They come from `vidvol.core.tfds_api`, which checks them at
+    import; where they are missing (another TFDS version, or `VIDVOL_TFDS_PUBLIC_ONLY=1`),
+    `Serializer` uses TFDS's own path.
+    """
 
     def __init__(self, features: tfds.features.FeatureConnector, *, fast: bool | None = None):
         self._features = features

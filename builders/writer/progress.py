@@ -1,17 +1,10 @@
 """Build progress from the workers' own records: one bar (or plain line) per split, on every runner.
 
 Workers write, next to the shard they are writing, a tiny JSON record `<shard>.partial.progress`
-(inputs done so far, examples written, inputs skipped), rewritten whole (temporary file, then
-rename) at most every `WRITE_INTERVAL_S` and once more when the shard is complete. The driver
-polls those records while the pipeline runs (`ProgressMonitor`, a background thread) and shows,
-per split, inputs done / inputs planned (a skipped input counts as done), the rate and the ETA.
+(`ProgressRecorder`); the driver polls those records while the pipeline runs (`ProgressMonitor`).
 Nothing comes from runner metrics, so the same display works on the FnApiRunner (in memory or
-multi-process), the portable runner and Dask. `collect_split` removes the records with the
-shards' other sidecars.
-
-Displays: `BarDisplay` (tqdm bars: `tqdm.auto` in a notebook with ipywidgets, terminal bars on
-a TTY) and `LineDisplay` (one plain line per split at most every `LINE_INTERVAL_S`, plus a final
-one, for logs and CI).
+multi-process), the portable runner and Dask. Displays: `BarDisplay` (tqdm bars) and
+`LineDisplay` (plain lines, for logs and CI).
 """
 
 from __future__ import annotations
@@ -65,7 +58,13 @@ def read_progress(path: str) -> dict[str, Any] | None:
 
 
 class ProgressRecorder:
-    """Worker side: counts one shard's inputs as they are done and rewrites its record now and then."""
+    """Worker side: counts one shard's inputs as they are done and rewrites its record now and then.
+
+    The record `<shard>.partial.progress` holds inputs done so far, examples written and inputs
+    skipped; it is rewritten whole (temporary file, then rename) at most every `WRITE_INTERVAL_S`
+    and once more when the shard is complete. `collect_split` removes the records with the shards'
+    other sidecars.
+    """
 
     def __init__(self, path: str, num_sources: int, *, interval: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.path = path
@@ -138,7 +137,10 @@ def progress_line(title: str, state: SplitProgress, elapsed: float) -> str:
 
 
 class LineDisplay:
-    """One plain line per split at most every `interval` seconds while it moves, and a final one."""
+    """One plain line per split at most every `interval` seconds while it moves, and a final one.
+
+    At most every `LINE_INTERVAL_S` by default, plus a final one, for logs and CI.
+    """
 
     def __init__(self, title: str, emit: Callable[[str], None], *, interval: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -222,7 +224,10 @@ def _columns(stream: TextIO) -> int:
 
 
 class BarDisplay:
-    """One tqdm bar per split: inputs done / planned, rate, ETA; examples and skips as its postfix."""
+    """One tqdm bar per split: inputs done / planned, rate, ETA; examples and skips as its postfix.
+
+    `tqdm.auto` in a notebook with ipywidgets, terminal bars on a TTY.
+    """
 
     def __init__(self, title: str, stream: TextIO, states: Sequence[SplitProgress]):
         tqdm = _tqdm_class(stream)
@@ -280,6 +285,9 @@ class ProgressMonitor:
     `interval` seconds from a daemon thread (so it works whether `run()` blocks, as the
     FnApiRunner's does, or returns at once, as the portable and Dask runners' do) and once more
     when the block ends; `states` then holds the final per-split sums.
+
+    It shows, per split, inputs done / inputs planned (a skipped input counts as done), the rate and
+    the ETA.
     """
 
     def __init__(self, shards: Mapping[str, Sequence[tuple[str, int]]], display: Display | None = None, *,
