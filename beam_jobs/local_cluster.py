@@ -1,22 +1,9 @@
 """A loopback stand-in for a Beam cluster: a job service and an external SDK worker pool, as processes.
 
-`local_portable_services()` starts
-
-- Beam's job service, `python -m apache_beam.runners.portability.local_job_service_main --port P`
-  (it binds `localhost:P`, i.e. loopback only), and
-- an external SDK worker pool, `python -m vidvol.beam_jobs.worker_pool --service_port=Q` (Beam's
-  own `worker_pool_main` binds every interface and has no address flag; ours binds 127.0.0.1),
-
-each in its own process group, with free ports picked at run time and this interpreter's
-directory first on PATH (the pool starts its SDK workers as `python -c ...`, so they run the same
-environment and can import vidvol). A pipeline submitted with `PortableServices.flags()` then runs
-the way it would on a cluster: the driver submits a portable job, the job service plans it and
-asks the pool for SDK workers, and the workers unpickle vidvol's DoFns. On exit both process
-groups (and the SDK workers in them) are terminated, then killed.
-
-The job service's own FnApiRunner opens its control/data/state/logging gRPC ports on `[::]:0`
-(ephemeral ports, all interfaces; Beam has no option for that address) — as does the direct
-runner in multi-process mode. On a shared host, firewall those or run inside a network namespace.
+`local_portable_services()` starts Beam's job service and vidvol's external SDK worker pool, each
+in its own process group on loopback ports; a pipeline submitted with `PortableServices.flags()`
+then runs the way it would on a cluster. What binds where, and what to firewall on a shared host,
+is in `local_portable_services` and docs/clusters.md.
 """
 
 from __future__ import annotations
@@ -134,7 +121,25 @@ def start_service(argv: Sequence[str], *, port: int, log_path: str, env: dict[st
 def local_portable_services(
     *, python: str | None = None, log_dir: str | None = None, timeout: float = 90.0
 ) -> Iterator[PortableServices]:
-    """Runs a loopback job service + worker pool for the `with` block; always stops both."""
+    """Runs a loopback job service + worker pool for the `with` block; always stops both.
+
+    It starts Beam's job service, `python -m apache_beam.runners.portability.local_job_service_main
+    --port P` (it binds `localhost:P`, i.e. loopback only), and an external SDK worker pool, `python
+    -m vidvol.beam_jobs.worker_pool --service_port=Q` (Beam's own `worker_pool_main` binds every
+    interface and has no address flag; ours binds 127.0.0.1), each in its own process group, with
+    free ports picked at run time and this interpreter's directory first on PATH (the pool starts
+    its SDK workers as `python -c ...`, so they run the same environment and can import vidvol).
+
+    A pipeline submitted with `PortableServices.flags()` then runs the way it would on a cluster:
+    the driver submits a portable job, the job service plans it and asks the pool for SDK workers,
+    and the workers unpickle vidvol's DoFns. On exit both process groups (and the SDK workers in
+    them) are terminated, then killed.
+
+    The job service's own FnApiRunner opens its control/data/state/logging gRPC ports on `[::]:0`
+    (ephemeral ports, all interfaces; Beam has no option for that address) — as does the direct
+    runner in multi-process mode. On a shared host, firewall those or run inside a network
+    namespace.
+    """
     python = python or sys.executable
     log_dir = log_dir or tempfile.mkdtemp(prefix="vidvol_portable_")
     os.makedirs(log_dir, exist_ok=True)

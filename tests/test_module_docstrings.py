@@ -24,11 +24,8 @@ MAX_LINES = 10
 NOT_YET = {
     "beam_jobs/build.py",
     "beam_jobs/dask_cluster.py",
-    "beam_jobs/local_cluster.py",
     "builders/isolation.py",
     "builders/sources/archive.py",
-    "builders/sources/files.py",
-    "builders/transforms/volume_window.py",
     "builders/writer/build_lock.py",
     "builders/writer/build_log.py",
     "testing/samples.py",

@@ -1,23 +1,10 @@
-"""The build side's file layer: local paths through `os`/`open`, URLs (`s3://`, `gs://`, any fsspec protocol) through fsspec.
+"""The build side's file layer: local paths through `os`/`open`, URLs (`s3://`, `gs://`, ...) through fsspec.
 
 Layout discovery (listing class folders, reading CSV and split files, checking that files exist)
-calls these functions with whatever manual_dir is; a local path takes exactly the `os` call it
-always took. The example functions fetch one URL source at a time into a local temporary file
-(`local_copy`) for OpenCV and nibabel, which need local paths, and delete it when done.
-
-Credentials come from the usual environment variables (`AWS_ACCESS_KEY_ID`,
-`AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ENDPOINT_URL`/`AWS_ENDPOINT_URL_S3`,
-`AWS_DEFAULT_REGION`, ...; `GOOGLE_APPLICATION_CREDENTIALS` for gs://) or fsspec's own
-configuration (`~/.config/fsspec/`, `FSSPEC_<PROTOCOL>_<OPTION>` variables), read by the file
-system library in each process, Beam workers included. Nothing here stores or prints a secret:
-messages of errors raised from here have the values of secret-looking environment variables
-replaced by `***`.
-
-Errors: a missing file is a `FileNotFoundError` naming the URL; refused credentials are an
-`AccessDeniedError` (a RuntimeError, so a worker stops the build rather than skipping every
-input); a transient error (connection reset or refused, timeout, 5xx) is retried `retries`
-times with a short backoff and then raised as `RemoteReadError` (an OSError: an example
-function's input error, i.e. a recorded skip) naming the URL and the error.
+calls these functions with whatever manual_dir is (any fsspec protocol); a local path takes
+exactly the `os` call it always took. The example functions fetch one URL source at a time into a
+local temporary file (`local_copy`) for OpenCV and nibabel, which need local paths, and delete it
+when done. Credentials and errors: see `read_bytes`; nothing here stores or prints a secret.
 """
 
 from __future__ import annotations
@@ -243,7 +230,22 @@ def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
 
 
 def read_bytes(path: str, retries: int = RETRIES) -> bytes:
-    """The whole file; a URL is read in one request, transient errors retried."""
+    """The whole file; a URL is read in one request, transient errors retried.
+
+    Credentials (for this and every URL call here) come from the usual environment variables
+    (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    `AWS_ENDPOINT_URL`/`AWS_ENDPOINT_URL_S3`, `AWS_DEFAULT_REGION`, ...;
+    `GOOGLE_APPLICATION_CREDENTIALS` for gs://) or fsspec's own configuration (`~/.config/fsspec/`,
+    `FSSPEC_<PROTOCOL>_<OPTION>` variables), read by the file system library in each process, Beam
+    workers included. Nothing here stores or prints a secret: messages of errors raised from here
+    have the values of secret-looking environment variables replaced by `***`.
+
+    Errors: a missing file is a `FileNotFoundError` naming the URL; refused credentials are an
+    `AccessDeniedError` (a RuntimeError, so a worker stops the build rather than skipping every
+    input); a transient error (connection reset or refused, timeout, 5xx) is retried `retries` times
+    with a short backoff and then raised as `RemoteReadError` (an OSError: an example function's
+    input error, i.e. a recorded skip) naming the URL and the error.
+    """
     if not is_url(path):
         with open(path, "rb") as f:
             return f.read()

@@ -1,21 +1,10 @@
 """Only the source voxels a fixed-shape output needs, read through the proxy a window of planes at a time.
 
-`vidvol.builders.transforms.volume.preprocess_volume` decides the output grid from the header alone
-(canonical RAS, voxel size, centre crop/pad) and hands the part of the grid it keeps to these
-functions, which read it back to source voxels:
-
-- without resampling, the kept RAS block is a source block (flips and axis swaps only): it is read
-  in windows of whole planes along the source's slowest axis;
-- with resampling (linear, edge values past the last voxel), each output voxel needs two source
-  voxels per axis: along the two fast axes the window spans the needed range, along the slowest it
-  holds only the needed planes (a downsampled whole field of view skips the planes in between),
-  and the output is made a window of output planes at a time.
-
-Windows go forward in the file (a ``.nii.gz`` proxy decompresses once, front to back) and hold at
-most about ``window_bytes`` of source voxels. The values are those of `volume.resample_to_spacing`
-on the whole volume, bit for bit: the same scipy kernel (`ndimage.map_coordinates`, which shares
-`affine_transform`'s interpolation code) at the same coordinates shifted by whole voxels, which is
-exact in floating point, so the weights and their sums are the same numbers.
+`vidvol.builders.transforms.volume.preprocess_volume` decides the output grid from the header
+alone (canonical RAS, voxel size, centre crop/pad) and hands the part of the grid it keeps to
+these functions (`copy_window` without resampling, `resample_window` with it). Windows go forward
+in the file (a ``.nii.gz`` proxy decompresses once, front to back) and hold at most about
+``window_bytes`` of source voxels.
 """
 
 from __future__ import annotations
@@ -80,7 +69,11 @@ def _index(axis: int, part: slice) -> tuple:
 
 
 def copy_window(reader: RasReader, src: Sequence[slice], out: np.ndarray, *, window_bytes: int = WINDOW_BYTES) -> None:
-    """``out[...] = RAS voxels src`` (no resampling), read a window of planes along the slab axis at a time."""
+    """``out[...] = RAS voxels src`` (no resampling), read a window of planes along the slab axis at a time.
+
+    Without resampling, the kept RAS block is a source block (flips and axis swaps only): it is read
+    in windows of whole planes along the source's slowest axis.
+    """
     axis = reader.slab_axis
     plane_bytes = 4 * int(np.prod([s.stop - s.start for a, s in enumerate(src) if a != axis]))
     per = max(1, window_bytes // max(plane_bytes, 1))
@@ -131,6 +124,16 @@ def resample_window(reader: RasReader, ras_shape: Sequence[int], scale: Sequence
     """``out = resampled grid voxels src``: linear interpolation of RAS voxel ``k * scale`` (edges: nearest).
 
     The values of `volume.resample_to_spacing(order=1)` followed by the crop to `src`, read a window at a time.
+
+    With resampling (linear, edge values past the last voxel), each output voxel needs two source
+    voxels per axis: along the two fast axes the window spans the needed range, along the slowest it
+    holds only the needed planes (a downsampled whole field of view skips the planes in between),
+    and the output is made a window of output planes at a time.
+
+    The values are those of `volume.resample_to_spacing` on the whole volume, bit for bit: the same
+    scipy kernel (`ndimage.map_coordinates`, which shares `affine_transform`'s interpolation code)
+    at the same coordinates shifted by whole voxels, which is exact in floating point, so the
+    weights and their sums are the same numbers.
     """
     axis = reader.slab_axis
     coords, floors, ranges = [], [], []
