@@ -1,25 +1,11 @@
 """Example functions run in a child process the Beam worker can lose: a decoder that crashes takes only its source.
 
 A native decoder (OpenCV's FFmpeg, libjpeg, ...) can die on a damaged file of a signal (SIGSEGV,
-SIGABRT, SIGBUS, SIGFPE) that no `except` catches. In the worker it would take every shard that
-worker writes with it, and in an in-process build the driver, leaving its lock and `incomplete.*`
-folder behind. `InChild(example_fn)` is an example function that runs `example_fn(record)` in a
-child process and streams the items back; a child that dies is `DecoderCrash` (an input error, so
-the source's skip, its reason naming the signal and the file) and the next source gets a new child.
-
-The child is a fresh Python (not a fork: a Beam worker runs gRPC and TensorFlow threads, whose
-state a forked child would inherit half-way), started when the worker meets its first source and
-kept for the following ones (renewed after `RECYCLE_AFTER` sources or a crash; not one per
-source). It imports only what the example function needs: the `vidvol` package is entered
-without running its facade (`vidvol/__init__.py`, which loads TensorFlow), until something asks
-the facade for a name. The example function's setup functions (`setup`, e.g. OpenCV's thread
-count) run in it once. Requests and answers are pickles on two pipes: the items, the log records it
-emits (logged again in the worker, so they reach the build log) and the example function's
-exception, raised again in the worker. Its temporary files (URL fetches, safe names for OpenCV)
-live in one folder the worker removes when the child ends, however it ends.
-
-`VIDVOL_DECODE_IN_CHILD=0` runs example functions in the worker itself (e.g. to debug one with
-pdb); so does a platform that is not POSIX, and a worker that cannot start a process.
+SIGABRT, SIGBUS, SIGFPE) that no `except` catches, taking the worker's shards (or, in-process, the
+driver) with it. `InChild(example_fn)` runs `example_fn(record)` in a child process and streams the
+items back; a child that dies is `DecoderCrash` (the source's skip). How the child lives is in
+`InChild`. `VIDVOL_DECODE_IN_CHILD=0` runs example functions in the worker itself (e.g. to debug
+one with pdb); so does a platform that is not POSIX, and a worker that cannot start a process.
 """
 
 from __future__ import annotations
@@ -432,11 +418,27 @@ def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: An
 
 
 class InChild:
-    """An example function that runs `example_fn` in a child process the worker can lose (see the module docstring).
+    """An example function that runs `example_fn` in a child process the worker can lose (see below).
 
     `setup` functions run once in each child before its first source (what a Beam worker's setup does
     for the worker, e.g. `video.single_threaded_opencv`). Picklable (Beam ships it to the workers);
     the child is started in the worker on first use.
+
+    Why: a decoder killed by a signal in the worker would take every shard that worker writes with
+    it, and in an in-process build the driver, leaving its lock and `incomplete.*` folder behind. A
+    child that dies is `DecoderCrash` (an input error, so the source's skip, its reason naming the
+    signal and the file) and the next source gets a new child.
+
+    The child is a fresh Python (not a fork: a Beam worker runs gRPC and TensorFlow threads, whose
+    state a forked child would inherit half-way), started when the worker meets its first source and
+    kept for the following ones (renewed after `RECYCLE_AFTER` sources or a crash; not one per
+    source). It imports only what the example function needs: the `vidvol` package is entered
+    without running its facade (`vidvol/__init__.py`, which loads TensorFlow), until something asks
+    the facade for a name. The example function's setup functions (`setup`, e.g. OpenCV's thread
+    count) run in it once. Requests and answers are pickles on two pipes: the items, the log records
+    it emits (logged again in the worker, so they reach the build log) and the example function's
+    exception, raised again in the worker. Its temporary files (URL fetches, safe names for OpenCV)
+    live in one folder the worker removes when the child ends, however it ends.
     """
 
     def __init__(self, example_fn: example_io.ExampleFn, *, setup: Sequence[Callable[[], None]] = ()):

@@ -2,20 +2,9 @@
 
 Every generator writes files with the real encoders the builders read back (OpenCV's FFmpeg for
 AVI/MP4 and JPEG, nibabel for NIfTI) and is deterministic given `seed`. Frames carry textured,
-moving content (a drifting colour gradient, moving shapes, mild noise) so that codecs and motion
-sampling behave as on real footage, plus two strips that survive lossy coding and resizing:
-
-- an index strip along the top eighth: `INDEX_BITS` equal cells across the full width, white
-  for 1 and black for 0, most significant bit first, encoding the frame index modulo
-  2**INDEX_BITS (`decode_frame_index` reads it back, also after a resize to any size);
-- a colour key along the bottom eighth: pure red, green and blue thirds, left to right in RGB,
-  so a BGR/RGB mix-up is visible (`colour_key_ok`).
-
-`content="footage"` frames look like camera footage instead and carry no strips: a textured set
-with detail at every scale and hard edges, seen by a hand-held camera (pan, shake, slow zoom), a
-textured figure moving across it, flickering light and sensor noise. Stored as small JPEG frames
-(64x64, quality 90) they are about as large and as slow to decode as frames of real videos (the
-benchmark's hmdb51 inputs; `benchmarks/RESULTS.md` lists the stored KiB per frame and the decode rate).
+moving content so that codecs and motion sampling behave as on real footage, plus an index strip
+and a colour key that survive lossy coding and resizing, or look like camera footage
+(`content="footage"`); `make_frame` describes both.
 """
 
 from __future__ import annotations
@@ -194,7 +183,19 @@ def make_frame(index: int, *, height: int = 240, width: int = 320, seed: int = 0
                content: str = "textured") -> np.ndarray:
     """The RGB uint8 frame `index` of a sample video: content, index strip and colour key.
 
-    `content="footage"`: camera-like frames (see the module docstring), with no strips.
+    The default content is a drifting colour gradient, moving shapes and mild noise, plus two
+    strips: an index strip along the top eighth (`INDEX_BITS` equal cells across the full width,
+    white for 1 and black for 0, most significant bit first, encoding the frame index modulo
+    2**INDEX_BITS; `decode_frame_index` reads it back, also after a resize to any size) and a colour
+    key along the bottom eighth (pure red, green and blue thirds, left to right in RGB, so a BGR/RGB
+    mix-up is visible: `colour_key_ok`).
+
+    `content="footage"` frames look like camera footage instead and carry no strips: a textured set
+    with detail at every scale and hard edges, seen by a hand-held camera (pan, shake, slow zoom), a
+    textured figure moving across it, flickering light and sensor noise. Stored as small JPEG frames
+    (64x64, quality 90) they are about as large and as slow to decode as frames of real videos (the
+    benchmark's hmdb51 inputs; `benchmarks/RESULTS.md` lists the stored KiB per frame and the decode
+    rate).
     """
     if content not in CONTENTS:
         raise ValueError(f"content must be one of {CONTENTS}, got {content!r}")
