@@ -1,29 +1,10 @@
 """Build one vidvol dataset config on a chosen Beam runner, through the TFDS builder API.
 
-    python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
-        [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
-        [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
-        [--if_building wait|fail]
-        [--BEAM_OPTION VALUE | --BEAM_OPTION=VALUE | --BEAM_FLAG ...]
+    python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT [OPTIONS]
 
-Every option this parser does not know (`--name value` or `--name=value`) is a Beam pipeline option (`--flink_master=`,
-`--project=`, `--sdk_container_image=`, `--direct_num_workers=`, ...): it is checked against the
-installed Beam's PipelineOptions (a misspelling stops the build before anything starts) and
-passed to the runner. The default runner is Beam's FnApiRunner, multi-process, one SDK worker per
-core, offline; a build of at most `runners.SMALL_BUILD_SOURCES` inputs runs in-process with one worker
-unless `--direct_num_workers`/`--direct_running_mode` is given. A dataset that is already prepared is
-left alone unless `--overwrite`. While it runs, the terminal shows one progress bar per split,
-warnings and errors; Beam's, TensorFlow's and the SDK workers' output goes to a build log next to
-the dataset folder (`DATA_DIR/NAME/CONFIG/build-VERSION-TIMESTAMP.log`, path printed at the start;
-`--verbose` or `VIDVOL_VERBOSE=1` keeps everything on the terminal). The build ends with a JSON
-line on stdout, then, last, one summary line per split (examples, shards, bytes, skips by reason)
-and where the skip report is, on stderr, taken from what the workers wrote, so they are the same
-on every runner (some, like Dask, report no metrics). `--dry_run` prints the checked options and
-the equivalent `tfds build` command. `--file_format array_record` writes ArrayRecord shards (random
-access: `vidvol.data_source`, Grain, PyTorch) instead of TFRecord (`vidvol.load`, `tfds.load`); a
-format the streaming writer cannot honour stops the build before anything is written. One build of
-a config writes into a data_dir at a time: a second one waits for it and reuses its dataset, or
-with `--if_building fail` exits at once with code 75 naming the running build (host, pid, start).
+Every option this parser does not know is a Beam pipeline option, checked against the installed
+Beam before anything starts. The full usage, what the terminal and the build log show, and how
+concurrent builds of one config behave are in `main`'s docstring and docs/building.md.
 """
 
 from __future__ import annotations
@@ -363,7 +344,40 @@ EXIT_BUILD_IN_PROGRESS = 75  # EX_TEMPFAIL: try again later
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: builds, then prints the JSON result (stdout) and, last, the per-split summary (stderr)."""
+    """CLI entry point: builds, then prints the JSON result (stdout) and, last, the per-split summary (stderr).
+
+    Usage::
+
+        python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
+            [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
+            [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
+            [--if_building wait|fail]
+            [--BEAM_OPTION VALUE | --BEAM_OPTION=VALUE | --BEAM_FLAG ...]
+
+    Every option this parser does not know (`--name value` or `--name=value`) is a Beam pipeline
+    option (`--flink_master=`, `--project=`, `--sdk_container_image=`, `--direct_num_workers=`,
+    ...): it is checked against the installed Beam's PipelineOptions (a misspelling stops the build
+    before anything starts) and passed to the runner. The default runner is Beam's FnApiRunner,
+    multi-process, one SDK worker per core, offline; a build of at most
+    `runners.SMALL_BUILD_SOURCES` inputs runs in-process with one worker unless
+    `--direct_num_workers`/`--direct_running_mode` is given. A dataset that is already prepared is
+    left alone unless `--overwrite`.
+
+    While it runs, the terminal shows one progress bar per split, warnings and errors; Beam's,
+    TensorFlow's and the SDK workers' output goes to a build log next to the dataset folder
+    (`DATA_DIR/NAME/CONFIG/build-VERSION-TIMESTAMP.log`, path printed at the start; `--verbose` or
+    `VIDVOL_VERBOSE=1` keeps everything on the terminal). The build ends with a JSON line on stdout,
+    then, last, one summary line per split (examples, shards, bytes, skips by reason) and where the
+    skip report is, on stderr, taken from what the workers wrote, so they are the same on every
+    runner (some, like Dask, report no metrics).
+
+    `--dry_run` prints the checked options and the equivalent `tfds build` command. `--file_format
+    array_record` writes ArrayRecord shards (random access: `vidvol.data_source`, Grain, PyTorch)
+    instead of TFRecord (`vidvol.load`, `tfds.load`); a format the streaming writer cannot honour
+    stops the build before anything is written. One build of a config writes into a data_dir at a
+    time: a second one waits for it and reuses its dataset, or with `--if_building fail` exits at
+    once with code 75 naming the running build (host, pid, start).
+    """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     redact.install_log_redaction()  # a manual_dir may be a URL with credentials: no log line shows them
     try:
