@@ -25,7 +25,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root is the
 LAYERS = {
     "core": 0, "layers": 0,  # layers: Keras layers for the device, importing no other vidvol module
     "testing": 0,  # sample inputs for tests, the demo and benchmarks
-    "samples": 0,  # the old `vidvol.samples`, an alias of `vidvol.testing.samples` while benchmarks/ import it
     "builders": 1, "readers": 1,
     "datasets": 2,
     "beam_jobs": 3,
