@@ -1,46 +1,8 @@
 """One build of a config at a time per data_dir: a lock file next to TFDS's `incomplete.*` folder.
 
-Two builds of the same `NAME/CONFIG` version into the same data_dir (two notebooks, two cluster
-jobs, a job array) used to both do the whole build, and the second then died on TFDS's rename
-(`FileExistsError: ... Destination .../2.0.0 already exists`). Now a build first takes
-`DATA_DIR/NAME/CONFIG/build_VERSION.lock`, a small JSON file holding the host, pid, boot id, PID
-namespace, start time and a heartbeat refreshed every `HEARTBEAT_S` seconds while it runs; it is
-removed when the build ends, however it ends. A second build that finds it either
-
-- waits (`wait`, the default) until the first ends, logging who holds it, and then reuses the
-  dataset that build prepared (or builds it itself if that build failed), or
-- stops at once (`fail`) with a `BuildInProgressError` naming the holder and the lock file.
-
-Choose with the environment variable `VIDVOL_BUILD_LOCK=wait|fail` (works under `tfds build`)
-or `python -m vidvol.beam_jobs.build --if_building wait|fail`. `VIDVOL_BUILD_LOCK_TIMEOUT`
-(seconds) bounds the wait; past it the waiting build fails as in `fail` mode.
-
-A lock is stale, and is taken over with a warning, when its process is gone, or when its heartbeat
-is older than `VIDVOL_BUILD_LOCK_STALE_S` (default 120 s; the holder refreshes it every 10 s). The
-pid is only asked about when the holder ran on the same host name, the same boot (the kernel's
-`boot_id`) and in the same PID namespace as the waiter: a container sharing the host's network
-(and so its host name) has its own pids, and a pid from there says nothing here. Any other holder
-(another machine, another container, a lock written before vidvol recorded these) is judged by its
-heartbeat alone.
-
-Taking a stale lock over is decided by atomic file operations, so that of many waiters exactly one
-wins: a waiter first claims the stale lock by hard-linking it to a name made from its identity
-(`build_VERSION.lock.takeover-...`, which only one waiter can create), checks that what it claimed
-is still that stale lock, then moves the lock aside by an atomic rename to a name of its own and
-checks again what it moved; only then is the stale lock deleted, and the waiters race for the free
-lock with an exclusive create (`O_CREAT | O_EXCL`), which one of them wins. A takeover never deletes
-a lock it has not identified as the stale one.
-
-A build checks, right before its dataset is published (TFDS's final rename of `incomplete.*`), that
-the lock file still holds its own token (`BuildLock.check_held`); a build whose lock was taken over
-meanwhile (its heartbeat stalled past the stale age, or the file was removed by hand) stops there
-with a `BuildLockLostError` naming the other holder, so two builds never both publish.
-
-Local data_dirs (and NFS) use the exclusive create and the link and rename above. Other data_dirs
-(`gs://`, ...) go through `tf.io.gfile`, which has neither: the lock is written, then read back,
-and only the build whose token is there proceeds; two builds starting within the same instant on
-an object store may both see their own token in a read-after-write race, which this narrows but
-cannot exclude (the check before publishing then stops one of them).
+A build takes `DATA_DIR/NAME/CONFIG/build_VERSION.lock` (host, pid, boot id, PID namespace, start time and a
+heartbeat), waits for or refuses a live holder, takes a stale lock over, and checks it still holds the lock
+before publishing; `hold` says how.
 """
 
 from __future__ import annotations
@@ -223,7 +185,16 @@ def same_process_space(holder: dict[str, Any]) -> bool:
 
 
 def stale_reason(holder: dict[str, Any], *, stale_s: float, now: float | None = None) -> str | None:
-    """Why the lock `holder` is stale (None: it is live). An unreadable lock counts as live until it ages."""
+    """Why the lock `holder` is stale (None: it is live). An unreadable lock counts as live until it ages.
+
+    A lock is stale, and is taken over with a warning, when its process is gone, or when its heartbeat
+    is older than `VIDVOL_BUILD_LOCK_STALE_S` (default 120 s; the holder refreshes it every 10 s). The
+    pid is only asked about when the holder ran on the same host name, the same boot (the kernel's
+    `boot_id`) and in the same PID namespace as the waiter: a container sharing the host's network
+    (and so its host name) has its own pids, and a pid from there says nothing here. Any other holder
+    (another machine, another container, a lock written before vidvol recorded these) is judged by its
+    heartbeat alone.
+    """
     now = _now() if now is None else now
     beat = holder.get("heartbeat", holder.get("started"))
     pid = holder.get("pid")
@@ -235,7 +206,15 @@ def stale_reason(holder: dict[str, Any], *, stale_s: float, now: float | None = 
 
 
 def _write(path: str, content: dict[str, Any], *, exclusive: bool) -> bool:
-    """Writes the lock; with `exclusive`, only if there is none (False if one appeared first)."""
+    """Writes the lock; with `exclusive`, only if there is none (False if one appeared first).
+
+    Local data_dirs (and NFS) use the exclusive create and the link and rename above. Other data_dirs
+    (`gs://`, ...) go through `tf.io.gfile`, which has neither: the lock is written, then read back,
+    and only the build whose token is there proceeds; two builds starting within the same instant on
+    an object store may both see their own token in a read-after-write race, which this narrows but
+    cannot exclude (the check before publishing then stops one of them).
+
+    """
     text = json.dumps(content, sort_keys=True)
     if _is_local(path):
         local = _local(path)
@@ -298,6 +277,14 @@ def _take_over_local(local: str, holder: dict[str, Any], ident: tuple[int, ...],
 
     Claim (a hard link no second waiter can make), check, then an atomic rename to this waiter's own
     name, check again: a lock that is not the one judged stale is never deleted (see the module doc).
+
+    Taking a stale lock over is decided by atomic file operations, so that of many waiters exactly one
+    wins: a waiter first claims the stale lock by hard-linking it to a name made from its identity
+    (`build_VERSION.lock.takeover-...`, which only one waiter can create), checks that what it claimed
+    is still that stale lock, then moves the lock aside by an atomic rename to a name of its own and
+    checks again what it moved; only then is the stale lock deleted, and the waiters race for the free
+    lock with an exclusive create (`O_CREAT | O_EXCL`), which one of them wins. A takeover never deletes
+    a lock it has not identified as the stale one.
     """
     name = hashlib.sha256(repr((holder.get("token"), ident)).encode()).hexdigest()[:16]
     claim: str | None = f"{local}.takeover-{name}"
@@ -517,7 +504,37 @@ class BuildLock:
 @contextlib.contextmanager
 def hold(data_path: str | os.PathLike, *, what: str, mode: str | None = None,
          on_wait: Callable[[dict[str, Any]], None] | None = None) -> Iterator[BuildLock]:
-    """Holds the build lock of the version folder `data_path` for the `with` block."""
+    """Holds the build lock of the version folder `data_path` for the `with` block.
+
+    Two builds of the same `NAME/CONFIG` version into the same data_dir (two notebooks, two cluster
+    jobs, a job array) used to both do the whole build, and the second then died on TFDS's rename
+    (`FileExistsError: ... Destination .../2.0.0 already exists`). Now a build first takes
+    `DATA_DIR/NAME/CONFIG/build_VERSION.lock`, a small JSON file holding the host, pid, boot id, PID
+    namespace, start time and a heartbeat refreshed every `HEARTBEAT_S` seconds while it runs; it is
+    removed when the build ends, however it ends. A second build that finds it either
+
+    - waits (`wait`, the default) until the first ends, logging who holds it, and then reuses the
+      dataset that build prepared (or builds it itself if that build failed), or
+    - stops at once (`fail`) with a `BuildInProgressError` naming the holder and the lock file.
+
+    Choose with the environment variable `VIDVOL_BUILD_LOCK=wait|fail` (works under `tfds build`)
+    or `python -m vidvol.beam_jobs.build --if_building wait|fail`. `VIDVOL_BUILD_LOCK_TIMEOUT`
+    (seconds) bounds the wait; past it the waiting build fails as in `fail` mode.
+
+    A build checks, right before its dataset is published (TFDS's final rename of `incomplete.*`), that
+    the lock file still holds its own token (`BuildLock.check_held`); a build whose lock was taken over
+    meanwhile (its heartbeat stalled past the stale age, or the file was removed by hand) stops there
+    with a `BuildLockLostError` naming the other holder, so two builds never both publish.
+
+    Args:
+      data_path: the version folder the build prepares.
+      what: the build, as logs and errors name it (e.g. "mri_volumes/small_32").
+      mode: "wait" or "fail" (default: `VIDVOL_BUILD_LOCK`, else "wait").
+      on_wait: called with the holder's record when this build starts waiting.
+
+    Returns:
+      A context manager yielding the held BuildLock.
+    """
     lock = BuildLock(lock_path(data_path), what=what, mode=mode)
     lock.acquire(on_wait)
     try:
