@@ -1,29 +1,7 @@
 """What a user watching a build sees: progress, warnings and errors on the terminal; the rest in a log file.
 
-A build (one `StreamingBeamBuilder.download_and_prepare`, or one `python -m vidvol.beam_jobs.build`)
-runs inside a `session`. Unless `VIDVOL_VERBOSE=1` (`--verbose` on the build command):
-
-- the log file is `DATA_DIR/NAME/CONFIG/build-VERSION-YYYYmmdd-HHMMSS.log`, next to the dataset's
-  version folder (not inside TFDS's `incomplete.*` folder, which is deleted when a build fails;
-  a local temporary folder when data_dir is remote); its path is printed once, at the start;
-- file descriptors 1 and 2 of this process point at that file while the build runs, so the
-  SDK worker processes Beam starts (which inherit them), TensorFlow's C++ start-up lines, gRPC
-  and TFDS's prints all land there; `sys.stdout`/`sys.stderr` too (also where they are not
-  fds 1/2, e.g. in Jupyter);
-- no URL's credentials or query string, in any line (`vidvol.core.redact`: the command line, every
-  log record of the process and of the Beam workers, the summary);
-- Python logging: every record at INFO and above goes to the log file; the terminal gets
-  vidvol's warnings and errors (and the few lines marked `CONSOLE`, e.g. the small-build choice),
-  other libraries' errors, never Beam's own records (a failing worker's error reaches the terminal
-  as the build's exception, which names the input that caused it);
-- the terminal gets one progress bar per split (plain lines when it is not a TTY: see
-  `vidvol.builders.writer.progress`) and, last, the per-split summary lines and where the skip report is.
-  Under the `tfds build` CLI those come at process exit, after TFDS's own output, whose
-  `DatasetInfo` dump goes to the log file too.
-
-On an exception everything is put back first, so the traceback reaches the terminal, followed
-by the log file's path. `VIDVOL_VERBOSE=1` leaves the terminal and logging as they are (no log
-file) and only adds the plain progress lines and the summary.
+A build runs inside a `session`: the terminal shows progress bars, vidvol's warnings and errors and the summary
+last; every other line, Beam's workers' included, goes to the build's log file, redacted (`Session`).
 """
 
 from __future__ import annotations
@@ -147,7 +125,33 @@ def _terminal_stream() -> tuple[TextIO | None, bool]:
 
 
 class Session:
-    """One build's terminal and log file (see the module docstring)."""
+    """One build's terminal and log file.
+
+    A build (one `StreamingBeamBuilder.download_and_prepare`, or one `python -m vidvol.beam_jobs.build`)
+    runs inside a `session`. Unless `VIDVOL_VERBOSE=1` (`--verbose` on the build command):
+
+    - the log file is `DATA_DIR/NAME/CONFIG/build-VERSION-YYYYmmdd-HHMMSS.log`, next to the dataset's
+      version folder (not inside TFDS's `incomplete.*` folder, which is deleted when a build fails;
+      a local temporary folder when data_dir is remote); its path is printed once, at the start;
+    - file descriptors 1 and 2 of this process point at that file while the build runs, so the
+      SDK worker processes Beam starts (which inherit them), TensorFlow's C++ start-up lines, gRPC
+      and TFDS's prints all land there; `sys.stdout`/`sys.stderr` too (also where they are not
+      fds 1/2, e.g. in Jupyter);
+    - no URL's credentials or query string, in any line (`vidvol.core.redact`: the command line, every
+      log record of the process and of the Beam workers, the summary);
+    - Python logging: every record at INFO and above goes to the log file; the terminal gets
+      vidvol's warnings and errors (and the few lines marked `CONSOLE`, e.g. the small-build choice),
+      other libraries' errors, never Beam's own records (a failing worker's error reaches the terminal
+      as the build's exception, which names the input that caused it);
+    - the terminal gets one progress bar per split (plain lines when it is not a TTY: see
+      `vidvol.builders.writer.progress`) and, last, the per-split summary lines and where the skip report is.
+      Under the `tfds build` CLI those come at process exit, after TFDS's own output, whose
+      `DatasetInfo` dump goes to the log file too.
+
+    On an exception everything is put back first, so the traceback reaches the terminal, followed
+    by the log file's path. `VIDVOL_VERBOSE=1` leaves the terminal and logging as they are (no log
+    file) and only adds the plain progress lines and the summary.
+    """
 
     def __init__(self, title: str, log_path: str | None, *, quiet: bool, print_summary: bool = True):
         self.title = title
