@@ -1,40 +1,7 @@
 """Safe RAR extraction: HMDB51 ships as RAR archives, which TFDS's extractor cannot open.
 
-Two backends read the archives, tried in this order (`backend=` or the VIDVOL_RAR_BACKEND
-environment variable picks one: `rarfile`, `libarchive` or `auto`, the default):
-
-* `rarfile`: the `rarfile` package, which decodes STORED entries itself and hands compressed ones
-  to an external tool (`unrar`, `unar`, `7z` or `bsdtar`, whichever it finds). With `unar` or
-  `unrar` it reads every RAR version, solid RAR 3.x included.
-* `libarchive`: the `libarchive-c` package (pip) over the system's libarchive (`libarchive.so.13`,
-  in Debian's and Ubuntu's base images), so a user without root can read RAR5 and non-solid
-  RAR 3.x archives. libarchive cannot decompress solid RAR 3.x archives, does not check the CRC
-  of STORED RAR 3.x entries and turns RAR5 file copies into empty files, so this backend also
-  reads the headers with `rarfile` (pure Python, no tool) and checks every entry against them:
-  the same names and kinds in the same order, each file's size and CRC32 or BLAKE2sp.
-
-A backend that cannot read an archive (no tool, unsupported compression, damaged data) leaves
-nothing behind and the next one is tried; when none can, the ArchiveError names the archive, what
-each backend said and what to install. Whatever the backend, every entry name is validated before
-anything is written (no absolute paths, drive letters, backslashes, `..` components, links or
-special files: an UnsafeArchiveError, never retried with another backend), and file data is
-streamed by vidvol into paths it chose itself (`archive_entries.Output`), so no library or tool
-decides where bytes land.
-
-Sizes are checked before anything is written: the sizes the entries declare must fit under a cap
-(`max_bytes=`, else the VIDVOL_ARCHIVE_MAX_BYTES environment variable: bytes, or with a K/M/G/T
-suffix, or `none`; default 64 GiB, for all levels of a nested extraction together) and in the free
-space of the target's file system. While the data streams, every byte is counted: an entry that
-holds more than its header declares, or an extraction that passes the cap, stops at that point
-(an ArchiveError; what was written is removed), whatever the headers said.
-
-Extraction goes to a temporary folder beside the target and is renamed into place with a marker
-file (`.vidvol_extracted`: the archive's name, size, mtime and SHA-256, and the file list). A
-finished extraction of the same archive is reused, never replaced: by name, size and mtime, or,
-when only the mtime differs (a copied or re-downloaded archive), by its SHA-256; and a second
-process that finishes extracting the same archive after a first one keeps the first one's folder
-(which a build may be reading) and drops its own. An interrupted extraction leaves nothing
-half-written behind.
+`extract_rar` validates every entry before writing, caps sizes, streams the data into paths it chose, and reuses a
+finished extraction of the same archive; its docstring gives the backends and the rules.
 """
 
 from __future__ import annotations
@@ -266,20 +233,59 @@ def _is_our_extraction(target_dir: str) -> bool:
 
 def extract_rar(archive: str, target_dir: str, *, nested: bool = False,
                 backend: str | None = None, max_bytes: int | str | None = None) -> list[str]:
-    """Safely extract every entry of RAR `archive` into `target_dir`; returns sorted relative paths.
+    """Safely extracts every entry of RAR `archive` into `target_dir`.
 
-    All entries are validated before anything is written; an unsafe one raises
-    UnsafeArchiveError and leaves nothing behind. Declared sizes over `max_bytes` (else
-    VIDVOL_ARCHIVE_MAX_BYTES, else 64 GiB) or over the free space are an ArchiveError before
-    anything is written, and so is data that outgrows its headers while it streams. A finished
-    extraction of the same archive (same size and mtime, or same SHA-256) is reused, never
-    replaced. With `nested=True`, each `.rar` found inside is extracted (same rules) into a folder
-    named after it and then removed, one level deep, as HMDB51 ships one `<class>.rar` per action
-    class inside `hmdb51_org.rar`. `archive` may be a URL: it is then fetched into a local
-    temporary file for the extraction (not when one is reused). `backend` (else the
-    VIDVOL_RAR_BACKEND environment variable, else `auto`) is `rarfile`, `libarchive` or `auto`
-    (rarfile, then libarchive); an ArchiveError from a backend that cannot read the archive says
-    what each backend said and what to install.
+    Two backends read the archives, tried in this order (`backend=` or the VIDVOL_RAR_BACKEND
+    environment variable picks one: `rarfile`, `libarchive` or `auto`, the default):
+
+    * `rarfile`: the `rarfile` package, which decodes STORED entries itself and hands compressed ones
+      to an external tool (`unrar`, `unar`, `7z` or `bsdtar`, whichever it finds). With `unar` or
+      `unrar` it reads every RAR version, solid RAR 3.x included.
+    * `libarchive`: the `libarchive-c` package (pip) over the system's libarchive (`libarchive.so.13`,
+      in Debian's and Ubuntu's base images), so a user without root can read RAR5 and non-solid
+      RAR 3.x archives. libarchive cannot decompress solid RAR 3.x archives, does not check the CRC
+      of STORED RAR 3.x entries and turns RAR5 file copies into empty files, so this backend also
+      reads the headers with `rarfile` (pure Python, no tool) and checks every entry against them:
+      the same names and kinds in the same order, each file's size and CRC32 or BLAKE2sp.
+
+    A backend that cannot read an archive (no tool, unsupported compression, damaged data) leaves
+    nothing behind and the next one is tried; when none can, the ArchiveError names the archive, what
+    each backend said and what to install. Whatever the backend, every entry name is validated before
+    anything is written (no absolute paths, drive letters, backslashes, `..` components, links or
+    special files: an UnsafeArchiveError, never retried with another backend), and file data is
+    streamed by vidvol into paths it chose itself (`archive_entries.Output`), so no library or tool
+    decides where bytes land.
+
+    Sizes are checked before anything is written: the sizes the entries declare must fit under a cap
+    (`max_bytes=`, else the VIDVOL_ARCHIVE_MAX_BYTES environment variable: bytes, or with a K/M/G/T
+    suffix, or `none`; default 64 GiB, for all levels of a nested extraction together) and in the free
+    space of the target's file system. While the data streams, every byte is counted: an entry that
+    holds more than its header declares, or an extraction that passes the cap, stops at that point
+    (an ArchiveError; what was written is removed), whatever the headers said.
+
+    Extraction goes to a temporary folder beside the target and is renamed into place with a marker
+    file (`.vidvol_extracted`: the archive's name, size, mtime and SHA-256, and the file list). A
+    finished extraction of the same archive is reused, never replaced: by name, size and mtime, or,
+    when only the mtime differs (a copied or re-downloaded archive), by its SHA-256; and a second
+    process that finishes extracting the same archive after a first one keeps the first one's folder
+    (which a build may be reading) and drops its own. An interrupted extraction leaves nothing
+    half-written behind.
+
+    Args:
+      archive: the RAR file (a URL is fetched into a local temporary file, not when an extraction is reused).
+      target_dir: where the entries land.
+      nested: also extract each `.rar` found inside (same rules) into a folder named after it, then remove it,
+        one level deep, as HMDB51 ships one `<class>.rar` per action class inside `hmdb51_org.rar`.
+      backend: `rarfile`, `libarchive` or `auto` (else VIDVOL_RAR_BACKEND, else `auto`).
+      max_bytes: the cap on declared sizes (else VIDVOL_ARCHIVE_MAX_BYTES, else 64 GiB).
+
+    Returns:
+      The extracted files' relative paths, sorted.
+
+    Raises:
+      UnsafeArchiveError: an entry name or kind is unsafe (nothing is written).
+      ArchiveError: no backend can read it (naming what each said and what to install), or sizes over the cap
+        or the free space, or data that outgrows its headers.
     """
     backends = _backend_order(backend)
     budget = Budget(*max_bytes_setting(max_bytes))
