@@ -1,31 +1,7 @@
 """A real dask.distributed cluster on loopback, as separate OS processes, for Beam's DaskRunner.
 
-`LocalDaskCluster(n_workers=2, log_dir=...)` starts
-
-- one scheduler, `python -m distributed.cli.dask_scheduler --host 127.0.0.1 --port 0`, which
-  writes its address to a scheduler file (that is how the OS-picked port is learnt), and
-- `n_workers` workers, each its own `python -m distributed.cli.dask_worker ... --nworkers 1
-  --nthreads 1 --host 127.0.0.1`, so that each worker is one process that can be SIGKILLed alone,
-
-every process in its own process group (and, on Linux, with a parent-death signal, so a driver
-that dies without running `__exit__` takes them with it), with this interpreter, this cwd and a
-PYTHONPATH made of the driver's `sys.path` entries outside the interpreter's prefixes, so workers
-unpickle whatever the driver can import. Dashboards are off, but scheduler and workers still serve HTTP (/health,
-/metrics) on `--dashboard-address`, which defaults to 0.0.0.0 (the scheduler's to port 8787),
-`--no-dashboard` or not: it is set to 127.0.0.1:0 here, so nothing listens beyond 127.0.0.1.
-
-Nanny: by default workers run with `--no-nanny`. A SIGKILLed worker then stays dead, the scheduler
-notices the closed connection and reruns its tasks (and recomputes results it held) on the others.
-With `nanny=True` each worker is a child process of a nanny, which restarts a killed worker at once
-(new pid, new address) and enforces the memory limit (kills at 95 %); `worker_pids()` always
-reports the pids that run tasks (from the scheduler), `process_pids()` the processes started here.
-
-Without a nanny, once the last worker is dead, a pipeline's tasks wait forever: pass a `duration`
-to `wait_until_finish` (it then raises TimeoutError). Beam's DaskRunner opens a `distributed.Client`
-per run and never closes it: close `result.client` after `wait_until_finish`.
-
-On exit the workers, then the scheduler, get SIGTERM (their process groups), then SIGKILL after a
-grace period; no process started here outlives the `with` block.
+`LocalDaskCluster` starts a scheduler and one process per worker on 127.0.0.1 and stops them all on exit;
+`check_reachable` and `check_workers` ask a cluster, before a build, whether it answers and can import vidvol.
 """
 
 from __future__ import annotations
@@ -118,6 +94,33 @@ def check_reachable(address: str, timeout: float = 5.0) -> dict:
 
 class LocalDaskCluster:
     """Scheduler + N single-threaded worker processes on 127.0.0.1 for the `with` block.
+
+    `LocalDaskCluster(n_workers=2, log_dir=...)` starts
+
+    - one scheduler, `python -m distributed.cli.dask_scheduler --host 127.0.0.1 --port 0`, which
+      writes its address to a scheduler file (that is how the OS-picked port is learnt), and
+    - `n_workers` workers, each its own `python -m distributed.cli.dask_worker ... --nworkers 1
+      --nthreads 1 --host 127.0.0.1`, so that each worker is one process that can be SIGKILLed alone,
+
+    every process in its own process group (and, on Linux, with a parent-death signal, so a driver
+    that dies without running `__exit__` takes them with it), with this interpreter, this cwd and a
+    PYTHONPATH made of the driver's `sys.path` entries outside the interpreter's prefixes, so workers
+    unpickle whatever the driver can import. Dashboards are off, but scheduler and workers still serve HTTP (/health,
+    /metrics) on `--dashboard-address`, which defaults to 0.0.0.0 (the scheduler's to port 8787),
+    `--no-dashboard` or not: it is set to 127.0.0.1:0 here, so nothing listens beyond 127.0.0.1.
+
+    Nanny: by default workers run with `--no-nanny`. A SIGKILLed worker then stays dead, the scheduler
+    notices the closed connection and reruns its tasks (and recomputes results it held) on the others.
+    With `nanny=True` each worker is a child process of a nanny, which restarts a killed worker at once
+    (new pid, new address) and enforces the memory limit (kills at 95 %); `worker_pids()` always
+    reports the pids that run tasks (from the scheduler), `process_pids()` the processes started here.
+
+    Without a nanny, once the last worker is dead, a pipeline's tasks wait forever: pass a `duration`
+    to `wait_until_finish` (it then raises TimeoutError). Beam's DaskRunner opens a `distributed.Client`
+    per run and never closes it: close `result.client` after `wait_until_finish`.
+
+    On exit the workers, then the scheduler, get SIGTERM (their process groups), then SIGKILL after a
+    grace period; no process started here outlives the `with` block.
 
     Attributes set by `__enter__`: `address` (tcp://127.0.0.1:PORT), `log_dir`.
 

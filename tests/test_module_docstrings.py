@@ -18,13 +18,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository root is the
 MAX_SUMMARY = 120
 MAX_LINES = 10
 
-# Modules outside readers/, core/, layers.py and datasets/ that do not follow the rule yet; their
-# folders are being reworked and get the same pass next. This set must shrink to empty: a module
-# that passes is taken out of it (test_not_yet_only_lists_modules_that_still_fail says which).
-NOT_YET = {
-    "beam_jobs/dask_cluster.py",
-}
-DONE = ("readers/", "core/", "layers.py", "datasets/")  # folders already through the pass: never in NOT_YET
 
 # A sentence ends at ".", "!" or "?" followed by a space and a capital or code ("e.g.", "i.e." do not end one).
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.!?]\s+[A-Z`\"']")
@@ -68,20 +61,12 @@ def with_pragmas(root: pathlib.Path = ROOT) -> list[str]:
 
 
 def test_every_module_docstring_is_a_summary_and_a_short_paragraph():
-    bad = {module: found for module, found in failing().items() if module not in NOT_YET}
+    bad = {module: found for module, found in failing().items()}
     assert not bad, "\n".join(f"{module}: {'; '.join(found)}" for module, found in sorted(bad.items()))
 
 
-def test_not_yet_only_lists_modules_that_still_fail():
-    present = {path.relative_to(ROOT).as_posix() for path in package_paths(ROOT)}
-    assert not NOT_YET - present, f"gone from the package; take them out of NOT_YET: {sorted(NOT_YET - present)}"
-    fixed = sorted(NOT_YET - set(failing()))
-    assert not fixed, f"these pass now; take them out of NOT_YET: {fixed}"
-    assert not [m for m in NOT_YET if m.startswith(DONE)], "readers/, core/, layers.py and datasets/ are done"
-
-
 def test_no_pylint_pragmas():
-    bad = [module for module in with_pragmas() if module not in NOT_YET]
+    bad = [module for module in with_pragmas()]
     assert not bad, f"no pylint runs here; drop the pragma (keep its reason as a plain comment): {bad}"
 
 
