@@ -93,7 +93,7 @@ class ExamplesFromSources(beam.PTransform):
         self.skip_report_path: str | None = None  # set by the builder for the stock TFDS writer
 
     def expand(self, pbegin):
-        outputs = (
+        tagged = (
             pbegin
             | "Sources" >> beam.Create(self.sources, reshuffle=False)
             | "Distribute" >> beam.Reshuffle()
@@ -101,11 +101,11 @@ class ExamplesFromSources(beam.PTransform):
         )
         if self.skip_report_path:
             _ = (
-                outputs.skips
+                tagged.skips
                 | "CollectSkips" >> beam.combiners.ToList()
                 | "WriteSkips" >> beam.Map(json_files.write_json, path=self.skip_report_path)
             )
-        return outputs.examples
+        return tagged.examples
 
 class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """GeneratorBasedBuilder whose Beam workers stream examples straight into shard files.

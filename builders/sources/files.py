@@ -28,6 +28,7 @@ from vidvol.core.store import (  # the store layer this file layer stands on
     RemoteReadError,
     _call,
     _fs,
+    credential_hint,
     is_transient,
     scrub,
 )
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AccessDeniedError",
     "FileStat",
+    "credential_hint",
     "RemoteReadError",
     "basename",
     "dirname",
