@@ -199,6 +199,7 @@ def test_wrong_secret_is_a_clear_error_without_the_secret(s3_env, monkeypatch, t
         assert secret not in text and secret not in out + errs + caplog.text
 
 
+@pytest.mark.long
 def test_tfds_build_cli_with_worker_processes_reads_the_bucket(s3_env, store, tmp_path):
     """The real `tfds build` (2 Beam worker processes), credentials reaching the workers through the environment."""
     proc = run_tfds_build("mri_volumes/small_32", f"s3://{BUCKET}/mri", tmp_path / "out", timeout=300)
@@ -223,7 +224,7 @@ def s3_dask(store, tmp_path_factory):
         yield cluster
 
 
-@pytest.mark.parametrize("name", ["hmdb51", "fire_video", "mri"])
+@pytest.mark.parametrize("name", [pytest.param("hmdb51", marks=pytest.mark.long), "fire_video", "mri"])
 def test_dask_build_from_the_bucket_equals_the_local_build(name, s3_env, s3_dask, store, tmp_path, capfd):
     from apache_beam.options.pipeline_options import PipelineOptions
 

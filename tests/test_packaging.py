@@ -82,7 +82,7 @@ def test_sdist_holds_everything_the_wheel_is_built_from(distributions):
     assert needed - files == set()
 
 
-@pytest.mark.parametrize("kind", ["wheel", "sdist"])
+@pytest.mark.parametrize("kind", ["wheel", pytest.param("sdist", marks=pytest.mark.long)])
 def test_installed_vidvol_builds_and_reads_every_dataset(kind, request, tmp_path):
     env: installed.InstalledEnv = request.getfixturevalue(f"{kind}_env")
     work = tmp_path / "outside"  # not the checkout, not below it

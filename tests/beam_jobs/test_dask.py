@@ -111,7 +111,8 @@ def test_the_cluster_runs_the_installed_wheel_not_the_checkout(cluster):
         assert "wheel_env" in file and "site-packages" in file and pythonpath is None, file
 
 
-@pytest.mark.parametrize("dataset,manual", CASES, ids=[c[0].split("/")[0] for c in CASES])
+@pytest.mark.parametrize("dataset,manual", [pytest.param(*CASES[0], marks=pytest.mark.long), *CASES[1:]],
+                         ids=[c[0].split("/")[0] for c in CASES])
 def test_dask_build_equals_direct_build(cluster, dataset, manual, tmp_path):
     direct = build.build(dataset, manual_dir=manual, data_dir=str(tmp_path / "direct"),
                          beam_flags=["--direct_num_workers=2"])
@@ -231,7 +232,8 @@ def test_sigkill_of_a_worker_mid_build_loses_and_duplicates_nothing(tmp_path):
     assert not os.path.exists(attempt)  # the dead worker's half-written attempt went with the incomplete folder
 
 
-@pytest.mark.parametrize("dataset,prefix", [("mri_volumes/small_32", "mri_volumes"), ("hmdb51/split1_20x64x64", "hmdb51")],
+@pytest.mark.parametrize("dataset,prefix", [("mri_volumes/small_32", "mri_volumes"),
+                                            pytest.param("hmdb51/split1_20x64x64", "hmdb51", marks=pytest.mark.long)],
                          ids=["mri_volumes", "hmdb51"])
 def test_cli_build_from_the_bucket_on_installed_workers_equals_the_direct_build(cluster, s3, dataset, prefix, tmp_path,
                                                                                  monkeypatch):

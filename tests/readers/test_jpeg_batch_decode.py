@@ -110,6 +110,7 @@ def test_large_frames_decode_on_the_host_by_default(monkeypatch):
     assert not frames.host_jpeg_decode(large)
 
 
+@pytest.mark.long
 @pytest.mark.slow  # a Python subprocess: make test runs it, make test-fast does not
 def test_a_script_holding_a_host_decode_iterator_exits(hmdb_small):
     """The py_function-at-exit hang (see readers/host_calls.py) guarded for the JPEG batch decode too."""

@@ -450,6 +450,7 @@ print("TEMPLATE", tfds_api.filename_template(builder, "train").sharded_filepath(
 """
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_public_fallback_gives_the_same_batches(hmdb_fixed, tmp_path):
     import os

@@ -171,6 +171,7 @@ def _build_cmd(manual, data_dir, *extra):
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_two_concurrent_builds_one_builds_the_other_reuses_and_fail_mode_stops(tmp_path):
     """Real processes: a gate lock held here makes both builds start while a build holds the lock; released,
