@@ -31,6 +31,7 @@ import cloudpickle
 
 from vidvol.builders import example_io
 from vidvol.builders.sources import files
+from vidvol.core import redact
 from vidvol.core.names import shown
 
 logger = logging.getLogger(__name__)
@@ -81,10 +82,13 @@ def decode_in_child() -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+_send_lock = threading.Lock()  # one frame at a time: the child's log records may come from any thread (fsspec's IO)
+
+
 def _send(out: io.BufferedWriter, kind: bytes, payload: bytes = b"") -> None:
-    out.write(_HEADER.pack(kind, len(payload)))
-    out.write(payload)
-    out.flush()
+    with _send_lock:
+        out.write(_HEADER.pack(kind, len(payload)) + payload)
+        out.flush()
 
 
 def _receive(stream: io.BufferedReader) -> tuple[bytes, bytes] | None:
@@ -112,12 +116,13 @@ class _PipeLogHandler(logging.Handler):
                 "name", "levelno", "levelname", "pathname", "filename", "module", "lineno", "funcName", "created",
                 "msecs", "relativeCreated",
             )}
-            fields["msg"] = shown(record.getMessage())  # a name that is not UTF-8 as caf\xe9, as vidvol writes names
+            # A name that is not UTF-8 as caf\xe9, as vidvol writes names; a URL's secrets masked here already.
+            fields["msg"] = shown(redact.text(record.getMessage()))
             fields["args"] = None
             if record.exc_info:
-                fields["exc_text"] = shown("".join(traceback.format_exception(*record.exc_info)))
+                fields["exc_text"] = shown(redact.text("".join(traceback.format_exception(*record.exc_info))))
             elif record.exc_text:
-                fields["exc_text"] = shown(record.exc_text)
+                fields["exc_text"] = shown(redact.text(record.exc_text))
             _send(self.out, _LOG, pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception:  # a log line is never worth the source
             pass
@@ -125,8 +130,9 @@ class _PipeLogHandler(logging.Handler):
 
 def _error_payload(error: BaseException) -> bytes:
     """What the worker needs to raise `error` again: whether it is an input error, its text, the child's traceback, itself."""
-    text = f"{type(error).__name__}: {error}"
-    tb = "".join(traceback.format_exception(error))
+    redact.exception(error)  # in place, before anything of it travels (its text, traceback and pickle)
+    text = redact.text(f"{type(error).__name__}: {error}")
+    tb = redact.text("".join(traceback.format_exception(error)))
     try:
         pickled = pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(pickled)
@@ -143,6 +149,7 @@ def _serve(requests: io.BufferedReader, replies: io.BufferedWriter) -> None:
     """
     for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
+    redact.install_log_redaction()  # the child's records name its inputs, which may be URLs with credentials
     root = logging.getLogger()
     root.handlers = [_PipeLogHandler(replies)]
     root.setLevel(int(os.environ.get(_LOG_LEVEL_ENV, logging.WARNING)))
@@ -356,14 +363,17 @@ def _raised_again(payload: bytes) -> BaseException:
             error = None
     if error is None or (is_input and not example_io.is_input_error(error)):
         error = DecoderError(text) if is_input else RuntimeError(text)
-    error.add_note("raised in the decoding child process:\n" + tb.rstrip())
-    return error
+    error.add_note("raised in the decoding child process:\n" + redact.text(tb.rstrip()))
+    return redact.exception(error)
 
 
 def _relog(payload: bytes) -> None:
     """A log record of the child, logged here (so it reaches the build log); a broken one is dropped."""
     try:
-        record = logging.makeLogRecord(pickle.loads(payload))
+        # makeLogRecord runs the record factory on an empty record, then sets the child's fields: redact them here.
+        record = redact.record(logging.makeLogRecord(pickle.loads(payload)))
+        if isinstance(record.msg, str):
+            record.msg = redact.text(record.msg)
         logging.getLogger(record.name).handle(record)
     except Exception:  # a log line is never worth the source
         pass

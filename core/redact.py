@@ -20,36 +20,82 @@ from typing import Any
 from vidvol.core import names
 
 MASK = "***"
-# scheme://[userinfo@]rest-up-to-whitespace-or-quote
-_URL_RE = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>]*)")
+# [quote]scheme://rest-up-to-whitespace: the rest may hold quotes (a password may); a quote that opened the URL
+# closes it at its last occurrence in the run (`'https://h/x?a=1',` keeps its `',`).
+_URL_RE = re.compile(r"(?P<quote>['\"]?)(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s<>]*)")
+# A query that a path without a scheme may carry (a URL made relative to manual_dir): `name=value` pairs, or a
+# parameter name that is a credential.
+_SCHEMELESS_QUERY_RE = re.compile(r"=|sig|token|credential|signature|key|secret|password|auth", re.IGNORECASE)
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the host starts in `rest` (the text after `scheme://`): after the last `@` whose text before it is
+    `user:password` (a password may hold `/ ? # @ ' "` unencoded) or `user` (no `/` before it); else 0.
+
+    Ambiguous text is read the safe way: `https://host:8080/a@b` masks `host:8080/a` too."""
+    at = rest.rfind("@")
+    while at >= 0:
+        before = rest[:at]
+        if ":" in before or "/" not in before:
+            return at + 1
+        at = rest.rfind("@", 0, at)
+    return 0
+
+
+def _parts(rest: str) -> tuple[str, str, str | None]:
+    """(userinfo with its `@` or "", host and path, the query after `?` or None), of the text after `scheme://`."""
+    start = _userinfo_end(rest)
+    userinfo, tail = rest[:start], rest[start:]
+    q = tail.find("?")
+    if q < 0:
+        return userinfo, tail, None
+    return userinfo, tail[:q], tail[q + 1:]
 
 
 def _redact_rest(rest: str) -> str:
-    authority_end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
-    before_query = rest[:min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))]
-    at = before_query.find("@")
-    if at > authority_end and ":" in before_query[:at]:  # `key:secret@` whose secret holds a `/` (unencoded)
-        authority_end = at + 1 + (before_query[at + 1:].find("/") % (len(before_query) - at))
-    authority, tail = rest[:authority_end], rest[authority_end:]
-    if "@" in authority:
-        authority = MASK + "@" + authority.rsplit("@", 1)[1]
-    if "?" in tail:
-        path, _, query = tail.partition("?")
-        fragment = ("#" + query.split("#", 1)[1]) if "#" in query else ""
-        tail = f"{path}?{MASK}{fragment}" if query.split("#", 1)[0] else tail
-    return authority + tail
+    userinfo, where, query = _parts(rest)
+    out = (MASK + "@" if userinfo else "") + where
+    if query is not None:
+        out += "?" + (MASK if query else "")  # the whole query, fragment included: a signature may hold a `#`
+    return out
+
+
+def _redact_match(m: re.Match) -> str:
+    quote, rest, after = m.group("quote"), m.group("rest"), ""
+    if quote and quote in rest:  # the URL ends at its closing quote (the last one in the run)
+        end = rest.rfind(quote)
+        rest, after = rest[:end], rest[end:]
+    return quote + m.group("scheme") + _redact_rest(rest) + after
 
 
 def url(value: str) -> str:
-    """`value` (a path or URL) with a URL's userinfo and query string replaced by `***`."""
-    return text(value)
+    """`value` (a path or URL) with a URL's userinfo and query string replaced by `***`.
+
+    A value without a scheme (a presigned URL made relative to manual_dir, `sub1/t1.nii.gz?X-Amz-Signature=..`)
+    has its query masked too when it looks like one (`name=value`, or a credential's parameter name)."""
+    if "://" in value:
+        return text(value)
+    path, q, query = value.partition("?")
+    if q and query and _SCHEMELESS_QUERY_RE.search(query):
+        return f"{path}?{MASK}"
+    return value
+
+
+def without_query(value: str) -> str:
+    """A URL with its query string (and fragment) cut off, userinfo kept (what to compare two URLs' paths by);
+    other values as given."""
+    if "://" not in value:
+        return value
+    prefix, _, rest = value.partition("://")
+    userinfo, where, query = _parts(rest)
+    return f"{prefix}://{userinfo}{where}" if query is not None else value
 
 
 def text(value: str) -> str:
     """`value` with the userinfo and query string of every URL in it replaced by `***`."""
     if "://" not in value:
         return value
-    return _URL_RE.sub(lambda m: m.group("scheme") + _redact_rest(m.group("rest")), value)
+    return _URL_RE.sub(_redact_match, value)
 
 
 def has_secret(value: str) -> bool:
@@ -72,8 +118,8 @@ _EXCEPTION_TEXT_ATTRS = ("filename", "filename2", "msg", "_message", "reason")
 
 
 def exception(error: BaseException) -> BaseException:
-    """`error` itself, its message (args and the text attributes OSError and TensorFlow errors print) and those of
-    its causes redacted in place, so that wherever it is shown, a URL's credentials are not."""
+    """`error` itself, its message (args, notes and the text attributes OSError and TensorFlow errors print) and
+    those of its causes redacted in place, so that wherever it is shown, a URL's credentials are not."""
     seen: set[int] = set()
     e: BaseException | None = error
     while e is not None and id(e) not in seen:
@@ -82,6 +128,9 @@ def exception(error: BaseException) -> BaseException:
             e.args = tuple(text(a) if isinstance(a, str) else a for a in e.args)
         except (AttributeError, TypeError):
             pass
+        notes = getattr(e, "__notes__", None)
+        if isinstance(notes, list):  # add_note's texts (the decoding child's traceback) print with the error
+            notes[:] = [text(n) if isinstance(n, str) else n for n in notes]
         for name in _EXCEPTION_TEXT_ATTRS:
             value = getattr(e, name, None)
             if isinstance(value, str) and has_secret(value):
@@ -118,6 +167,10 @@ def record(log_record: logging.LogRecord) -> logging.LogRecord:
             log_record.msg, log_record.args = names.shown(text(message)), ()
     if log_record.exc_info and log_record.exc_info[1] is not None:
         exception(log_record.exc_info[1])
+    if isinstance(log_record.exc_text, str):  # a traceback formatted already (a record relogged from a child)
+        log_record.exc_text = text(log_record.exc_text)
+    if isinstance(log_record.stack_info, str):
+        log_record.stack_info = text(log_record.stack_info)
     return log_record
 
 

@@ -166,21 +166,24 @@ def local_path(manual_dir: str, row: Row) -> str:
 
 def listed_path(manual_dir: str, row: Row) -> str:
     """The `path` feature: as listed, except that an absolute path inside manual_dir becomes relative, and that a
-    URL's credentials and query string (a presigned URL's signature) are replaced by `***`."""
+    URL's credentials and query string (a presigned URL's signature) are replaced by `***`, also when the URL lies
+    under manual_dir (`sub1/t1.nii.gz?***`)."""
     if labels.is_absolute(row.path):
+        bare = redact.without_query(row.path)
         try:
-            rel = files.relpath(row.path, manual_dir)
+            rel = files.relpath(bare, manual_dir)
         except ValueError:  # a URL and a local path, or two URL schemes
             return redact.url(row.path)
         if rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
-            return redact.url(posixpath.normpath(rel.replace(os.sep, "/")))
+            return redact.url(posixpath.normpath(rel.replace(os.sep, "/")) + ("?" + redact.MASK if bare != row.path else ""))
     return redact.url(row.path)
 
 
 def example_key(manual_dir: str, row: Row) -> str:
-    """Stable example key with no local absolute path: the relative path, or a hash-tagged name for outside files."""
+    """Stable example key with no local absolute path and no URL secret: the relative path, or a hash-tagged name
+    for outside files."""
     if not labels.is_absolute(row.path):
-        return posixpath.normpath(row.path.replace("\\", "/"))
+        return redact.url(posixpath.normpath(row.path.replace("\\", "/")))
     inside = listed_path(manual_dir, row)
     if not labels.is_absolute(inside):
         return inside

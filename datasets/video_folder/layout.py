@@ -329,15 +329,16 @@ def resolve(manual_dir: str, path: str) -> str:
 
 
 def listed_id(manual_dir: str, path: str) -> str:
-    """A stable id with no local absolute path: the path relative to manual_dir, or a hash-tagged name for outside files."""
+    """A stable id with no local absolute path and no URL secret: the path relative to manual_dir, or a hash-tagged name for outside files."""
     if not is_absolute(path):
-        return posixpath.normpath(path.replace("\\", "/"))
+        return redact.url(posixpath.normpath(path.replace("\\", "/")))  # a query (`?sig=..`) is never kept
+    bare = redact.without_query(path)
     try:
-        rel = files.relpath(path, manual_dir)
+        rel = files.relpath(bare, manual_dir)
     except ValueError:  # a URL and a local path, or two URL schemes
         rel = None
     if rel is not None and rel != os.pardir and not rel.startswith((os.pardir + os.sep, os.pardir + "/")):
-        return posixpath.normpath(rel.replace(os.sep, "/"))
+        return redact.url(posixpath.normpath(rel.replace(os.sep, "/")) + ("?" + redact.MASK if bare != path else ""))
     digest = hashlib.sha256(name_bytes(path)).hexdigest()[:12]
     return f"external/{digest}/{files.basename(redact.url(path))}"  # no URL secret in a key or video_id
 
