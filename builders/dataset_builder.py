@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
@@ -23,6 +24,7 @@ from tensorflow_datasets.core import file_adapters
 from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import bucket as bucket_target
 from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress
@@ -270,6 +272,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _download_and_prepare(self, dl_manager, download_config):  # pytype: disable=signature-mismatch
         if download_config.max_examples_per_split == 0:
             return
+        self._build_started, self._build_runner, self._build_workers = time.time(), "none (nothing to build)", None
         check_data_dir(self.data_dir)
         self._file_format()  # before anything is written
         generators = self._generators(dl_manager, download_config)
@@ -283,6 +286,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 download_config.beam_runner, download_config.beam_options, len(all_tasks), num_sources=num_sources,
                 manual_dir=os.fspath(download_config.manual_dir) if download_config.manual_dir else None,
             )
+            self._build_runner = build_record.runner_name(runner)  # for build.json
+            self._build_workers = options.get_all_options().get("direct_num_workers") if options else None
             self._run_pipeline(all_tasks, generators, runner, options, tasks)
         for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
             tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)
@@ -378,6 +383,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 shards_path, dataset=self._display_name(), version=str(self.version), manual_dir=manual_dir,
                 entries=[e for r in results for e in r.shard_files],
             )
+        record_path = os.path.join(data_dir, build_record.BUILD_RECORD_NAME)
+        with writing(record_path):  # the build's date, duration, runner and vidvol version (the report's card)
+            build_record.write(data_dir, dataset=self._display_name(), version=str(self.version),
+                               started=getattr(self, "_build_started", None) or time.time(),
+                               runner=getattr(self, "_build_runner", "unknown"), workers=getattr(self, "_build_workers", None))
         if build_log.current() is not None:
             self._summary_results = list(results)
         else:
