@@ -154,8 +154,16 @@ def build(
     local_services: bool = False,
     remove_incomplete: bool = False,
     file_format: str | None = None,
+    resume: bool | None = None,
+    hash_inputs: bool | None = None,
 ) -> BuildResult:
-    """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite)."""
+    """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite).
+
+    A build of this config that died (killed, preempted) is resumed: its finished shards are kept when
+    nothing that decides the output changed (`vidvol.builders.writer.resume`). `resume=False` builds
+    afresh (None: `VIDVOL_RESUME`, on by default); `hash_inputs=True` fingerprints the inputs' bytes
+    rather than their sizes and mtimes (None: `VIDVOL_HASH_INPUTS`, off by default).
+    """
     flags = list(beam_flags)
     formats.check_file_format(file_format, data_dir)  # before any service starts or anything is written
     if local_services and runner not in LOCAL_SERVICES:
@@ -179,9 +187,11 @@ def build(
         for path in stale:
             logger.warning("Removing %s (left by an interrupted build)", path)
             tf.io.gfile.rmtree(path)
-    elif stale:
-        logger.warning("Leftovers of interrupted builds (safe to delete when no build of this config runs; "
-                       "--remove_incomplete does it): %s", ", ".join(stale))
+    elif stale and resume is False:
+        logger.warning("Leftovers of interrupted builds, not resumed (--no_resume; safe to delete when no build of "
+                       "this config runs: --remove_incomplete does it): %s", ", ".join(stale))
+    elif stale:  # the builder resumes from them, or says what changed
+        logger.info("Leftovers of interrupted builds (resumed if nothing changed): %s", ", ".join(stale))
     prepared = target.is_published(os.fspath(builder.data_path)) if target else builder.is_prepared()
     if prepared and not overwrite:
         where = target.remote(os.fspath(builder.data_path)) if target else os.fspath(builder.data_path)
@@ -207,6 +217,7 @@ def build(
         with build_log.session(name, os.fspath(builder.data_path.parent), version=str(builder.version),
                                print_summary=False):
             logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
+            builder.resume, builder.hash_inputs = resume, hash_inputs
             builder.download_and_prepare(download_dir=download_dir, download_config=config)
     reused = getattr(builder, "reused_from", None)
     return dataclasses.replace(read_result(builder, built=not reused, target=target), reused_from=reused)
@@ -311,7 +322,14 @@ def make_parser() -> argparse.ArgumentParser:
                         help="with --runner portable: start a loopback job service + worker pool for this build; "
                              "with --runner dask: a dask scheduler + one worker process per core")
     parser.add_argument("--remove_incomplete", action="store_true",
-                        help="delete leftovers of interrupted builds of this config first")
+                        help="delete leftovers of interrupted builds of this config first (so nothing is resumed)")
+    parser.add_argument("--no_resume", action="store_true",
+                        help="build afresh even if a dead build of this config left finished shards (default: keep "
+                             "them when nothing that decides the output changed); same as VIDVOL_RESUME=0")
+    parser.add_argument("--hash_inputs", action="store_true",
+                        help="fingerprint the inputs by their SHA-256 (every byte read) instead of their sizes and "
+                             "modification times, to decide whether a dead build can be resumed; same as "
+                             "VIDVOL_HASH_INPUTS=1")
     parser.add_argument("--if_building", choices=build_lock.MODES, default=None,
                         help="when another build of this config is writing into the same data_dir: wait for it and "
                              "reuse its dataset (default), or fail at once (exit code 75); same as "
@@ -351,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
             [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
             [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
-            [--if_building wait|fail]
+            [--if_building wait|fail] [--remove_incomplete] [--no_resume] [--hash_inputs]
             [--BEAM_OPTION VALUE | --BEAM_OPTION=VALUE | --BEAM_FLAG ...]
 
     Every option this parser does not know (`--name value` or `--name=value`) is a Beam pipeline
@@ -376,7 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     instead of TFRecord (`vidvol.load`, `tfds.load`); a format the streaming writer cannot honour
     stops the build before anything is written. One build of a config writes into a data_dir at a
     time: a second one waits for it and reuses its dataset, or with `--if_building fail` exits at
-    once with code 75 naming the running build (host, pid, start).
+    once with code 75 naming the running build (host, pid, start). A build that died is resumed by the
+    same command (its finished shards kept, "resuming: K of N shards kept, M to build"); `--no_resume`
+    builds afresh, `--remove_incomplete` deletes what dead builds left first.
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     redact.install_log_redaction()  # a manual_dir may be a URL with credentials: no log line shows them
@@ -427,7 +447,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         args.dataset, manual_dir=args.manual_dir, data_dir=args.data_dir, runner=args.runner, beam_flags=beam_flags,
         overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
         download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
-        file_format=args.file_format,
+        file_format=args.file_format, resume=False if args.no_resume else None, hash_inputs=True if args.hash_inputs else None,
     )
     print(redact.text(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
                       "splits": result.splits, "empty_splits": result.empty_splits, "reused_from": result.reused_from},

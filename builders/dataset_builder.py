@@ -10,6 +10,8 @@ above (`vidvol.beam_jobs`) install a resolver with `vidvol.builders.writer.runne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import time
@@ -28,6 +30,7 @@ from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress
+from vidvol.builders.writer import resume as resume_lib
 from vidvol.builders.writer import shards_file
 from vidvol.builders.writer.formats import check_build_options, check_data_dir, check_file_format
 from vidvol.builders.writer.plan import DEFAULT_MAX_SHARD_SIZE, DEFAULT_MIN_SHARDS, PLAN_NAME, ShardTask
@@ -40,6 +43,7 @@ from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_repo
 from vidvol.core import artifacts
 from vidvol.core import redact, store
 from vidvol.core import tfds_api
+from vidvol.core.version import VERSION as VIDVOL_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +113,25 @@ class ExamplesFromSources(beam.PTransform):
             )
         return tagged.examples
 
+@dataclasses.dataclass
+class ResumeReport:
+    """What a build kept of the shards dead builds of its config left: counts, and where they came from."""
+
+    kept: int  # shards moved from dead builds' folders, not built again
+    total: int  # shards planned
+    folders: list[str]  # the dead builds' folders they came from (removed once moved)
+    damaged: list[str] = dataclasses.field(default_factory=list)  # shards found there but rebuilt, with why
+    changed: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # folder not resumed -> what changed
+
+    @property
+    def to_build(self) -> int:
+        return self.total - self.kept
+
+    def line(self) -> str:
+        """`resuming: 37 of 52 shards kept, 15 to build`."""
+        return f"resuming: {self.kept} of {self.total} shards kept, {self.to_build} to build"
+
+
 class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """GeneratorBasedBuilder whose Beam workers stream examples straight into shard files.
 
@@ -146,6 +169,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     # staging folder, the workers write the shards to the bucket, and the finished dataset is published there.
     bucket: bucket_target.BucketTarget | None = None
     _remote_incomplete: str | None = None
+    # Resuming a dead build of this config (`vidvol.builders.writer.resume`): None leaves it to VIDVOL_RESUME (on
+    # by default) and VIDVOL_HASH_INPUTS (off); `python -m vidvol.beam_jobs.build --no_resume/--hash_inputs` set them.
+    resume: bool | None = None
+    hash_inputs: bool | None = None
+    resumed: ResumeReport | None = None  # what the last build kept of dead builds' shards
 
     def _out(self, path: str) -> str:
         """Where a worker writes a file of the build folder: the path itself, or its URL in the bucket."""
@@ -279,7 +307,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         self._remote_incomplete = self._out(os.fspath(self.data_path)) if self.bucket is not None else None
         tasks = self._plan(generators, templates, download_config)
-        all_tasks = [t for ts in tasks.values() for t in ts]
+        kept = self._resume(tasks, download_config)
+        all_tasks = [t for ts in tasks.values() for t in ts if t.path not in kept]
         if all_tasks:
             num_sources = sum(len(t.sources) for t in all_tasks)
             runner, options = resolve_runner(
@@ -288,7 +317,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             )
             self._build_runner = build_record.runner_name(runner)  # for build.json
             self._build_workers = options.get_all_options().get("direct_num_workers") if options else None
-            self._run_pipeline(all_tasks, generators, runner, options, tasks)
+            self._run_pipeline(all_tasks, generators, runner, options, tasks, kept=kept)
         for leftover in tf.io.gfile.glob(os.path.join(os.fspath(self.data_path), "*.tmp")):
             tf.io.gfile.remove(leftover)  # attempts of tasks that a runner retried elsewhere (a worker died)
         # (A bucket build's attempts live in each worker's scratch, never in the bucket.)
@@ -313,6 +342,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
         manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
         self._report(os.fspath(self.data_path), results, manual_dir)
+        # Every shard is in place: the fingerprint goes (it is no part of the dataset), and with it the chance
+        # that a build killed from here on is resumed (its shards then have their final names).
+        outputs.remove(self._out(os.path.join(os.fspath(self.data_path), resume_lib.FINGERPRINT_NAME)))
         if self._build_lock is not None:  # last step before TFDS renames incomplete.* into the version folder
             self._build_lock.check_held()
 
@@ -340,11 +372,86 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             logger.info("%s %s: %d sources in %d shards", self.name, split, len(gen.sources), n)
         return tasks
 
-    def _run_pipeline(self, all_tasks, generators, runner, options, tasks_by_split=None) -> None:
+    def _fingerprint(self, tasks: Mapping[str, Sequence[ShardTask]], download_config, *, content: bool) -> dict:
+        """What decides this build's output (`resume.fingerprint`): config, versions, format, options, inputs."""
+        cfg = self.builder_config
+        if cfg is not None and dataclasses.is_dataclass(cfg):
+            config = {f.name: repr(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                      if f.name not in ("description", "release_notes", "tags")}
+        else:
+            config = {"name": repr(getattr(cfg, "name", None))}
+        try:
+            features = json.dumps(self.info.features.to_json(), sort_keys=True)
+        except Exception:  # a feature without a JSON form: its repr
+            features = repr(self.info.features)
+        options = {"num_shards": download_config.num_shards, "max_shard_size": self._max_shard_size(download_config),
+                   "max_examples_per_split": download_config.max_examples_per_split, "min_shards": self.MIN_SHARDS,
+                   "example_bytes": self._estimated_example_bytes()}
+        return resume_lib.fingerprint(
+            dataset=self._display_name(), version=str(self.version), vidvol_version=VIDVOL_VERSION,
+            tfds_version=tfds.__version__, file_format=self._file_format().value, config=config, features=features,
+            options=options, tasks=tasks, content=content,
+        )
+
+    def _resume(self, tasks: Mapping[str, Sequence[ShardTask]], download_config) -> dict[str, dict]:
+        """Records this build's fingerprint, then keeps the whole shards of dead builds with the same one.
+
+        Only a build holding the config's build lock resumes (then no other build of it runs: the
+        `incomplete.*` folders beside its own are dead builds'). A folder whose fingerprint differs is
+        left alone with a warning saying what changed; one that holds no file at all (a build killed
+        while planning) is removed.
+
+        Returns:
+          Shard path -> sidecar of each shard kept (already in this build's folder with its sidecar).
+        """
+        self.resumed = None
+        resume = resume_lib.resume_enabled() if self.resume is None else self.resume
+        content = resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs
+        name = self._display_name()
+        here = os.fspath(self.data_path)
+        doc = self._fingerprint(tasks, download_config, content=content)
+        resume_lib.write_fingerprint(self._out(here), doc)
+        if not resume or self._build_lock is None:
+            return {}
+        same, changed = [], {}
+        for folder in resume_lib.previous_folders(here):
+            where = self._out(folder)
+            old = resume_lib.read_fingerprint(where)
+            if old is None:
+                if not resume_lib.folder_files(where) and not resume_lib.folder_files(folder):
+                    resume_lib.remove_folder(folder)  # a build killed while planning: nothing in it
+                    continue
+                changed[where] = ["it holds no fingerprint (an older vidvol's build, or one killed while planning)"]
+            elif resume_lib.canonical(old) == resume_lib.canonical(doc):
+                same.append(folder)
+            else:
+                changed[where] = resume_lib.differences(old, doc) or ["its fingerprint differs"]
+        for where, why in changed.items():
+            logger.warning("%s: not resuming from %s, which another build of this config left: %s. Building afresh; "
+                           "that folder is left as it is (--remove_incomplete deletes it)", name, where, "; ".join(why))
+        if not same:
+            return {}
+        flat = [t for ts in tasks.values() for t in ts]
+        kept = resume_lib.keep_shards(flat, [self._out(f) for f in same])
+        for folder in same:
+            resume_lib.remove_folder(self._out(folder))
+            if self._out(folder) != folder:
+                resume_lib.remove_folder(folder)  # a bucket build's local staging folder
+        self.resumed = ResumeReport(kept.count, len(flat), [self._out(f) for f in same], kept.damaged,
+                                    {w: list(v) for w, v in changed.items()})
+        logger.info("%s: %s", name, self.resumed.line(), extra=build_log.CONSOLE)
+        logger.info("%s: kept from %s (same fingerprint: config, versions, file format, options, inputs)",
+                    name, ", ".join(self.resumed.folders))
+        for why in kept.damaged:
+            logger.warning("%s: not keeping %s; it is built again", name, why)
+        return kept.infos
+
+    def _run_pipeline(self, all_tasks, generators, runner, options, tasks_by_split=None, kept=None) -> None:
         """One Beam pipeline: shard tasks spread over the workers, each written whole by one worker.
 
         While it runs, a background thread reads the workers' progress records and shows one bar
-        (or plain line) per split.
+        (or plain line) per split; `kept` (shard path -> sidecar) are shards a dead build finished,
+        counted as done.
         """
         fns = {split: gen.example_fn for split, gen in generators.items()}
         setup = [fn for gen in generators.values() for fn in gen.worker_setup]
@@ -359,8 +466,12 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         states = [progress.SplitProgress(split, sum(n for _, n in items)) for split, items in shards.items()]
         display = (session.progress_display(states) if session is not None
                    else progress.LineDisplay(self._display_name(), lambda line: logger.info("%s", line)))
+        kept = kept or {}
+        done = {progress.progress_path(t.path): {"done": len(t.sources), "examples": len(kept[t.path]["keys"]),
+                                                 "skips": sum(1 for k in kept[t.path]["skips"] if not k.get("example"))}
+                for ts in by_split.values() for t in ts if t.path in kept}
         try:
-            with progress.ProgressMonitor(shards, display):
+            with progress.ProgressMonitor(shards, display, done=done):
                 state = pipeline.run().wait_until_finish()
         finally:
             outputs.remove(plan)

@@ -287,17 +287,21 @@ class ProgressMonitor:
     when the block ends; `states` then holds the final per-split sums.
 
     It shows, per split, inputs done / inputs planned (a skipped input counts as done), the rate and
-    the ETA.
+    the ETA. `done` maps the record paths of shards already finished (kept by a resumed build) to their
+    records.
     """
 
     def __init__(self, shards: Mapping[str, Sequence[tuple[str, int]]], display: Display | None = None, *,
-                 interval: float | None = None):
+                 interval: float | None = None, done: Mapping[str, Mapping[str, int]] | None = None):
         self.shards = {split: list(items) for split, items in shards.items()}
         self.display = display
         remote = any(is_remote(path) for items in self.shards.values() for path, _ in items)
         self.interval = interval if interval is not None else (REMOTE_POLL_INTERVAL_S if remote else POLL_INTERVAL_S)
         self._records: dict[str, dict[str, Any]] = {}
         self._complete: set[str] = set()  # records that reached their shard's size: not read again
+        # `done`: the records of shards finished before this pipeline (kept from a dead build), never read.
+        self._records.update({path: dict(record) for path, record in (done or {}).items()})
+        self._complete.update(done or {})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()

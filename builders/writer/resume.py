@@ -1,0 +1,374 @@
+"""Resuming a build that died: the fingerprint of what decides its output, and the finished shards it left kept.
+
+A build records `build_fingerprint.json` in its `incomplete.*` folder once its shards are planned
+(`fingerprint`); the next build of the config reads the fingerprints its dead predecessors left
+(`previous_folders`), says what changed (`differences`) or keeps every shard whose sidecar is complete
+and whose bytes match their SHA-256 (`keep_shards`), so only the other shards' sources are decoded.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pickle
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from vidvol.builders.writer import json_files, outputs
+from vidvol.builders.writer import shards_file
+from vidvol.builders.writer.plan import ShardTask
+from vidvol.core import store
+
+logger = logging.getLogger(__name__)
+
+FINGERPRINT_NAME = "build_fingerprint.json"  # in the incomplete folder until the build publishes
+FORMAT = 1  # of the fingerprint document
+RESUME_ENV = "VIDVOL_RESUME"  # 0/false/no/off: never resume (`--no_resume`)
+HASH_INPUTS_ENV = "VIDVOL_HASH_INPUTS"  # 1/true/yes/on: fingerprint the inputs' bytes, not sizes and mtimes
+INFO_SUFFIX = ".info.json"
+_THREADS = 16
+_NO_FILE = (-1, -1)  # what an input path that does not exist (or cannot be read) records
+
+
+def _flag(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
+def resume_enabled() -> bool:
+    """Whether a build may resume a dead one (False when `VIDVOL_RESUME=0`, as `--no_resume` sets)."""
+    return _flag(RESUME_ENV) is not False
+
+
+def hash_inputs() -> bool:
+    """Whether the fingerprint holds the inputs' SHA-256 (`VIDVOL_HASH_INPUTS=1`, `--hash_inputs`)."""
+    return bool(_flag(HASH_INPUTS_ENV))
+
+
+def _is_path(text: str) -> bool:
+    return os.sep in text or "://" in text
+
+
+def input_paths(source: Any, out: list[str]) -> None:
+    """Appends the file paths a source record names (strings holding a `/` or a URL), depth first."""
+    if isinstance(source, str):
+        if _is_path(source):
+            out.append(source)
+        return
+    if isinstance(source, (tuple, list)):
+        for item in source:
+            if isinstance(item, str):
+                if _is_path(item):
+                    out.append(item)
+            elif not isinstance(item, (int, float)) and item is not None:
+                input_paths(item, out)
+        return
+    if isinstance(source, Mapping):
+        for item in source.values():
+            input_paths(item, out)
+        return
+    if dataclasses.is_dataclass(source) and not isinstance(source, type):
+        input_paths(tuple(vars(source).values()) if hasattr(source, "__dict__") else
+                    tuple(getattr(source, f.name) for f in dataclasses.fields(source)), out)
+
+
+def _local_stat(path: str) -> tuple[int, int]:
+    try:
+        st = os.stat(path[len("file://"):] if path.startswith("file://") else path)
+    except (OSError, ValueError):
+        return _NO_FILE
+    return st.st_size, st.st_mtime_ns
+
+
+def _remote_stat(path: str) -> tuple[int, int]:
+    try:
+        if store.is_bucket(path):
+            return store.size(path), 0  # the object's size (core.store reads no mtime)
+        st = tf.io.gfile.stat(path)
+        return st.length, st.mtime_nsec
+    except Exception:  # missing or unreadable: the build skips it, and the fingerprint says so
+        return _NO_FILE
+
+
+def _content(path: str) -> tuple[int, int]:
+    """(size, first 8 bytes of the SHA-256 as an int) of a file's bytes."""
+    try:
+        if store.is_bucket(path):
+            data = store.read_bytes(path)
+            return len(data), int.from_bytes(hashlib.sha256(data).digest()[:8], "big")
+        local = path[len("file://"):] if path.startswith("file://") else path
+        digest, size = shards_file.file_digest(local)
+        return size, int(digest[:16], 16)
+    except Exception:
+        return _NO_FILE
+
+
+def stat_inputs(paths: Iterable[str], *, content: bool = False) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of each path (or with `content`, (size, a digest of its bytes)); (-1, -1) if missing."""
+    unique = list(dict.fromkeys(paths))
+    if not content:
+        local = [p for p in unique if "://" not in p or p.startswith("file://")]
+        remote = [p for p in unique if "://" in p and not p.startswith("file://")]
+        out = {p: _local_stat(p) for p in local}
+        if remote:
+            with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
+                out.update(zip(remote, pool.map(_remote_stat, remote)))
+        return out
+    with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
+        return dict(zip(unique, pool.map(_content, unique)))
+
+
+def _short(h: hashlib._Hash) -> str:
+    return h.hexdigest()[:32]
+
+
+def split_fingerprint(tasks: Sequence[ShardTask], stats: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
+    """A split's part of the fingerprint: input count, digests of their names, records and files, per shard too."""
+    names, records, files = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
+    shard_records, shard_files = [], []
+    for task in tasks:
+        r, f = hashlib.sha256(), hashlib.sha256()
+        for source in task.sources:
+            # The record as planned (a source's id, path, label, times...): pickled, as the plan file holds it.
+            r.update(pickle.dumps(source, protocol=4))
+            paths: list[str] = []
+            input_paths(source, paths)
+            for p in paths:
+                size, stamp = stats.get(p, _NO_FILE)
+                f.update(f"{p}\0{size}\0{stamp}\n".encode("utf-8", "surrogateescape"))
+        shard_records.append(_short(r))
+        shard_files.append(_short(f))
+        records.update(r.digest())
+        files.update(f.digest())
+    for source_id in sorted(str(s[0]) for t in tasks for s in t.sources):
+        names.update(source_id.encode("utf-8", "surrogateescape") + b"\0")
+    return {"sources": sum(len(t.sources) for t in tasks), "shards": len(tasks), "names": _short(names),
+            "records": _short(records), "files": _short(files), "shard_records": shard_records, "shard_files": shard_files}
+
+
+def fingerprint(
+    *, dataset: str, version: str, vidvol_version: str, tfds_version: str, file_format: str, config: Mapping[str, str],
+    features: str, options: Mapping[str, Any], tasks: Mapping[str, Sequence[ShardTask]], content: bool = False,
+) -> dict[str, Any]:
+    """Everything that decides a build's output, as a JSON document (equal documents: the same shards).
+
+    Args:
+      dataset: `NAME/CONFIG`.
+      version: the dataset version.
+      vidvol_version: vidvol's release.
+      tfds_version: TFDS's release (its feature encoders write the examples).
+      file_format: tfrecord or array_record.
+      config: the builder config's fields, each as its repr.
+      features: the features' JSON (or a digest of it).
+      options: the build options that shape the shards (num_shards, max_shard_size, ...).
+      tasks: the planned shard tasks per split.
+      content: record the inputs' SHA-256 instead of their sizes and mtimes (slower: every byte is read).
+
+    Returns:
+      The fingerprint document.
+    """
+    paths: list[str] = []
+    for ts in tasks.values():
+        for t in ts:
+            for s in t.sources:
+                input_paths(s, paths)
+    stats = stat_inputs(paths, content=content)
+    return {
+        "format": FORMAT, "dataset": dataset, "version": version, "vidvol": vidvol_version, "tfds": tfds_version,
+        "file_format": file_format, "config": dict(config),
+        "features": hashlib.sha256(features.encode("utf-8", "surrogateescape")).hexdigest()[:32],
+        "options": dict(options), "inputs": "content" if content else "size+mtime",
+        "splits": {split: split_fingerprint(ts, stats) for split, ts in tasks.items()},
+    }
+
+
+def _changed_shards(old: Sequence[str], new: Sequence[str]) -> str:
+    changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+    shown = ", ".join(str(i) for i in changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return f"shard{'s' if len(changed) != 1 else ''} {shown} of {len(new)}"
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What differs between two fingerprints, in words (empty: the same build)."""
+    if not isinstance(old, Mapping) or old.get("format") != new.get("format"):
+        return [f"its fingerprint is of another format ({old.get('format') if isinstance(old, Mapping) else old!r})"]
+    out = []
+    for key, what in (("dataset", "the dataset"), ("version", "the dataset version"), ("vidvol", "the vidvol version"),
+                      ("tfds", "the TFDS version"), ("file_format", "the file format"), ("features", "the features"),
+                      ("inputs", "how inputs are fingerprinted")):
+        if old.get(key) != new.get(key):
+            out.append(f"{what}: {old.get(key)} before, {new.get(key)} now" if key != "features" else f"{what} changed")
+    for name, field in (("config", "config field"), ("options", "option")):
+        a, b = old.get(name) or {}, new.get(name) or {}
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                out.append(f"{field} {k}: {a.get(k, '(none)')} before, {b.get(k, '(none)')} now")
+    a_splits, b_splits = old.get("splits") or {}, new.get("splits") or {}
+    for split in sorted(set(a_splits) | set(b_splits)):
+        a, b = a_splits.get(split), b_splits.get(split)
+        if a is None or b is None:
+            out.append(f"split {split}: {'added' if a is None else 'gone'}")
+            continue
+        if a.get("sources") != b.get("sources"):
+            out.append(f"split {split}: {a.get('sources')} inputs before, {b.get('sources')} now (inputs added or removed)")
+        elif a.get("names") != b.get("names"):
+            out.append(f"split {split}: other inputs (as many as before, but some added and others removed)")
+        elif a.get("records") != b.get("records"):
+            out.append(f"split {split}: the inputs' records changed (labels, paths, times; "
+                       f"{_changed_shards(a.get('shard_records') or [], b.get('shard_records') or [])})")
+        elif a.get("shards") != b.get("shards"):
+            out.append(f"split {split}: {a.get('shards')} shards before, {b.get('shards')} now")
+        elif a.get("files") != b.get("files"):
+            what = "content" if new.get("inputs") == "content" else "size or modification time"
+            out.append(f"split {split}: input files changed {what} (the inputs of "
+                       f"{_changed_shards(a.get('shard_files') or [], b.get('shard_files') or [])})")
+    return out
+
+
+def write_fingerprint(folder: str, doc: Mapping[str, Any]) -> None:
+    """Writes the fingerprint into a build's incomplete folder (whole: a reader sees all of it or nothing)."""
+    json_files.write_json(doc, f"{folder}/{FINGERPRINT_NAME}")
+
+
+def read_fingerprint(folder: str) -> dict[str, Any] | None:
+    """The fingerprint a build left in `folder`; None when there is none or it cannot be read."""
+    try:
+        doc = json_files.read_json(f"{folder}/{FINGERPRINT_NAME}")
+    except Exception:  # missing (killed while planning, an older vidvol) or unreadable: nothing to resume
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def previous_folders(incomplete: str) -> list[str]:
+    """The other `incomplete.*_VERSION` folders beside this build's `incomplete` folder (local or gs://), sorted."""
+    incomplete = incomplete.rstrip("/")
+    parent, own = incomplete.rsplit("/", 1)
+    version = own.rsplit("_", 1)[-1]
+    try:
+        names = tf.io.gfile.listdir(parent)
+    except tf.errors.NotFoundError:
+        return []
+    return sorted(f"{parent}/{n.rstrip('/')}" for n in names
+                  if n.startswith("incomplete.") and n.rstrip("/").endswith("_" + version) and n.rstrip("/") != own)
+
+
+def folder_files(folder: str) -> set[str]:
+    """The file names in a build folder (see `_listing`)."""
+    return _listing(folder)
+
+
+def _listing(folder: str) -> set[str]:
+    """File names in a build folder (local, gs:// or a bucket prefix); empty when it cannot be listed."""
+    try:
+        if outputs.is_bucket(folder):
+            return {n.rstrip("/").rsplit("/", 1)[-1] for n in store.listdir(folder)}
+        return {n.rstrip("/") for n in tf.io.gfile.listdir(folder)}
+    except Exception:
+        return set()
+
+
+@dataclasses.dataclass
+class Kept:
+    """What `keep_shards` kept: per split, the indices of the shards moved into this build's folder."""
+
+    kept: dict[str, set[int]] = dataclasses.field(default_factory=dict)
+    damaged: list[str] = dataclasses.field(default_factory=list)  # shards found but not kept, with why
+    infos: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # new shard path -> its sidecar
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.kept.values())
+
+
+def _check(task: ShardTask, old_path: str) -> tuple[dict[str, Any] | None, str]:
+    """(the old shard's sidecar if the shard is whole, else None; why not)."""
+    try:
+        info = json_files.read_json(old_path + INFO_SUFFIX)
+    except Exception as e:
+        return None, f"its sidecar cannot be read ({type(e).__name__})"
+    if not isinstance(info, dict) or info.get("split") != task.split or info.get("index") != task.index:
+        return None, "its sidecar is of another shard"
+    digest, size = info.get(shards_file.DIGEST), info.get("file_bytes")
+    if not isinstance(digest, str) or not isinstance(size, int) or not isinstance(info.get("keys"), list):
+        return None, "its sidecar is incomplete"
+    try:
+        if outputs.is_bucket(old_path):
+            data = store.read_bytes(old_path)
+            actual, actual_size = hashlib.sha256(data).hexdigest(), len(data)
+        else:
+            actual, actual_size = shards_file.file_digest(old_path)
+    except Exception as e:
+        return None, f"it cannot be read ({type(e).__name__})"
+    if actual_size != size or actual != digest:
+        return None, f"its bytes do not match its SHA-256 ({actual_size} bytes, {size} recorded)"
+    return info, ""
+
+
+def keep_shards(tasks: Sequence[ShardTask], folders: Sequence[str]) -> Kept:
+    """Moves every whole shard of `tasks` found in `folders` (old incomplete folders) to its planned path.
+
+    A shard is kept when its `.info.json` is complete and its bytes match the SHA-256 recorded there;
+    it is renamed to the task's path and its sidecar written beside it (the shard first: the sidecar
+    marks it done). Anything else (no sidecar, a half-written or damaged shard) is left to be rebuilt.
+
+    Args:
+      tasks: this build's planned shard tasks (their paths in this build's incomplete folder).
+      folders: the folders (where their workers wrote: a bucket URL for a bucket build) of dead builds with
+        the same fingerprint.
+
+    Returns:
+      What was kept.
+    """
+    listings = {f: _listing(f) for f in folders}
+    candidates = []
+    for task in tasks:
+        name = os.path.basename(task.path)
+        for folder in folders:
+            if name + INFO_SUFFIX in listings[folder] and name in listings[folder]:
+                candidates.append((task, f"{folder}/{name}"))
+                break
+    kept = Kept()
+    with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:
+        checked = list(pool.map(lambda c: _check(*c), candidates))
+    for (task, old_path), (info, why) in zip(candidates, checked):
+        if info is None:
+            kept.damaged.append(f"{task.split} shard {task.index} ({old_path}): {why}")
+            continue
+        new_path = task.path
+        try:
+            outputs.rename(old_path, new_path)
+            info = dict(info, path=new_path)
+            json_files.write_json(info, new_path + INFO_SUFFIX)
+        except Exception as e:  # the folder went away meanwhile: the shard is built again
+            kept.damaged.append(f"{task.split} shard {task.index} ({old_path}): could not be moved ({type(e).__name__}: {e})")
+            outputs.remove(new_path)
+            continue
+        kept.kept.setdefault(task.split, set()).add(task.index)
+        kept.infos[new_path] = info
+    return kept
+
+
+def remove_folder(folder: str) -> None:
+    """Removes a dead build's folder (local, gs:// or a bucket prefix); a missing one is not an error."""
+    try:
+        if outputs.is_bucket(folder):
+            store.remove_tree(folder)
+        elif tf.io.gfile.isdir(folder):
+            tf.io.gfile.rmtree(folder)
+    except Exception as e:
+        logger.warning("could not remove %s (%s: %s); remove it by hand", folder, type(e).__name__, e)
+
+
+def canonical(doc: Any) -> str:
+    """A fingerprint as compared: its JSON with sorted keys."""
+    return json.dumps(doc, sort_keys=True)
