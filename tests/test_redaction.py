@@ -154,3 +154,60 @@ def test_a_manual_dir_with_credentials_in_its_url_is_never_written_or_shown(tmp_
     for value in (secret, wrong):
         assert _grep(tmp_path / "data", [value]) == [] and _grep(tmp_path / "refused", [value]) == []
         assert value not in built.stdout + built.stderr + refused.stdout + refused.stderr
+
+
+class _FlakyHandler(_QuietHandler):
+    """Serves files, ignoring query strings; a path holding `flaky` answers 503 to its second GET (the fetch, after
+    the existence check): the fetch is retried."""
+
+    gets: dict = {}
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        self.gets[path] = self.gets.get(path, 0) + 1
+        if "flaky" in path and self.gets[path] == 2:
+            self.send_error(503, "try again")
+            return
+        super().do_GET()
+
+
+@pytest.mark.slow  # a real build of 5 videos, decoded in the child (about 8 s on the loaded 2-core machine)
+def test_real_presigned_url_shapes_leave_no_secret_in_anything_the_build_writes(tmp_path, capfd, caplog):
+    """video_folder whose CSV lists presigned URLs (AWS SigV4, GCS V4, Azure SAS shapes; one a 503 first, so the
+    decoding child logs a retry; one missing, so a skip): the `video_id`s, keys, shards, metadata, build log, skip
+    report, terminal and log records hold no part of any secret. (TFDS takes no http:// manual_dir: the URLs under
+    a bucket manual_dir are `test_redact.test_keys_of_urls_under_manual_dir_carry_no_query`'s.)"""
+    from core.test_redact import AWS_SIGV4, AZURE_SAS, GCS_V4, SECRET_PARTS
+    from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
+
+    folder = tmp_path / "served"
+    for i, name in enumerate(("aws.avi", "gcs.avi", "flaky.avi", "local.avi")):
+        samples.write_video(str(folder / "clips" / name), 8, height=32, width=48, seed=i)
+    handler = functools.partial(_FlakyHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    query = {name: shape.split("?", 1)[1] for name, shape in (("aws", AWS_SIGV4), ("gcs", GCS_V4), ("azure", AZURE_SAS))}
+    rows = [f"{base}/clips/aws.avi?{query['aws']},a,train", f"{base}/clips/gcs.avi?{query['gcs']},b,train",
+            f"{base}/clips/flaky.avi?{query['azure']},a,train", f"{base}/clips/gone.avi?{query['aws']},b,train",
+            "clips/local.avi,b,train"]
+    (folder / "list.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    config = vfb.VideoFolderConfig(name="t4x32", csv_file="list.csv", num_frames=4, height=32, width=48)
+    builder = vfb.Builder(data_dir=str(tmp_path / "data"), config=config)
+    caplog.set_level(logging.INFO)
+    try:
+        builder.download_and_prepare(download_config=in_process_config(manual_dir=str(folder)))
+    finally:
+        server.shutdown()
+        server.server_close()
+    ids = sorted(ex["video_id"].decode() for ex in tfds.as_numpy(builder.as_dataset(split="train")))
+    assert len(ids) == 4 and "clips/local.avi" in ids, ids
+    assert sorted(i.rsplit("/", 1)[1] for i in ids if i.startswith("external/")) == [
+        "aws.avi?***", "flaky.avi?***", "gcs.avi?***"], ids
+    skipped = skip_report.read_skip_report(os.fspath(builder.data_path))["skipped"]
+    assert [s["source"].rsplit("/", 1)[1] for s in skipped] == ["gone.avi?***"], skipped
+    assert f"{base}/clips/gone.avi?*** video not found" in skipped[0]["reason"], skipped
+    out, err = capfd.readouterr()
+    assert "attempt 1 of" in caplog.text + err  # the child's retry warning reached the worker's log
+    assert _grep(tmp_path / "data", SECRET_PARTS) == []  # shards, shards.json, dataset_info, skip report, build log
+    assert not [s for s in SECRET_PARTS if s in out + err + caplog.text]
