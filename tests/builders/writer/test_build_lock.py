@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -279,3 +280,40 @@ def test_a_heartbeat_failing_past_the_stale_age_loses_the_lock_saying_why(tmp_pa
     finally:
         monkeypatch.undo()
         lock.release()
+
+
+def test_the_heartbeat_survives_a_lock_file_that_really_cannot_be_read_for_a_while(tmp_path, monkeypatch, caplog):
+    """No mock of the OS: the lock file is swapped for a directory (every read and write of it then fails with a
+    real IsADirectoryError, as root too) for several beats, then put back; the heartbeat logs, keeps going, and
+    the lock is still this build's. Replaced by another build's file, it is lost at the next beat."""
+    monkeypatch.setattr(build_lock, "HEARTBEAT_S", 0.1)
+    path = str(tmp_path / "build_1.0.0.lock")
+    lock = build_lock.BuildLock(path, what="x", stale_s=60)
+    lock.acquire()
+    try:
+        with lock._mutex:  # between two beats: the swap is never seen half-done
+            saved = pathlib.Path(path).read_bytes()
+            os.remove(path)
+            os.mkdir(path)
+        with caplog.at_level(logging.WARNING, logger=build_lock.logger.name):
+            deadline = time.time() + 20
+            while caplog.text.count("IsADirectoryError") < 3 and time.time() < deadline:
+                time.sleep(0.05)
+        assert caplog.text.count("IsADirectoryError") >= 3, caplog.text
+        assert lock._beat is not None and lock._beat.is_alive() and lock.lost_to is None
+        with lock._mutex:
+            os.rmdir(path)
+            pathlib.Path(path).write_bytes(saved)
+        deadline = time.time() + 20
+        while json.loads(pathlib.Path(path).read_text())["heartbeat"] <= json.loads(saved)["heartbeat"]:
+            assert time.time() < deadline, "the heartbeat never wrote again"
+            time.sleep(0.05)
+        lock.check_held()  # still ours
+        other = dict(json.loads(saved), token="another-build")
+        pathlib.Path(path + ".new").write_text(json.dumps(other))
+        os.replace(path + ".new", path)  # another build took it over: that is a real loss
+        with pytest.raises(build_lock.BuildLockLostError, match="lost its build lock to another build"):
+            lock.check_held()
+    finally:
+        lock.release()
+    assert json.loads(pathlib.Path(path).read_text())["token"] == "another-build"  # never removes another's lock
