@@ -1,4 +1,4 @@
-"""The dispatcher of `python -m vidvol COMMAND`: demo, preview, build, verify, pull, push.
+"""The dispatcher of `python -m vidvol COMMAND`: demo, preview, report, build, verify, pull, push.
 
 Each command is a module with a `main(argv) -> int`, imported only when its command runs, so
 `python -m vidvol --help` and one command's start-up never load another's dependencies.
@@ -12,6 +12,7 @@ import sys
 COMMANDS = {
     "demo": ("vidvol.cli.demo", "build small sample datasets with Beam and read them back"),
     "preview": ("vidvol.cli.preview", "render a PNG preview of a prepared dataset"),
+    "report": ("vidvol.cli.report", "write one self-contained HTML page about a prepared dataset"),
     "build": ("vidvol.beam_jobs.build", "build a dataset/config on a chosen Beam runner"),
     "verify": ("vidvol.cli.verify", "check every shard of a prepared dataset (checksums, counts, records)"),
     "pull": ("vidvol.cli.pull", "copy a dataset from a bucket data_dir into a local one, checked against shards.json"),
