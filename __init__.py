@@ -40,9 +40,39 @@ __all__ = [
     "ReadSpec", "Clips", "Normalize", "Output", "VideoAugment", "VolumeAugment",
     # random access
     "data_source", "grain_dataset", "torch_dataset",
+    # a prepared dataset at a glance: one self-contained HTML page
+    "report",
     # Keras layers, imported on first use (`__getattr__`)
     "layers",
 ]
+
+
+def report(name: str, *, data_dir: str | None = None, out: str | None = None, limits=None) -> str:
+    """Writes one self-contained HTML page about a prepared dataset and returns its path.
+
+    The page (`python -m vidvol report` writes the same) holds the dataset's card (description, citation,
+    features, when and how it was built), each split's examples, shards and bytes, label counts, the HRR
+    distribution (fire_hrr) or intensity histograms (MRI), previews of a few examples per class with their
+    masked frames shown, the skip report and whether the shards match `shards.json`. Images are inlined:
+    the file opens from a file browser, fetches nothing, and shows in a notebook with
+    `IPython.display.HTML(filename=vidvol.report(...))`. What it samples to stay small is written on it
+    (docs/building.md, "The report page").
+
+    Args:
+      name: `NAME`, `NAME/CONFIG` or `NAME/CONFIG:VERSION`, e.g. `"hmdb51/split1_20x64x64"`.
+      data_dir: the TFDS data_dir the dataset was built into (default: TFDS's, `~/tensorflow_datasets`).
+      out: the HTML file to write; default `report.html` in the dataset's version folder, beside the shards.
+      limits: a `vidvol.cli.report_parts.gather.Limits`: how much the page reads and shows (default: its defaults).
+
+    Returns:
+      The path of the page written.
+
+    Raises:
+      ValueError: no prepared dataset of that name in `data_dir`.
+    """
+    from vidvol.cli import report as _report  # imported when asked for: `import vidvol` stays light
+
+    return _report.write_report(name, data_dir=data_dir, out=out, limits=limits)
 
 
 def __getattr__(name: str):

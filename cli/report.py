@@ -82,11 +82,17 @@ def _sampled_note(s: gather.SplitSample) -> str:
 
 
 def _labels(samples: Sequence[gather.SplitSample], names: list[str]) -> str:
-    counts = {s.name: np.bincount(s.labels, minlength=len(names)).tolist() for s in samples if s.labels is not None}
+    counts = {s.name: np.bincount(s.labels, minlength=len(names)) for s in samples if s.labels is not None}
     if not counts:
         return "<p>No label counts: no split could be read.</p>"
-    chart = svg.label_bars(names, counts, "examples per class and split")
-    return raw_figure(chart, "Examples per class, counted over " + "; ".join(_sampled_note(s) for s in samples) + ".")
+    seen = np.flatnonzero(sum(counts.values()) > 0)
+    chart = svg.label_bars([names[i] for i in seen], {k: v[seen].tolist() for k, v in counts.items()},
+                           "examples per class and split")
+    none = [names[i] for i in range(len(names)) if i not in set(seen.tolist())]
+    missing = (f"<p>{len(none)} of {len(names)} classes have no example in what was read: {esc(', '.join(none))}.</p>"
+               if none else "")
+    return raw_figure(chart, "Examples per class, counted over " + "; ".join(_sampled_note(s) for s in samples)
+                      + ".") + missing
 
 
 def _distributions(kind: str, samples: Sequence[gather.SplitSample]) -> str:
@@ -123,10 +129,12 @@ def _preview(kind: str, ex: dict[str, Any], title: str) -> tuple[list[str], str]
         return [uri], raw_figure(f'<img src="{uri}" alt="{esc(alt)}"><br>{chart}',
                                  f"{title}: {int(mask.sum())} of {len(mask)} frames real; {masked_text}; "
                                  f"frames shown: {', '.join(map(str, where))}")
-    uri = media.data_uri(media.clip_webp(frames, mask), "image/webp")
+    data, width = media.clip_webp(frames, mask)
+    uri = media.data_uri(data, "image/webp")
     shown = media.positions(len(frames), media.CLIP_FRAMES)
     alt = f"Animated clip {title}: {len(shown)} of {len(frames)} frames, {masked_text}"
-    return [uri], figure(uri, alt, f"{title}: {int(mask.sum())} of {len(mask)} frames real; {masked_text}")
+    return [uri], figure(uri, alt, f"{title}: {int(mask.sum())} of {len(mask)} frames real; {masked_text}",
+                         width=width * max(1, media.MAX_SIDE // width))  # small frames drawn up to MAX_SIDE
 
 
 def _previews(kind: str, sample: gather.SplitSample | None, builder, limits: gather.Limits) -> tuple[str, int]:
@@ -154,7 +162,8 @@ def _previews(kind: str, sample: gather.SplitSample | None, builder, limits: gat
             f"order, {limits.max_previews} at most; {len(out)} shown.")
     if left_out:
         head += f" {left_out} more left out to keep the page's images under {human_bytes(limits.image_bytes)}."
-    return head + "</p>" + "".join(out), used
+    gallery = '<div class="gallery">' if kind == "video" else "<div>"
+    return head + "</p>" + gallery + "".join(out) + "</div>", used
 
 
 def shard_status(data_path: str, spec: str, data_dir: str, total_bytes: int, limits: gather.Limits) -> tuple[str, list[str]]:
@@ -203,12 +212,13 @@ def _sampling(limits: gather.Limits, kind: str) -> str:
     return "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
 
 
-def write_report(name: str, *, data_dir: str, out: str | None = None, limits: gather.Limits | None = None) -> str:
+def write_report(name: str, *, data_dir: str | None = None, out: str | None = None,
+                 limits: gather.Limits | None = None) -> str:
     """Writes the report page of a prepared dataset (see the module docstring) and returns its path.
 
     Args:
       name: `NAME`, `NAME/CONFIG` or `NAME/CONFIG:VERSION` of a dataset prepared in `data_dir`.
-      data_dir: the TFDS data_dir it was built into.
+      data_dir: the TFDS data_dir it was built into (default: TFDS's, `~/tensorflow_datasets`).
       out: the HTML file to write; default `report.html` in the dataset's version folder, beside the shards.
       limits: what the page samples (`gather.Limits()` by default).
 
@@ -217,7 +227,8 @@ def write_report(name: str, *, data_dir: str, out: str | None = None, limits: ga
     """
     start = time.perf_counter()
     limits = limits or gather.Limits()
-    data_path, spec = verify.resolve(name, os.fspath(data_dir))
+    data_dir = os.fspath(data_dir) if data_dir else tfds.core.constants.DATA_DIR
+    data_path, spec = verify.resolve(name, data_dir)
     if not tf.io.gfile.exists(os.path.join(data_path, verify.DATASET_INFO)):
         raise ValueError(f"{data_path}: no prepared dataset here (no dataset_info.json); build it first, or pass the "
                          "--data_dir it was built into")
@@ -227,7 +238,7 @@ def write_report(name: str, *, data_dir: str, out: str | None = None, limits: ga
     skips = gather.read_skips(data_path)
     names = gather.class_names(builder.info.features)
     total = sum(s.num_bytes for s in samples)
-    verdict, verify_lines = shard_status(data_path, spec, os.fspath(data_dir), total, limits)
+    verdict, verify_lines = shard_status(data_path, spec, data_dir, total, limits)
     preview_sample = next((s for s in samples if s.name == preview_split), None)
     previews, image_bytes = _previews(kind, preview_sample, builder, limits)
     sections = [("card", "Card", _card(builder, gather.build_facts(data_path), data_path)),

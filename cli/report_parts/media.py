@@ -58,14 +58,18 @@ def shown_frame(frame: np.ndarray, masked: bool) -> Image.Image:
     return image
 
 
-def clip_webp(frames: np.ndarray, mask: np.ndarray, fps: float = 8.0) -> bytes:
-    """An animated WebP of up to `CLIP_FRAMES` frames of a clip (masked ones greyed and banded), looping."""
+def clip_webp(frames: np.ndarray, mask: np.ndarray, fps: float = 8.0) -> tuple[bytes, int]:
+    """An animated WebP of up to `CLIP_FRAMES` frames of a clip (masked ones greyed and banded), looping.
+
+    Returns:
+      (the WebP file's bytes, its width in pixels).
+    """
     mask = np.asarray(mask).reshape(-1)
     shown = [shown_frame(frames[i], not mask[i]) for i in positions(len(frames), CLIP_FRAMES)]
     buf = io.BytesIO()
     shown[0].save(buf, format="WEBP", save_all=True, append_images=shown[1:], duration=round(1000 / fps), loop=0,
                   quality=WEBP_QUALITY, method=2)
-    return buf.getvalue()
+    return buf.getvalue(), shown[0].width
 
 
 def strip_jpeg(frames: np.ndarray, mask: np.ndarray, where: list[int]) -> bytes:

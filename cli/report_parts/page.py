@@ -18,9 +18,11 @@ table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #ccc;paddin
 vertical-align:top}td.n,th.n{text-align:right}pre{background:#f6f6f6;padding:.5rem;white-space:pre-wrap;
 font-size:.85rem;max-height:24rem;overflow:auto}dl{display:grid;grid-template-columns:max-content auto;gap:.1rem 1rem}
 dt{font-weight:600}dd{margin:0}figure{display:inline-block;margin:.3rem .6rem .6rem 0;vertical-align:top;
-max-width:42rem}figcaption{font-size:.8rem;max-width:42rem}.ok{color:#176117;font-weight:600}
+max-width:42rem}figcaption{font-size:.8rem;max-width:42rem;overflow-wrap:anywhere}.ok{color:#176117;font-weight:600}
 .bad{color:#a00;font-weight:600}.warn{color:#8a5a00;font-weight:600}nav a{margin-right:.8rem}
 .names{font-family:monospace;font-size:.8rem;word-break:break-all}
+.gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(11rem,1fr));gap:.4rem}.gallery figure{margin:0}
+.gallery img{image-rendering:pixelated}
 """
 MANY_SKIPS = 40  # beyond this many entries the skip report is grouped by reason
 
@@ -56,9 +58,10 @@ def definitions(pairs: Iterable[tuple[str, Any]]) -> str:
     return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v is not None) + "</dl>"
 
 
-def figure(uri: str, alt: str, caption: str) -> str:
-    """An inlined image with its alt text and a caption."""
-    return f'<figure><img src="{uri}" alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>'
+def figure(uri: str, alt: str, caption: str, width: int | None = None) -> str:
+    """An inlined image with its alt text and a caption, drawn `width` pixels wide when given."""
+    size = f' width="{int(width)}"' if width else ""
+    return f'<figure><img src="{uri}" alt="{esc(alt)}"{size}><figcaption>{esc(caption)}</figcaption></figure>'
 
 
 def raw_figure(content: str, caption: str) -> str:
