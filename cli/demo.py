@@ -1,4 +1,4 @@
-"""`make demo`: small real inputs, a Beam build of every dataset, and a read-back report (tfds.load, vidvol.load, preview)."""
+"""`make demo`: small real inputs, a Beam build of every dataset, its read-back (tfds.load, vidvol.load, preview) and page."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import tensorflow_datasets as tfds
 import vidvol  # registers the datasets
 from vidvol.builders.writer import skip_report
 from vidvol.cli import preview
+from vidvol.cli import report
 from vidvol.testing import samples
 
 
@@ -122,6 +123,8 @@ def run_one(ds: DemoDataset, out: str, data_dir: str) -> list[str]:
     lines = describe(full, data_dir, ds.mask_key)
     png = preview.save(full, os.path.join(out, f"preview_{ds.name}.png"), data_dir=data_dir)
     lines.append(f"  preview     {png}")
+    page = report.write_report(full, data_dir=data_dir)
+    lines.append(f"  report page {page}")
     print("\n".join(lines), flush=True)
     return lines
 
@@ -157,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results, failures = run(args.out, names=args.only)
     print(f"\ndemo done: {len(results)} datasets built and read back under {args.out}/")
+    pages = [line.split("report page ", 1)[1] for lines in results.values() for line in lines if "report page " in line]
+    if pages:
+        print("open a page per dataset in a browser (self-contained, nothing fetched):")
+        print("\n".join(f"  {os.path.abspath(p)}" for p in pages))
     for full, why in failures.items():
         print(f"demo FAILED for {full}: {why}", file=sys.stderr)
     return 1 if failures or not results else 0

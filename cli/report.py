@@ -69,6 +69,7 @@ def _card(builder: tfds.core.DatasetBuilder, facts: dict[str, Any], data_path: s
 
 def _splits(samples: Sequence[gather.SplitSample], skips: dict | None) -> str:
     rows = [(s.name, s.examples, s.shards, human_bytes(s.num_bytes), s.num_bytes,
+             f"could not be read: {s.error}" if s.error else
              "all" if s.read_shards == s.shards else f"{s.read_shards} of {s.shards} shards") for s in samples]
     empty = (skips or {}).get("empty_splits") or {}
     rows += [(name, 0, 0, "0 B", 0, f"empty: {why}") for name, why in sorted(empty.items())]

@@ -63,6 +63,7 @@ class SplitSample:
     chosen: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # record position -> example
     intensities: np.ndarray | None = None  # in-mask voxel values of the volumes decoded (MRI)
     histogram_volumes: int = 0  # how many volumes those are
+    error: str | None = None  # why the shards could not be read (the page shows it; the shard check names the file)
 
 
 def kind_of(features: tfds.features.FeaturesDict) -> str:
@@ -236,22 +237,30 @@ def read_dataset(builder: tfds.core.DatasetBuilder, limits: Limits) -> tuple[lis
         chosen = choose_shards(sizes[name], budget)
         paths = [os.path.join(data_path, split.filenames[i]) for i in chosen]
         sample.read_shards = len(chosen)
-        read_small(sample, paths, info.features, kind, info.file_format)
-        positions = pick_previews(sample, kind, limits) if name == preview_split else []
-        if kind == "volume" and limits.histogram_volumes and sample.read_examples:
-            k = min(limits.histogram_volumes, sample.read_examples)
-            spread = np.linspace(0, sample.read_examples - 1, k).round().astype(int).tolist()
-        else:
-            spread = []
-        decode_chosen(sample, paths, info.features, sorted(set(positions) | set(spread)), info.file_format)
-        if spread:
-            values = [np.asarray(sample.chosen[i]["volume"])[np.asarray(sample.chosen[i]["mask"]) > 0] for i in spread]
-            sample.intensities = np.concatenate(values) if values else np.zeros(0, np.float32)
-            sample.histogram_volumes = len(values)
-            for i in set(spread) - set(positions):
-                sample.chosen.pop(i, None)
+        try:
+            _read_split(sample, paths, info.features, kind, info.file_format, limits, name == preview_split)
+        except (tf.errors.OpError, ValueError) as e:  # a damaged shard: the page says so and goes on
+            sample.error = f"{type(e).__name__}: {str(getattr(e, 'message', e)).splitlines()[0][:300]}"
         out.append(sample)
     return out, preview_split
+
+
+def _read_split(sample: SplitSample, paths: Sequence[str], features, kind: str, file_format, limits: Limits,
+                preview: bool) -> None:
+    """Both passes over one split's chosen shards: the small features, then the examples shown or histogrammed."""
+    read_small(sample, paths, features, kind, file_format)
+    positions = pick_previews(sample, kind, limits) if preview else []
+    spread = []
+    if kind == "volume" and limits.histogram_volumes and sample.read_examples:
+        k = min(limits.histogram_volumes, sample.read_examples)
+        spread = np.linspace(0, sample.read_examples - 1, k).round().astype(int).tolist()
+    decode_chosen(sample, paths, features, sorted(set(positions) | set(spread)), file_format)
+    if spread:
+        values = [np.asarray(sample.chosen[i]["volume"])[np.asarray(sample.chosen[i]["mask"]) > 0] for i in spread]
+        sample.intensities = np.concatenate(values) if values else np.zeros(0, np.float32)
+        sample.histogram_volumes = len(values)
+        for i in set(spread) - set(positions):
+            sample.chosen.pop(i, None)
 
 
 def _safe_shards(data_path: str) -> dict | None:
