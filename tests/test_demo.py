@@ -57,6 +57,8 @@ def test_make_demo_builds_reads_back_and_previews_every_dataset(tmp_path):
         assert sum(s.num_examples for s in splits.values()) > 0
         for split, info in splits.items():
             assert f"{info.num_examples} examples read" in proc.stdout, (ds.name, split)
+        page = os.path.join(builder.data_dir, "report.html")  # make demo writes each dataset's page and says where
+        assert os.path.getsize(page) > 10_000 and os.path.abspath(page) in proc.stdout, page
         png = out / f"preview_{ds.name}.png"
         image = cv2.imread(str(png))
         assert image is not None and image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 10, png
