@@ -119,7 +119,7 @@ def _preview(kind: str, ex: dict[str, Any], title: str) -> tuple[list[str], str]
         alt = f"{title}: sagittal, coronal and axial centre slices of a {vol.shape} volume, mask outlined in yellow"
         return [uri], figure(uri, alt, f"{title}: shape {vol.shape}, {cover:.0%} of voxels from the image "
                                        "(yellow: the mask's edge; left to right: sagittal, coronal, axial)")
-    frames, mask = np.asarray(ex["video"]), np.asarray(ex["mask"]).reshape(-1)
+    frames, mask = ex["video"], np.asarray(ex["mask"]).reshape(-1)  # frames: encoded, decoded when shown
     masked = np.flatnonzero(mask == 0).tolist()
     masked_text = f"masked frames {_ranges(masked)} (grey, red band)" if masked else "no masked frame"
     if kind == "fire":
@@ -231,8 +231,10 @@ def write_report(name: str, *, data_dir: str | None = None, out: str | None = No
     data_dir = os.fspath(data_dir) if data_dir else tfds.core.constants.DATA_DIR
     data_path, spec = verify.resolve(name, data_dir)
     if not tf.io.gfile.exists(os.path.join(data_path, verify.DATASET_INFO)):
+        base = os.path.join(data_dir, spec.split("/")[0])
+        built = sorted(d for d in (os.listdir(base) if os.path.isdir(base) else []) if verify._versions(os.path.join(base, d)))
         raise ValueError(f"{data_path}: no prepared dataset here (no dataset_info.json); build it first, or pass the "
-                         "--data_dir it was built into")
+                         "--data_dir it was built into" + (f"; prepared configs there: {built}" if built else ""))
     builder = tfds.builder_from_directory(data_path)
     kind = gather.kind_of(builder.info.features)
     samples, preview_split = gather.read_dataset(builder, limits)

@@ -207,12 +207,15 @@ def decode_chosen(sample: SplitSample, paths: Sequence[str], features, positions
     def wanted(i, _):
         return tf.reduce_any(tf.equal(i, keep))
 
+    decoders = {"video": tfds.decode.SkipDecoding()} if "video" in features else None
+
     @tf.autograph.experimental.do_not_convert
     def decode(i, serialized):
-        return i, features.deserialize_example(serialized)
+        return i, features.deserialize_example(serialized, decoders=decoders)
 
     last = int(max(positions))
     ds = _serialized(paths, file_format).take(last + 1).enumerate().filter(wanted).map(decode)
+    # Frames stay encoded (JPEG/PNG bytes): the page decodes only the few it shows (`media.frame_at`).
     for i, ex in tfds.as_numpy(ds):
         sample.chosen[int(i)] = ex
 

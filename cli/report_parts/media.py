@@ -33,6 +33,15 @@ def positions(length: int, count: int) -> list[int]:
     return sorted(set(np.linspace(0, length - 1, min(length, count)).round().astype(int).tolist()))
 
 
+def frame_at(frames, i: int) -> np.ndarray:
+    """Frame `i` of a clip held as pixels or as encoded images (JPEG/PNG bytes, decoded here, one at a time)."""
+    frame = frames[i]
+    if isinstance(frame, (bytes, np.bytes_)):
+        with Image.open(io.BytesIO(bytes(frame))) as image:
+            return np.asarray(image.convert("RGB"))
+    return np.asarray(frame)
+
+
 def _rgb(frame: np.ndarray) -> np.ndarray:
     frame = np.asarray(frame)
     if frame.ndim == 2:
@@ -58,24 +67,24 @@ def shown_frame(frame: np.ndarray, masked: bool) -> Image.Image:
     return image
 
 
-def clip_webp(frames: np.ndarray, mask: np.ndarray, fps: float = 8.0) -> tuple[bytes, int]:
+def clip_webp(frames, mask: np.ndarray, fps: float = 8.0) -> tuple[bytes, int]:
     """An animated WebP of up to `CLIP_FRAMES` frames of a clip (masked ones greyed and banded), looping.
 
     Returns:
       (the WebP file's bytes, its width in pixels).
     """
     mask = np.asarray(mask).reshape(-1)
-    shown = [shown_frame(frames[i], not mask[i]) for i in positions(len(frames), CLIP_FRAMES)]
+    shown = [shown_frame(frame_at(frames, i), not mask[i]) for i in positions(len(frames), CLIP_FRAMES)]
     buf = io.BytesIO()
     shown[0].save(buf, format="WEBP", save_all=True, append_images=shown[1:], duration=round(1000 / fps), loop=0,
                   quality=WEBP_QUALITY, method=2)
     return buf.getvalue(), shown[0].width
 
 
-def strip_jpeg(frames: np.ndarray, mask: np.ndarray, where: list[int]) -> bytes:
+def strip_jpeg(frames, mask: np.ndarray, where: list[int]) -> bytes:
     """The frames at `where` side by side (masked ones greyed and banded), as one JPEG."""
     mask = np.asarray(mask).reshape(-1)
-    tiles = [shown_frame(frames[i], not mask[i]) for i in where]
+    tiles = [shown_frame(frame_at(frames, i), not mask[i]) for i in where]
     gap = 3
     width = sum(t.width for t in tiles) + gap * (len(tiles) - 1)
     canvas = Image.new("RGB", (max(width, 1), max(t.height for t in tiles)), (255, 255, 255))
