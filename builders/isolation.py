@@ -11,11 +11,15 @@ one with pdb); so does a platform that is not POSIX, and a worker that cannot st
 from __future__ import annotations
 
 import atexit
+import ctypes
 import io
 import json
 import logging
 import os
 import pickle
+import queue
+import re
+import select
 import shutil
 import signal
 import struct
@@ -23,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from typing import Any
 from collections.abc import Callable, Iterator, Sequence
@@ -36,9 +41,15 @@ from vidvol.core.names import shown
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DecoderCrash", "DecoderError", "InChild", "decode_in_child"]
+__all__ = ["DecoderCrash", "DecoderError", "DecoderTimeout", "InChild", "decode_in_child", "decode_timeout_s"]
 
 ENV = "VIDVOL_DECODE_IN_CHILD"
+TIMEOUT_ENV = "VIDVOL_DECODE_TIMEOUT_S"  # seconds one source may keep its child busy (0: no limit)
+TIMEOUT_S = 600.0  # the default deadline of one source, plus TIMEOUT_S_PER_GIB for each GiB of its file
+TIMEOUT_S_PER_GIB = 1200.0  # a source's file of 1 GiB gets 600 + 1200 s (a slow disk, a long video)
+START_TIMEOUT_S = 300.0  # a child that does not say it is ready within this is a failed start
+_PARENT_ENV = "VIDVOL_CHILD_PARENT"
+_SCRATCH_RE = re.compile(r"^vidvol-decoder-(\d+)-")
 RECYCLE_AFTER = 256  # sources one child serves before a fresh one takes over (whatever the decoders leaked)
 # Signals that mean someone stopped the build (Ctrl-C, a scheduler), not that a decoder crashed.
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -63,6 +74,10 @@ class DecoderError(ValueError):
     """An input error in the child whose exception could not travel back, or that only its traceback classified."""
 
 
+class DecoderTimeout(DecoderCrash):
+    """The child decoding a source gave no answer before the source's deadline: it was killed (a hung decoder)."""
+
+
 class ChildStopped(RuntimeError):
     """The decoding child was stopped from outside (SIGINT, SIGTERM, SIGHUP): the build stops too."""
 
@@ -75,6 +90,31 @@ def decode_in_child() -> bool:
     """Whether example functions wrapped in `InChild` run in a child (`VIDVOL_DECODE_IN_CHILD`, default on)."""
     off = os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off")
     return not off and os.name == "posix"
+
+
+def decode_timeout_s(path: str = "", timeout_s: float | None = None) -> float | None:
+    """The deadline of one source (seconds its child may work on it; None: no limit).
+
+    `timeout_s` (`InChild(timeout_s=...)`), else `VIDVOL_DECODE_TIMEOUT_S`, else sized from the source:
+    `TIMEOUT_S` plus `TIMEOUT_S_PER_GIB` per GiB of its file when that is a local file (a URL's size is not
+    asked for: it gets `TIMEOUT_S`, its fetch included). 0 or less: no limit.
+    """
+    if timeout_s is None:
+        given = os.environ.get(TIMEOUT_ENV, "").strip()
+        if given:
+            try:
+                timeout_s = float(given)
+            except ValueError:
+                raise ValueError(f"{TIMEOUT_ENV}={given!r}: expected a number of seconds (0: no limit)") from None
+    if timeout_s is None:
+        size = 0
+        if path and "://" not in path:
+            try:
+                size = os.stat(path).st_size
+            except (OSError, ValueError):
+                size = 0
+        timeout_s = TIMEOUT_S + TIMEOUT_S_PER_GIB * size / 2**30
+    return timeout_s if timeout_s > 0 else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,10 +219,47 @@ def _serve(requests: io.BufferedReader, replies: io.BufferedWriter) -> None:
             _send(replies, _DONE)
 
 
+def _die_with_worker(req_fd: int) -> None:
+    """In the child: it ends, and its scratch goes, when the worker dies (even of SIGKILL) while it is busy.
+
+    Two guards. The kernel's parent-death signal (Linux `prctl(PR_SET_PDEATHSIG, SIGKILL)`: it fires when
+    the thread that started the child ends, which is why the worker starts children from one thread that
+    lives as long as it does, `_spawn`) ends a child stuck in native code. A watchdog thread sees the request
+    pipe hang up (the kernel closes the worker's end when the worker dies) and ends the child where there is
+    no such signal. The scratch folder goes with the child either way: its janitor (see `_Child`) removes it
+    when the child is gone, and the next child's sweep (`_sweep_orphans`) removes any left behind.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    parent = os.environ.pop(_PARENT_ENV, "")
+    if parent.isdigit() and os.getppid() != int(parent):  # the worker died before the signal was set
+        os._exit(1)
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(req_fd, 0)  # no event asked for: only a hang-up (or error) is reported
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            if any(e & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, e in events):
+                scratch = os.environ.get(files.FETCH_DIR_ENV, "")
+                if os.path.basename(scratch).startswith("vidvol-decoder-"):
+                    shutil.rmtree(scratch, ignore_errors=True)
+                os._exit(1)
+
+    threading.Thread(target=watch, name="vidvol-worker-watch", daemon=True).start()
+
+
 def _child_main(req_fd: int, rep_fd: int) -> None:
     """The child's entry (see `_BOOTSTRAP`): serve until the worker closes the pipe."""
     global _in_child
     _in_child = True
+    _die_with_worker(req_fd)
     with open(req_fd, "rb") as requests, open(rep_fd, "wb") as replies:
         _send(replies, _READY)
         _serve(requests, replies)
@@ -207,6 +284,8 @@ from vidvol.builders import isolation
 isolation._child_main(int(sys.argv[1]), int(sys.argv[2]))
 """
 _LOG_LEVEL_ENV = "VIDVOL_CHILD_LOG_LEVEL"
+# The janitor's script ($0: the child's scratch folder): wait for the end of its input, then remove the folder.
+_JANITOR = 'cat > /dev/null; case "$(basename "$0")" in vidvol-decoder-*) rm -rf -- "$0";; esac'
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,37 +298,104 @@ _in_child = False  # True in a child: an InChild met there runs inline
 _start_failed = False  # once a child could not start (no memory, process limit), this worker decodes inline
 
 
+_spawn_requests: queue.Queue = queue.Queue()
+_spawner: threading.Thread | None = None
+
+
+def _spawner_loop() -> None:
+    while True:
+        start, answer = _spawn_requests.get()
+        try:
+            answer.put((True, start()))
+        except BaseException as e:  # handed to the thread that asked
+            answer.put((False, e))
+
+
+def _spawn(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """`start()` run on the one thread that starts every child: a child's parent-death signal fires when the
+    thread that started it ends, and a Beam worker's threads come and go; this one lives as long as the worker."""
+    global _spawner
+    with _lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawner_loop, name="vidvol-decoder-spawner", daemon=True)
+            _spawner.start()
+    answer: queue.Queue = queue.Queue(maxsize=1)
+    _spawn_requests.put((start, answer))
+    ok, value = answer.get()
+    if not ok:
+        raise value
+    return value
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def _sweep_orphans(root: str) -> None:
+    """Removes the scratch folders of workers that are gone (killed before they could remove them)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        found = _SCRATCH_RE.match(name)
+        if found and int(found.group(1)) != os.getpid() and not _pid_alive(int(found.group(1))):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
 class _Child:
     """One child process and the worker's ends of its pipes."""
 
     def __init__(self):
-        root = files.fetch_dir()
-        os.makedirs(root, exist_ok=True)
-        self.scratch = tempfile.mkdtemp(prefix="vidvol-decoder-", dir=root)
+        root = files.private_dir(files.fetch_dir())
+        _sweep_orphans(root)
+        self.scratch = tempfile.mkdtemp(prefix=f"vidvol-decoder-{os.getpid()}-", dir=root)
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         env = dict(
             os.environ, VIDVOL_CHILD_SYS_PATH=json.dumps(sys.path), TMPDIR=self.scratch,
-            **{files.FETCH_DIR_ENV: self.scratch, _LOG_LEVEL_ENV: str(logging.getLogger().getEffectiveLevel())},
+            **{files.FETCH_DIR_ENV: self.scratch, _LOG_LEVEL_ENV: str(logging.getLogger().getEffectiveLevel()),
+               _PARENT_ENV: str(os.getpid())},
         )
+        # The janitor: a shell that removes the scratch folder once the child is gone, however it goes (a child the
+        # kernel kills with its dead worker cannot remove it itself). It waits for the end of a pipe whose only
+        # writer is the child.
+        jan_r, jan_w = os.pipe()
+        self.janitor: subprocess.Popen | None = None
         try:
-            self.process = subprocess.Popen(
+            self.janitor = subprocess.Popen(["/bin/sh", "-c", _JANITOR, self.scratch], stdin=jan_r,
+                                            stdout=subprocess.DEVNULL, close_fds=True)
+            self.process = _spawn(lambda: subprocess.Popen(
                 [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(rep_w)],
-                pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, env=env, close_fds=True,
-            )
+                pass_fds=(req_r, rep_w, jan_w), stdin=subprocess.DEVNULL, env=env, close_fds=True,
+            ))
         except BaseException:
             for fd in (req_w, rep_r):
                 os.close(fd)
+            os.close(jan_w)
+            jan_w = -1
+            if self.janitor is not None:
+                self.janitor.wait()
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise
         finally:
-            os.close(req_r)
-            os.close(rep_w)
+            for fd in (req_r, rep_w, jan_r, jan_w):
+                if fd >= 0:
+                    os.close(fd)
         self.served = 0
         self.started_in = _surroundings()
         self.requests = open(req_w, "wb")
-        self.replies = open(rep_r, "rb")
-        ready = _receive(self.replies)
+        self.replies = open(rep_r, "rb", buffering=0)  # read with a deadline (select), so not buffered
+        try:
+            ready = _receive_by(self.replies, time.monotonic() + START_TIMEOUT_S)
+        except TimeoutError:
+            ready = None
         if ready is None or ready[0] != _READY:
             how, _ = _describe_death(self.end(kill=True))
             raise ChildStartError(f"the decoding child process {how} before it could serve (its error, if any, "
@@ -273,7 +419,38 @@ class _Child:
                 pass
         code = self.process.wait()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.janitor is not None:
+            try:
+                self.janitor.wait(timeout=10)  # it ends with the child (its pipe's only writer)
+            except subprocess.TimeoutExpired:
+                self.janitor.kill()
         return code
+
+
+def _read_by(stream: io.RawIOBase, size: int, deadline: float | None) -> bytes | None:
+    """`size` bytes from the pipe, None at its end; TimeoutError when `deadline` (time.monotonic) passes first."""
+    chunks, got, fd = [], 0, stream.fileno()
+    while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        data = os.read(fd, min(size - got, 1 << 20))
+        if not data:
+            return None
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
+def _receive_by(stream: io.RawIOBase, deadline: float | None) -> tuple[bytes, bytes] | None:
+    """`_receive` on the worker's side: the next (kind, payload), None at end; TimeoutError past `deadline`."""
+    head = _read_by(stream, _HEADER.size, deadline)
+    if head is None:
+        return None
+    kind, length = _HEADER.unpack(head)
+    payload = _read_by(stream, length, deadline) if length else b""
+    return None if payload is None else (kind, payload)
 
 
 def _surroundings() -> int:
@@ -352,6 +529,17 @@ def _crash(child: _Child, path: str) -> BaseException:
     )
 
 
+def _timed_out(child: _Child, path: str, timeout_s: float) -> DecoderTimeout:
+    """The error for a child past its source's deadline, killed (its scratch removed) before this returns."""
+    child.end(kill=True)
+    what = shown(path) if path else "this source"
+    return DecoderTimeout(
+        f"{what}: the decoder gave no answer within {timeout_s:g} s (a hung decoder, or a file far slower to "
+        f"decode than its size suggests); the process decoding it was killed. Leave the file out or re-encode it, "
+        f"or give decoding more time: {TIMEOUT_ENV}=SECONDS (0: no limit)"
+    )
+
+
 def _raised_again(payload: bytes) -> BaseException:
     """The child's exception, as the worker raises it (an input error stays one)."""
     is_input, text, tb, pickled = pickle.loads(payload)
@@ -379,12 +567,16 @@ def _relog(payload: bytes) -> None:
         pass
 
 
-def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: Any) -> Iterator[Any]:
-    """Streams `example_fn(record)`'s items from a child; a child that dies raises DecoderCrash naming the file.
+def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: Any,
+                  timeout_s: float | None = None) -> Iterator[Any]:
+    """Streams `example_fn(record)`'s items from a child; a child that dies raises DecoderCrash naming the file,
+    one that is still busy when the source's deadline (`decode_timeout_s`) passes is killed: DecoderTimeout.
 
-    `functions`: the pickled `(setup, example_fn)`, made once per `InChild`.
+    `functions`: the pickled `(setup, example_fn)`, made once per `InChild`. The deadline counts the time this
+    worker waits on the child, not the time the consumer spends on the items between two answers.
     """
     path = example_io.source_file(record)
+    budget = decode_timeout_s(path, timeout_s)
     try:
         pickled = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # e.g. a record holding a lambda: cloudpickle takes it by value
@@ -402,7 +594,13 @@ def _run_in_child(functions: bytes, example_fn: example_io.ExampleFn, record: An
         except (BrokenPipeError, OSError):
             raise _crash(child, path) from None
         while True:
-            message = _receive(child.replies)
+            began = time.monotonic()
+            try:
+                message = _receive_by(child.replies, None if budget is None else began + budget)
+            except TimeoutError:
+                raise _timed_out(child, path, decode_timeout_s(path, timeout_s) or 0.0) from None
+            if budget is not None:
+                budget -= time.monotonic() - began
             if message is None:
                 raise _crash(child, path)
             kind, payload = message
@@ -451,16 +649,18 @@ class InChild:
     live in one folder the worker removes when the child ends, however it ends.
     """
 
-    def __init__(self, example_fn: example_io.ExampleFn, *, setup: Sequence[Callable[[], None]] = ()):
+    def __init__(self, example_fn: example_io.ExampleFn, *, setup: Sequence[Callable[[], None]] = (),
+                 timeout_s: float | None = None):
         self.example_fn = example_fn
         self.setup = tuple(setup)
+        self.timeout_s = timeout_s
         self._functions: bytes | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"example_fn": self.example_fn, "setup": self.setup}
+        return {"example_fn": self.example_fn, "setup": self.setup, "timeout_s": self.timeout_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["example_fn"], setup=state["setup"])
+        self.__init__(state["example_fn"], setup=state["setup"], timeout_s=state.get("timeout_s"))
 
     def __call__(self, record: Any) -> Iterator[Any]:
         if _in_child or not decode_in_child():
@@ -468,7 +668,7 @@ class InChild:
         if self._functions is None:
             # cloudpickle, as Beam ships functions: a function of a script's __main__ travels by value.
             self._functions = cloudpickle.dumps((self.setup, self.example_fn), protocol=pickle.HIGHEST_PROTOCOL)
-        return _run_in_child(self._functions, self.example_fn, record)
+        return _run_in_child(self._functions, self.example_fn, record, self.timeout_s)
 
     def close(self) -> None:
         """The worker is done with its sources (Beam's DoFn teardown): its idle children end, their scratch goes."""

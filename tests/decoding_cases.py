@@ -48,3 +48,14 @@ def behaving(rec: Rec):
     yield example_io.Skip(source=f"{rec.path}#3", reason="frame 3 unreadable", example=rec.path)
     yield rec.path, {"pid": os.getpid(), "mark": os.environ.get("VIDVOL_TEST_MARK")}
     yield rec.path + "/2", {"pid": os.getpid()}
+
+
+def hangs(rec: Rec):
+    """Writes `<pid> <scratch folder>` to `rec.path + ".pid"`, then reads the FIFO `rec.path`, which nobody ever
+    writes: a real hang (the open blocks in the kernel, as a decoder stuck on a bad stream does)."""
+    with open(rec.path + ".pid.tmp", "w") as f:
+        f.write(f"{os.getpid()} {os.environ.get('TMPDIR', '')}")
+    os.replace(rec.path + ".pid.tmp", rec.path + ".pid")
+    with open(rec.path, "rb") as fifo:
+        fifo.read()
+    yield rec.path, {"x": np.zeros((4,), np.int64), "name": "never"}

@@ -17,6 +17,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat as stat_module
 import tempfile
 from typing import IO, Any
 from collections.abc import Iterator
@@ -58,6 +59,7 @@ __all__ = [
     "normpath",
     "open_binary",
     "open_text",
+    "private_dir",
     "read_bytes",
     "relpath",
     "scheme",
@@ -292,9 +294,63 @@ def missing_detail(path: str) -> str:
 
 
 def fetch_dir() -> str:
-    """Folder for local_copy's temporary files: $VIDVOL_FETCH_DIR, else `<tempfile.gettempdir()>/vidvol_fetch_<uid>`."""
+    """Folder for local_copy's temporary files: $VIDVOL_FETCH_DIR, else `<tempfile.gettempdir()>/vidvol_fetch_<uid>`.
+
+    Use it through `private_dir(fetch_dir())`, which checks (or replaces) it."""
     uid = os.getuid() if hasattr(os, "getuid") else 0
     return os.environ.get(FETCH_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"vidvol_fetch_{uid}")
+
+
+_replaced: dict[str, str] = {}  # a default fetch dir that failed the check -> the fresh private one used instead
+
+
+def _unsafe(path: str) -> str:
+    """Why `path` is no private folder of this user ("" when it is one): a symlink, not a folder, another owner,
+    writable by others. Looked at without following a symlink."""
+    st = os.lstat(path)
+    if stat_module.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat_module.S_ISDIR(st.st_mode):
+        return "it is not a folder"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"others may write into it (mode {stat_module.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
+def private_dir(path: str) -> str:
+    """The folder to put temporary copies of inputs in: `path`, made `0700` if missing, once it is checked to be
+    this user's own (not a symlink, owned by this user, writable by nobody else).
+
+    Someone who could write into it could swap a fetched file for another while it is decoded. The
+    default folder (`<tmp>/vidvol_fetch_<uid>`, a predictable name another local user may have made first)
+    that fails the check is replaced by a fresh private folder (a warning names both); a folder given by
+    `VIDVOL_FETCH_DIR` that fails it is a PermissionError naming the fix.
+    """
+    if path in _replaced:
+        return _replaced[path]
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:  # a parent is missing: a given folder may be nested
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+    why = _unsafe(path)
+    if not why:
+        return path
+    if os.environ.get(FETCH_DIR_ENV) == path:
+        raise PermissionError(
+            f"{FETCH_DIR_ENV}={path}: {why}, so another user could swap the inputs fetched there; give a folder "
+            f"of your own that only you can write (`mkdir -m 700 DIR`), or unset {FETCH_DIR_ENV}")
+    fresh = tempfile.mkdtemp(prefix=os.path.basename(path) + "_")  # 0700, a name nobody can guess
+    logger.warning("fetch folder %s is not safe (%s): using %s instead", path, why, fresh)
+    _replaced[path] = fresh
+    return fresh
 
 
 def _local_name(url: str) -> str:
@@ -342,9 +398,7 @@ def local_copy(path: str, retries: int = RETRIES) -> Iterator[str]:
         yield path
         return
     fs, p = _fs(path)
-    root = fetch_dir()
-    os.makedirs(root, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="fetch-", dir=root)
+    folder = tempfile.mkdtemp(prefix="fetch-", dir=private_dir(fetch_dir()))
     local = os.path.join(folder, _local_name(path))
     try:
         _call(path, lambda: fs.get_file(p, local), what="fetch", retries=retries)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 import tensorflow_datasets as tfds
@@ -17,7 +20,7 @@ from vidvol.builders import isolation
 from vidvol.builders.writer import skip_report
 from vidvol.testing import samples
 
-from decoding_cases import LATIN1, Rec, behaving, opencv_directly
+from decoding_cases import LATIN1, Rec, behaving, hangs, opencv_directly
 from toy_features import ToyFeatures
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,3 +151,97 @@ def test_in_child_pickles_for_the_workers():
 
     wrapped = pickle.loads(pickle.dumps(isolation.InChild(functools.partial(behaving))))
     assert run(wrapped.example_fn, Rec("a.avi"))[1][0] == "a.avi"
+
+
+def _hung_child(tmp_path, name: str) -> tuple[str, Rec]:
+    fifo = str(tmp_path / name)
+    os.mkfifo(fifo)
+    return fifo, Rec(fifo, "hang")
+
+
+def _wait_for(what, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        assert time.monotonic() < deadline, f"timed out waiting for {what.__doc__ or what}"
+        time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie nobody reaped yet is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_hung_decoder_is_killed_at_its_deadline_and_is_one_skip(tmp_path):
+    fifo, rec = _hung_child(tmp_path, "stuck.avi")
+    began = time.monotonic()
+    (skip,) = list(example_io.run_example_fn(isolation.InChild(hangs, timeout_s=1.5), (rec.path, rec), "train"))
+    took = time.monotonic() - began
+    pid, scratch = open(fifo + ".pid").read().split()
+    assert skip.reason.startswith(f"DecoderTimeout: {fifo}: the decoder gave no answer within 1.5 s"), skip.reason
+    assert isolation.TIMEOUT_ENV in skip.reason and 1.5 <= took < 30, took
+    assert _gone(int(pid)) and not os.path.exists(scratch)  # killed, and its scratch folder gone
+    assert run(behaving, Rec("next.avi"))[1][1]["pid"] != int(pid)  # the next source gets a fresh child
+
+
+def test_the_deadline_is_sized_from_the_source_and_configurable(tmp_path, monkeypatch):
+    big = tmp_path / "big.avi"
+    with open(big, "wb") as f:
+        f.truncate(2**30)  # sparse: 1 GiB by size
+    assert isolation.decode_timeout_s(str(big)) == isolation.TIMEOUT_S + isolation.TIMEOUT_S_PER_GIB
+    assert isolation.decode_timeout_s("s3://b/k.avi") == isolation.decode_timeout_s("") == isolation.TIMEOUT_S
+    monkeypatch.setenv(isolation.TIMEOUT_ENV, "0")
+    assert isolation.decode_timeout_s(str(big)) is None  # no limit
+    assert isolation.decode_timeout_s(str(big), 7) == 7
+    monkeypatch.setenv(isolation.TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="VIDVOL_DECODE_TIMEOUT_S='soon'"):
+        isolation.decode_timeout_s("")
+
+
+# A worker that loads no TensorFlow: the `vidvol` package entered without its facade, as the decoding child does.
+_WORKER = """
+import importlib.util, sys
+sys.path.insert(0, sys.argv[2])
+spec = importlib.util.find_spec("vidvol")
+sys.modules["vidvol"] = importlib.util.module_from_spec(spec)
+from vidvol.builders import example_io, isolation
+from decoding_cases import Rec, hangs
+list(example_io.run_example_fn(isolation.InChild(hangs), (sys.argv[1], Rec(sys.argv[1], "hang")), "train"))
+"""
+
+
+def test_a_worker_killed_while_its_child_is_busy_leaves_no_process_and_no_folder(tmp_path):
+    """The worker SIGKILLed mid-source: its child (hung in the kernel) ends too, and its scratch folder goes."""
+    fifo, _ = _hung_child(tmp_path, "busy.avi")
+    fetch = tmp_path / "fetch"
+    env = dict(os.environ, VIDVOL_FETCH_DIR=str(fetch))
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER, fifo, TESTS], env=env)
+    try:
+        _wait_for(lambda: os.path.exists(fifo + ".pid"), 120)
+        pid, scratch = open(fifo + ".pid").read().split()
+        assert os.path.dirname(scratch) == str(fetch) and os.path.isdir(scratch)
+        worker.kill()
+        worker.wait()
+        _wait_for(lambda: _gone(int(pid)))
+        _wait_for(lambda: not os.path.exists(scratch))
+        assert os.listdir(fetch) == []
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_a_scratch_folder_a_dead_worker_left_is_swept_by_the_next_child(tmp_path, monkeypatch):
+    fetch = tmp_path / "fetch"
+    fetch.mkdir(mode=0o700)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = fetch / f"vidvol-decoder-{int(dead.stdout)}-abc"
+    (orphan / "fetch-1").mkdir(parents=True)
+    mine = fetch / f"vidvol-decoder-{os.getpid()}-live"
+    mine.mkdir()
+    monkeypatch.setenv("VIDVOL_FETCH_DIR", str(fetch))
+    isolation._end_all()  # no idle child: the next source starts one, which sweeps
+    assert run(behaving, Rec("a.avi"))[1][1]["pid"] != os.getpid()
+    assert not orphan.exists() and mine.exists()
