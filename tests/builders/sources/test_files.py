@@ -368,3 +368,36 @@ def test_s3_server_errors_are_retried_then_skipped(s3_env, monkeypatch, tmp_path
         assert proxy.gets == 3
         assert url in str(err.value) and "after 3 attempts" in str(err.value) and "internal error" in str(err.value)
     assert os.listdir(tmp_path / "fetch") == []
+
+
+def test_the_fetch_dir_is_private_or_replaced_or_refused(tmp_path, monkeypatch, caplog):
+    """Real folders: a missing one is made 0700; the default one made first by someone else (here: a symlink, another
+    owner) is replaced by a fresh private folder; one given by VIDVOL_FETCH_DIR that others may write is refused."""
+    import stat
+    import tempfile
+
+    monkeypatch.delenv(files.FETCH_DIR_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(files, "_replaced", {})
+    default = files.fetch_dir()
+    assert files.private_dir(default) == default and stat.S_IMODE(os.lstat(default).st_mode) == 0o700
+    os.rmdir(default)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", default)  # planted by another local user
+    fresh = files.private_dir(default)
+    assert fresh != default and os.path.dirname(fresh) == str(tmp_path) and not os.path.islink(fresh)
+    assert stat.S_IMODE(os.lstat(fresh).st_mode) == 0o700 and "is a symbolic link" in caplog.text
+    assert files.private_dir(default) == fresh  # the same replacement for the rest of the process
+
+    given = tmp_path / "given"
+    given.mkdir(mode=0o700)
+    monkeypatch.setenv(files.FETCH_DIR_ENV, str(given))
+    assert files.private_dir(files.fetch_dir()) == str(given)
+    os.chmod(given, 0o777)
+    with pytest.raises(PermissionError, match=r"VIDVOL_FETCH_DIR=.*others may write into it \(mode 0777\).*mkdir -m 700"):
+        files.private_dir(files.fetch_dir())
+    if os.getuid() == 0:  # root can give the folder to another user: a real other owner
+        os.chmod(given, 0o700)
+        os.chown(given, 4321, -1)
+        with pytest.raises(PermissionError, match="belongs to uid 4321"):
+            files.private_dir(files.fetch_dir())
