@@ -30,6 +30,8 @@ Measured, each against its baseline in the same run on the same files (benchmark
   - resume (`resume.py`): iterator checkpoint size and the time to the first batch after a restore at
     10 % and 90 % of an epoch, on the run's hmdb51, fire_hrr and mri_volumes builds; the training
     order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
+  - build resume (`build_resume.py`): a fire_hrr and an hmdb51 build SIGKILLed at ~70 % of their shards,
+    the resumed run's time against the full build's; the resume check's cost on a 1M-source plan;
   - video augmentation (`video_augment.py`): `vidvol.load` hmdb51 at batch 32 with `VideoAugment` (random
     resized crop, random crop, evaluation 3 crops) vs without, paired per round: what augmenting costs;
   - peers (`peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
@@ -56,6 +58,7 @@ from typing import Any
 
 import psutil
 
+import build_resume
 import build_sections
 import cluster
 import inputs
@@ -198,6 +201,7 @@ SECTIONS: tuple[section.Section, ...] = (
     cluster.SECTION,
     random_access.SECTION,
     resume.SECTION,
+    build_resume.SECTION,
     video_augment.SECTION,  # before peers: its augmented row joins the peers' table
     peers.SECTION,
     volume_memory.SECTION,

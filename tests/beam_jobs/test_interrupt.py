@@ -70,14 +70,9 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.long
-def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
-    manual, expected = manual_dir
-    data_dir = str(tmp_path / "data")
+def _kill_mid_build(manual: str, data_dir: str, env: dict[str, str], log_path: str) -> None:
+    """Runs the CLI build on 2 SDK workers and SIGKILLs driver and workers once a shard (not all) is written."""
     config_dir = os.path.join(data_dir, "hmdb51", "split1_20x64x64")
-    final_dir = os.path.join(config_dir, "1.0.0")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    log_path = str(tmp_path / "killed.log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(_cli(manual, data_dir), stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -103,6 +98,17 @@ def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
         time.sleep(0.1)
     assert _group_members(proc.pid) == []  # driver and SDK workers all gone
     assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.long
+def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
+    manual, expected = manual_dir
+    data_dir = str(tmp_path / "data")
+    config_dir = os.path.join(data_dir, "hmdb51", "split1_20x64x64")
+    final_dir = os.path.join(config_dir, "1.0.0")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    log_path = str(tmp_path / "killed.log")
+    _kill_mid_build(manual, data_dir, env, log_path)
 
     # No dataset: only TFDS's incomplete folder, holding some of the shards.
     assert not os.path.exists(final_dir)
@@ -130,3 +136,18 @@ def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
     fresh = build.build(DATASET, manual_dir=manual, data_dir=str(tmp_path / "fresh"), num_shards=10,
                         beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     assert resume_toy.files(final_dir) == resume_toy.files(fresh.data_path)
+
+
+@pytest.mark.long
+def test_kill_9_then_resume_on_dask(manual_dir, tmp_path):
+    """Killed on the direct runner's SDK workers, resumed on a local Dask cluster: the uninterrupted build's bytes."""
+    manual, _ = manual_dir
+    data_dir = str(tmp_path / "data")
+    _kill_mid_build(manual, data_dir, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), str(tmp_path / "killed.log"))
+    (leftover,) = glob.glob(os.path.join(data_dir, "hmdb51", "split1_20x64x64", "incomplete.*_1.0.0"))
+    kept = len(glob.glob(os.path.join(leftover, "*.partial.info.json")))
+    resumed = build.build(DATASET, manual_dir=manual, data_dir=data_dir, runner="dask", local_services=True, num_shards=10)
+    fresh = build.build(DATASET, manual_dir=manual, data_dir=str(tmp_path / "fresh"), num_shards=10,
+                        beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    assert resume_toy.files(resumed.data_path) == resume_toy.files(fresh.data_path)
+    assert not os.path.exists(leftover) and kept > 0

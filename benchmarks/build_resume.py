@@ -1,0 +1,252 @@
+"""Resuming a killed build: the resumed run's time against the full build's, and what the resume check costs.
+
+    python benchmarks/build_resume.py --out DIR            # its own fire_hrr and hmdb51 inputs, a 1M-source plan
+    python benchmarks/build_resume.py --quick --out DIR    # tiny inputs, a 10k-source plan (smoke)
+
+`make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
+dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 SDK workers), then the same command into another
+data_dir SIGKILLed once about 70 % of its shards are written, then that command again, which resumes; the
+target: the resumed run takes at most 40 % of the full build. The check: fingerprinting a plan of 1M sources
+(real files, hard links) and keeping 70 % of its shards from a dead build's folder; target under 10 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import inputs
+import section
+
+TARGET_RATIO = 0.40
+TARGET_CHECK_S = 10.0
+KILL_AT = 0.7
+
+METHOD = (
+    "Full build: `python -m vidvol.beam_jobs.build NAME/CONFIG --num_shards N --direct_num_workers=2` into a fresh "
+    "data_dir, timed from the command's start to its exit (imports included).",
+    "Killed build: the same command into another data_dir, SIGKILLed (its whole process group: driver and SDK "
+    "workers) once the shards with a sidecar (`*.partial.info.json`) reach 70 % of the full build's shards.",
+    "Resumed run: the same command again, timed likewise; it keeps the whole shards and builds the rest. Its "
+    "shards.json must equal the full build's (the same bytes, checked by SHA-256).",
+    "Resume check: a plan of N sources (clip records naming N real files: hard links of one file, 1,000 per "
+    "folder), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
+    "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed).",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildResumeSettings(section.Settings):
+    hmdb51: dict[str, Any]  # inputs.hmdb51_plan arguments (standalone runs)
+    fire: dict[str, Any]  # inputs.fire_plan arguments (standalone runs)
+    hmdb51_config: str
+    fire_config: str
+    num_shards: int
+    plan_sources: int  # sources of the resume check's plan
+    plan_shards: int = 2000
+
+
+def _cli(name: str, manual: str, data_dir: str, num_shards: int) -> list[str]:
+    return [sys.executable, "-m", "vidvol.beam_jobs.build", name, "--manual_dir", manual, "--data_dir", data_dir,
+            "--num_shards", str(num_shards), "--direct_num_workers=2"]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _timed(cmd: list[str], log: str) -> float:
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), timeout=3600)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
+    return time.monotonic() - start
+
+
+def _shards_json(data_dir: str, name: str) -> Any:
+    (path,) = glob.glob(os.path.join(data_dir, *name.split("/"), "*", "shards.json"))
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _kill_at(cmd: list[str], config_dir: str, shards: int, log: str) -> int:
+    """Runs `cmd` and SIGKILLs its process group once `KILL_AT` of `shards` have a sidecar; how many had one."""
+    wanted = max(1, round(KILL_AT * shards))
+    with open(log, "w", encoding="utf-8") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    done = 0
+    try:
+        while proc.poll() is None:
+            done = len(glob.glob(os.path.join(config_dir, "incomplete.*", "*.partial.info.json")))
+            if done >= wanted:
+                break
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if proc.returncode != -signal.SIGKILL:
+        raise RuntimeError(f"the build ended ({proc.returncode}) before {wanted} of {shards} shards were done; see {log}")
+    return done
+
+
+def resumed_build(label: str, name: str, manual: str, work: str, num_shards: int) -> dict[str, Any]:
+    """Full build, killed build, resumed run of one dataset config."""
+    full_dir, killed_dir = os.path.join(work, label, "full"), os.path.join(work, label, "killed")
+    for d in (full_dir, killed_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(work, label), exist_ok=True)
+    full_s = _timed(_cli(name, manual, full_dir, num_shards), full_dir + ".log")
+    full = _shards_json(full_dir, name)
+    shards = len(full["shards"])
+    done = _kill_at(_cli(name, manual, killed_dir, num_shards), os.path.join(killed_dir, *name.split("/")), shards,
+                    killed_dir + "-killed.log")
+    resumed_s = _timed(_cli(name, manual, killed_dir, num_shards), killed_dir + "-resumed.log")
+    with open(killed_dir + "-resumed.log", encoding="utf-8") as f:
+        line = next((x.strip() for x in f if "resuming:" in x), "")
+    same = _shards_json(killed_dir, name) == full
+    out = {"label": label, "dataset": name, "shards": shards, "shards_done_when_killed": done,
+           "full_s": round(full_s, 2), "resumed_s": round(resumed_s, 2), "ratio": round(resumed_s / full_s, 3),
+           "resume_line": line, "identical": same}
+    print(f"[build_resume] {label}: full {full_s:.1f} s, resumed {resumed_s:.1f} s after a kill at {done}/{shards} "
+          f"shards ({resumed_s / full_s:.0%}); {line}; identical: {same}", flush=True)
+    return out
+
+
+def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]:
+    """The resume check's cost on a plan of `num_sources` sources (see METHOD)."""
+    from vidvol.builders.transforms import clips
+    from vidvol.builders.writer import plan, resume, shards_file
+
+    root = os.path.join(work, "plan")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    one = os.path.join(root, "clip.avi")
+    with open(one, "wb") as f:
+        f.write(os.urandom(4096))
+    start = time.monotonic()
+    sources = []
+    for i in range(num_sources):
+        folder = os.path.join(root, f"c{i // 1000:04d}")
+        if i % 1000 == 0:
+            os.makedirs(folder)
+        path = os.path.join(folder, f"v{i:07d}.avi")
+        os.link(one, path)
+        key = f"c{i // 1000:04d}/v{i:07d}.avi"
+        sources.append((key, clips.ClipSource(path=path, key=key, features={"label": i % 400, "video_id": key},
+                                              origin=f"train.csv line {i + 2}")))
+    made_s = time.monotonic() - start
+    old = os.path.join(root, "incomplete.DEAD00_1.0.0")
+    new = os.path.join(root, "incomplete.LIVE00_1.0.0")
+    os.makedirs(old)
+    os.makedirs(new)
+    start = time.monotonic()
+    tasks = plan.plan_shards("train", sources, num_shards, lambda i, n: f"{new}/x-train.tfrecord-{i:05d}-of-{n:05d}.partial")
+    plan_s = time.monotonic() - start
+    kwargs = dict(dataset="bench/c", version="1.0.0", vidvol_version="0", tfds_version="0", file_format="tfrecord",
+                  config={"name": "'c'"}, features="{}", options={}, tasks={"train": tasks})
+    resume.write_fingerprint(old, resume.fingerprint(**kwargs))
+    for t in tasks[: round(KILL_AT * len(tasks))]:  # the dead build's whole shards
+        name = os.path.join(old, os.path.basename(t.path))
+        with open(name, "wb") as f:
+            f.write(os.urandom(1024))
+        digest, size = shards_file.file_digest(name)
+        with open(name + ".info.json", "w", encoding="utf-8") as f:
+            json.dump({"split": "train", "index": t.index, "keys": [s[0] for s in t.sources], "skips": [],
+                       "num_bytes": size, "file_bytes": size, "sha256": digest}, f)
+    start = time.monotonic()
+    doc = resume.fingerprint(**kwargs)
+    fingerprint_s = time.monotonic() - start
+    start = time.monotonic()
+    same = resume.canonical(resume.read_fingerprint(old)) == resume.canonical(doc)
+    kept = resume.keep_shards(tasks, [old]) if same else None
+    keep_s = time.monotonic() - start
+    shutil.rmtree(root, ignore_errors=True)
+    total = fingerprint_s + keep_s
+    out = {"sources": num_sources, "shards": len(tasks), "files_made_s": round(made_s, 1), "plan_s": round(plan_s, 2),
+           "fingerprint_s": round(fingerprint_s, 2), "compare_and_keep_s": round(keep_s, 2), "check_s": round(total, 2),
+           "kept": kept.count if kept else 0, "fingerprint_bytes": len(json.dumps(doc)),
+           "digest": hashlib.sha256(resume.canonical(doc).encode()).hexdigest()[:16]}
+    print(f"[build_resume] check on {num_sources} sources: fingerprint {fingerprint_s:.2f} s, compare + keep "
+          f"{out['kept']} shards {keep_s:.2f} s (planning itself {plan_s:.2f} s)", flush=True)
+    return out
+
+
+class BuildResume(section.Section):
+    key = "build_resume"
+    label = "build resume"
+    summary = "build resume section (build_resume.py: a killed build's resumed run vs the full build, resume check cost)"
+    FULL = BuildResumeSettings(mode="full", runs=1, hmdb51=dict(num_classes=4, videos_per_class=20, num_frames=(60, 200),
+                               height=240, width=320), fire=dict(experiments=10, frames=161, height=540, width=960),
+                               hmdb51_config="split1_20x64x64", fire_config="161x135x240", num_shards=10,
+                               plan_sources=1_000_000)
+    QUICK = BuildResumeSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=5, num_frames=(20, 40),
+                                height=120, width=160), fire=dict(experiments=4, frames=40, height=135, width=240),
+                                hmdb51_config="split1_20x64x64", fire_config="161x135x240", num_shards=4,
+                                plan_sources=10_000, plan_shards=40)
+    method = METHOD
+
+    def measure(self, work: str, settings: BuildResumeSettings, *, hmdb51_manual: str, fire_manual: str) -> dict[str, Any]:
+        builds = [resumed_build("fire_hrr", f"fire_hrr/{settings.fire_config}", fire_manual, work, settings.num_shards),
+                  resumed_build("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings.num_shards)]
+        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "builds": builds,
+                "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
+
+    def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        rows = [section.target(f"{b['label']}: resumed run after a kill at {b['shards_done_when_killed']}/{b['shards']} "
+                               "shards vs the full build", b["ratio"], TARGET_RATIO, op="<=",
+                               note="" if b["identical"] else "its shards.json differs from the full build's")
+                for b in doc["builds"]]
+        c = doc["check"]
+        rows.append(section.target(f"resume check on a {c['sources']:,}-source plan", c["check_s"], TARGET_CHECK_S,
+                                   op="<=", unit="s"))
+        return rows
+
+    def markdown(self, doc: dict[str, Any]) -> list[str]:
+        import report
+
+        out = ["## Resuming a killed build", "",
+               f"`benchmarks/build_resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores).", ""]
+        out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
+        out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full", "identical"],
+                            [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
+                              f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}", str(b["identical"])] for b in doc["builds"]])
+        c = doc["check"]
+        out += report.table(["plan", "fingerprint", "compare + keep", "check", "planning itself", "fingerprint size"],
+                            [[f"{c['sources']:,} sources / {c['shards']} shards", f"{c['fingerprint_s']:.2f} s",
+                              f"{c['compare_and_keep_s']:.2f} s ({c['kept']} kept)", f"{c['check_s']:.2f} s",
+                              f"{c['plan_s']:.2f} s", f"{c['fingerprint_bytes'] / 1024:.0f} KiB"]])
+        out += [f"- {line}" for line in doc.get("method", [])] + [""]
+        return out
+
+    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
+        """The run's hmdb51 inputs and its smaller fire_hrr input set."""
+        s = ctx.settings
+        return {"hmdb51_manual": os.path.join(ctx.inputs_dir, "hmdb51"),
+                "fire_manual": ctx.path("manual", f"fire_{min(s.fire_counts)}")}
+
+    def run_settings(self, ctx: section.Context) -> BuildResumeSettings:
+        base = self.mode_settings(ctx.settings.quick)
+        return dataclasses.replace(base, hmdb51_config=ctx.settings.hmdb51_config, fire_config=ctx.settings.fire_config)
+
+    def standalone_inputs(self, out: str, settings: BuildResumeSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
+        hmdb, fire = os.path.join(inputs_dir, "hmdb51"), os.path.join(inputs_dir, "fire_hrr")
+        inputs.write_inputs([inputs.hmdb51_plan(hmdb, **settings.hmdb51), inputs.fire_plan(fire, **settings.fire)],
+                            workers=len(os.sched_getaffinity(0)))
+        return {"hmdb51_manual": hmdb, "fire_manual": fire}
+
+
+SECTION = BuildResume()
+
+if __name__ == "__main__":
+    sys.exit(SECTION.main())
