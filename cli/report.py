@@ -228,7 +228,7 @@ def write_report(name: str, *, data_dir: str | None = None, out: str | None = No
     """
     start = time.perf_counter()
     limits = limits or gather.Limits()
-    data_dir = os.fspath(data_dir) if data_dir else tfds.core.constants.DATA_DIR
+    data_dir = os.path.expanduser(os.fspath(data_dir)) if data_dir else tfds.core.constants.DATA_DIR
     data_path, spec = verify.resolve(name, data_dir)
     if not tf.io.gfile.exists(os.path.join(data_path, verify.DATASET_INFO)):
         base = os.path.join(data_dir, spec.split("/")[0])
