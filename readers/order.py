@@ -1,7 +1,8 @@
 """Which example `vidvol.load` reads at each position: a pure function of the position, so a checkpoint is a position.
 
-Training reads a keyed permutation of the split, new every epoch, evaluation storage order (`Layout`);
-the checkpointed state is `index_batches`' counter and keys, about 2 KiB for any dataset
+Every epoch is one global order of the split (a keyed permutation in training, storage order at
+evaluation); pipeline p of P reads its positions p, p + P, p + 2P... (`Layout`). The checkpointed
+state is `index_batches`' global position in that order, its key and what it checks at a restore
 (docs/reading.md, "Order" and "Stopping and resuming").
 """
 
@@ -16,9 +17,10 @@ import tensorflow as tf
 from vidvol.readers import permutation
 from vidvol.readers import rng
 
-# Op seed of the per-iterator value: fixed, so every host's pipelines agree on the rotation of an epoch.
+# Op seed of the per-iterator value of one unsharded pipeline (`index_batches`): a new pass per iterator.
 ITERATION_SEED = 0x76696476
-_FOREVER = 1 << 62
+# The seed of pipelines over input pipelines given none: every host must compute the same order.
+SHARED_SEED = 0
 
 
 class ShardingError(ValueError):
@@ -29,19 +31,19 @@ class ShardingError(ValueError):
 class Layout:
     """One pipeline's share of a split of `examples`: `pipelines` pipelines, this one `pipeline`, training or not.
 
-    A pipeline reads `per_epoch` examples per epoch. Its elements are numbered by a counter that runs
-    through the epochs (one pass for `repeat=False`, forever with `repeat=True`); element `i` is
-    position `j = i % per_epoch` of epoch `e = i // per_epoch`, and the example there is:
+    Epoch `e` is one global order of the split: position `t` holds example `permute(t)` in training
+    (`readers.permutation`'s keyed bijection under `rng.example_seed(key, e, 0, rng.ORDER)`: a fresh
+    uniform shuffle of the whole split every epoch), example `t` at evaluation (storage order).
+    Pipeline `p` reads the positions `t = g + k * pipelines + p` (k = 0, 1, ...) from the epoch's
+    *frontier* `g` (0 at the start of an epoch): the pipelines read the order round-robin, so after
+    every pipeline read k examples the frontier is `g + k * pipelines` whatever the layout, and a
+    restore into another number of pipelines continues from it (`index_batches`).
 
-    - training: `(rotation + pipeline * q + permute(j)) mod n`, where `n` is the split's examples,
-      `q = n // pipelines` (every pipeline reads q per epoch), `permute` the keyed bijection of
-      `readers.permutation` under `rng.example_seed(key, e, pipeline, rng.ORDER)`, and `rotation`
-      moves the `n mod pipelines` examples no pipeline reads this epoch along the split epoch by
-      epoch, so each is left out as rarely as any other. One pipeline: a fresh uniform shuffle of the
-      whole split every epoch.
-    - evaluation: pipeline `p` reads its contiguous share of the split in storage order (the first
-      `n mod pipelines` pipelines one example more); the others end with one *pad*: their last
-      example again, with `valid` False (`load` zeroes its mask and data; weight it 0). No randomness.
+    - training: each pipeline reads `(n - g) // pipelines` of the epoch (n the split's examples);
+      the `(n - g) mod pipelines` last positions (at most pipelines - 1 examples, random ones: the
+      order's tail) are left out of that epoch.
+    - evaluation: each pipeline reads `ceil((n - g) / pipelines)`; positions at or past n are *pads*:
+      the last example again, with `valid` False (`load` zeroes its mask and data; weight it 0).
     """
 
     examples: int
@@ -71,7 +73,14 @@ class Layout:
     @property
     def per_epoch(self) -> int:
         """Elements this pipeline yields per epoch (the same on every pipeline; at evaluation pads included)."""
-        return self.share + (0 if self.training or not self.left_over else 1)
+        return self.elements(0)
+
+    def elements(self, frontier):
+        """Elements each pipeline reads of an epoch from the global position `frontier` on (int, array or tensor)."""
+        n, p = self.examples, self.pipelines
+        lib = tf.math if isinstance(frontier, tf.Tensor) else np
+        rest = n - frontier if self.training else n - frontier + p - 1
+        return lib.maximum(rest, 0) // p
 
     @property
     def dropped(self) -> int:
@@ -80,13 +89,8 @@ class Layout:
 
     @property
     def count(self) -> int:
-        """Evaluation: the real examples of this pipeline's share."""
+        """Evaluation: the real examples of this pipeline's epoch."""
         return self.share + (1 if self.pipeline < self.left_over else 0)
-
-    @property
-    def start(self) -> int:
-        """Evaluation: storage index of this pipeline's first example."""
-        return self.pipeline * self.share + min(self.pipeline, self.left_over)
 
     @property
     def pads(self) -> int:
@@ -94,35 +98,47 @@ class Layout:
         return 0 if self.training else self.per_epoch - self.count
 
     def describe(self) -> str:
-        """", pipeline P of N, training" (the part of a checkpoint's fingerprint this layout adds)."""
-        return f", pipeline {self.pipeline + 1} of {self.pipelines}, {'training' if self.training else 'evaluation'}"
+        """", training" or ", evaluation": the part of a checkpoint's data check the layout adds (not its pipelines)."""
+        return f", {'training' if self.training else 'evaluation'}"
 
     # The rule, in NumPy (the reference; random-access readers, tests) and in TensorFlow (`index_batches`).
 
-    def examples_np(self, positions, epoch: int, key: int, rotation: int) -> tuple[np.ndarray, np.ndarray]:
-        """(storage index, valid) of `positions` of one epoch, NumPy."""
-        j = np.asarray(positions, np.int64)
+    def examples_np(self, positions, epoch: int, key: int, frontier: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(storage index, valid) of this pipeline's elements `positions` (k) of `epoch` from `frontier`, NumPy."""
+        t = int(frontier) + np.asarray(positions, np.int64) * self.pipelines + self.pipeline
         n = self.examples
         if not self.training:
-            return self.start + np.minimum(j, self.count - 1), j < self.count
-        order_seed = rng.seed_np(key, epoch, self.pipeline, rng.ORDER)
-        shift = ((int(rotation) + int(epoch)) % n) * self.left_over % n
-        index = (shift + self.pipeline * self.share + permutation.permute_np(j, self.share, order_seed)) % n
-        return index, np.ones(j.shape, bool)
+            return np.minimum(t, n - 1), t < n
+        return permutation.permute_np(t, n, rng.seed_np(key, epoch, 0, rng.ORDER)), np.ones(t.shape, bool)
 
-    def examples_tf(self, element: tf.Tensor, key: tf.Tensor, rotation: tf.Tensor) -> dict[str, tf.Tensor]:
-        """The draws of elements `element` (int64 counter values, any shape): storage index, epoch, key, valid."""
-        m, n = self.per_epoch, self.examples
-        epoch, j = element // m, element % m
-        key = tf.broadcast_to(key, tf.shape(element))
+    def locate_tf(self, k: tf.Tensor, epoch: tf.Tensor, frontier: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(epoch, global position) of this pipeline's elements `k` (int64 vector) from `(epoch, frontier)` on.
+
+        Elements past the end of the epoch run on into the next ones (each from frontier 0).
+        """
+        left, m = self.elements(frontier), self.per_epoch
+        first = k < left
+        r = tf.maximum(k - left, 0)
+        epochs = tf.where(first, epoch, epoch + 1 + r // m)
+        return epochs, tf.where(first, frontier + k * self.pipelines, (r % m) * self.pipelines) + self.pipeline
+
+    def advance_tf(self, epoch: tf.Tensor, frontier: tf.Tensor, read: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """The (epoch, frontier) after every pipeline read `read` more elements from `(epoch, frontier)`."""
+        left, m = self.elements(frontier), self.per_epoch
+        r = tf.maximum(read - left, 0)
+        within = read < left
+        return (tf.where(within, epoch, epoch + 1 + r // m),
+                tf.where(within, frontier + read * self.pipelines, (r % m) * self.pipelines))
+
+    def examples_tf(self, epoch: tf.Tensor, t: tf.Tensor, key: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The draws at global positions `t` of epochs `epoch` (int64, one shape): storage index, epoch, key, valid."""
+        n = self.examples
+        key = tf.broadcast_to(key, tf.shape(t))
         if not self.training:
-            index = self.start + tf.minimum(j, self.count - 1)
-            valid = j < self.count
+            index, valid = tf.minimum(t, n - 1), t < n
         else:
-            order_seed = rng.example_seed(key, epoch, self.pipeline, rng.ORDER)
-            shift = ((rotation + epoch) % n) * self.left_over % n
-            index = (shift + self.pipeline * self.share + permutation.permute(j, self.share, order_seed)) % n
-            valid = tf.ones_like(element, tf.bool)
+            index = permutation.permute(t, n, rng.example_seed(key, epoch, 0, rng.ORDER))
+            valid = tf.ones_like(t, tf.bool)
         return {"index": index, "epoch": epoch, "seed": key, "valid": valid}
 
 
@@ -131,18 +147,20 @@ def stream_seed(draw, stream: int) -> tf.Tensor:
     return rng.example_seed(draw["seed"], draw["epoch"], draw["index"], stream)
 
 
-def iteration_key(seed, per_iterator: tf.Tensor) -> tf.Tensor:
-    """The key of one pass: the load's seed mixed with the per-iterator value (int64 scalar).
+def iteration_key(seed, per_iterator) -> tf.Tensor:
+    """The key of one pass: the load's seed mixed with a per-iterator value (int64 scalar).
 
     Every random choice about an example is drawn from `rng.example_seed(key, e, index, stream)` (its
-    clip: `rng.CLIP`; read-time augmentation: `rng.VIDEO_AUGMENT` / `rng.VOLUME_AUGMENT`, via
-    `stream_seed`). `key` is this *iteration key*: derived from the `seed` given to `load` (or one
-    drawn when it is None) and a per-iterator value, so each `iter(ds)` of a `repeat=False` dataset
-    is a new pass (same sequence of passes under the same seed, as tf.data's reshuffling gives).
+    place in the order: `rng.ORDER`; its clip: `rng.CLIP`; read-time augmentation:
+    `rng.VIDEO_AUGMENT` / `rng.VOLUME_AUGMENT`, via `stream_seed`). Over input pipelines (or with an
+    `epoch` given) the per-iterator value is 0, so every host and every iterator computes the same
+    key from the seed alone; one unsharded pipeline takes a value from `tf.data.Dataset.random`,
+    new for each `iter(ds)` of a `repeat=False` dataset (a new pass; the same sequence of passes
+    under the same seed, as tf.data's reshuffling gives).
 
     Args:
       seed: the load's seed (int).
-      per_iterator: the per-iterator value (int64 scalar from `tf.data.Dataset.random`).
+      per_iterator: the per-iterator value (int64 scalar).
 
     Returns:
       The iteration key, an int64 scalar.
@@ -150,66 +168,112 @@ def iteration_key(seed, per_iterator: tf.Tensor) -> tf.Tensor:
     return rng.example_seed(seed, per_iterator, -1, rng.ORDER)[..., 0]
 
 
+_RESTORE_HELP = (" Restore the model and optimizer without the iterator (a tf.train.Checkpoint without `iterator`, "
+                 "restore(...).expect_partial()) and start a new pass over this data; to continue exactly, read ")
+
+
 def _refusal(saved: tf.Tensor, current: str) -> tf.Tensor:
     return tf.strings.join([
         "vidvol.load: this iterator checkpoint was saved reading ", saved, "; this pipeline reads ", current,
-        ". The data (or the pipeline layout) changed since it was written, so its position would point at other "
-        "examples. Restore the model and optimizer without the iterator (a tf.train.Checkpoint without `iterator`, "
-        "restore(...).expect_partial()) and start a new pass over this data; to continue exactly, read the build "
-        "and layout the checkpoint was saved with (docs/reading.md, section Stopping and resuming)."])
+        ". The data changed since it was written, so its position would point at other examples.", _RESTORE_HELP,
+        "the build the checkpoint was saved with (docs/reading.md, section Stopping and resuming)."])
+
+
+def _batch_refusal(saved_batch: tf.Tensor, saved_pipelines: tf.Tensor, batch: int, pipelines: int) -> tf.Tensor:
+    s = tf.strings.as_string
+    return tf.strings.join([
+        "vidvol.load: this iterator checkpoint was saved with a global batch of ", s(saved_batch), " (",
+        s(saved_batch // saved_pipelines), " per pipeline x ", s(saved_pipelines), " pipelines); this pipeline reads ",
+        f"{batch * pipelines} ({batch} per pipeline x {pipelines} pipelines). A checkpoint restores into any number of "
+        "pipelines whose global batch (per-pipeline batch x pipelines) is the saved one: pass batch_size=",
+        s(saved_batch), f" // {pipelines} (vidvol.distribute: global_batch_size=", s(saved_batch), ").",
+        _RESTORE_HELP, "it with the saved global batch (docs/reading.md, section Stopping and resuming)."])
 
 
 def index_batches(layout: Layout, batch_size: int, *, drop_remainder: bool, repeat: bool, seed: int,
-                  fingerprint: str) -> tf.data.Dataset:
+                  fingerprint: str, epoch: int | None = None) -> tf.data.Dataset:
     """Batches of draws (`index`, `epoch`, `seed`, `valid`: [B] each) in the pipeline's order; the checkpointed state.
 
     What a tf.data iterator checkpoint then holds (`tf.data.Options.experimental_symbolic_checkpoint`:
-    no buffered element is saved, each stage recomputes from its input's position): the counter, the
-    iteration key and rotation value, and the fingerprint of the data it was reading, about 2 KiB for
-    any dataset. Restored into a pipeline made afresh (another process, another `seed=`), the counter
-    and keys are the saved ones, so the next batches are those the uninterrupted run would have read;
-    a pipeline over other data (a rebuilt dataset, another split or pipeline layout) refuses the
-    checkpoint with an error naming both (`tf.errors.InvalidArgumentError` at the first `next()`).
+    no buffered element is saved, each stage recomputes from its input's position): the epoch and the
+    global frontier (`Layout`), the iteration key, the global batch and pipelines it was saved with,
+    and the fingerprint of the data it was reading, about 2 KiB for any dataset. Restored into a
+    pipeline made afresh (another process, another `seed=`, another pipeline of any number of
+    pipelines), the key and frontier are the saved ones, so over the pipelines the next batches read
+    the rest of the saved epoch. Every batch (and the end of a pass: this stage always runs once more)
+    first checks the restored state: other data, training against evaluation, or another global batch
+    (`batch_size * pipelines`) is a `tf.errors.InvalidArgumentError` naming both, at the first `next()`.
 
     Args:
       layout: this pipeline's share of the split.
       batch_size: draws per batch.
       drop_remainder: drop the last partial batch of a pass (`repeat=False` only; repeated batches are full).
-      repeat: number the elements forever instead of one pass.
+      repeat: read epoch after epoch forever instead of one pass.
       seed: the load's seed (a drawn one when the caller gave None: a restored iterator keeps the
         saved key, so it continues the saved run whatever this is).
-      fingerprint: the split's (`records.fingerprint`); the layout's is added. A restored state
-        holding another one fails the read.
+      fingerprint: the split's (`records.fingerprint`); the layout's training/evaluation is added. A
+        restored state holding another one fails the read.
+      epoch: the epoch a new iterator starts at (its pass's epoch under `repeat=False`). None: 0, and
+        for one pipeline a new pass per `iter(ds)` (`iteration_key`); over input pipelines the
+        iterators of every host then read epoch 0.
 
     Returns:
       A `tf.data.Dataset` of dicts of [B] tensors: `index` (storage index), `epoch`, `seed` (the key), `valid`.
     """
     current = fingerprint + layout.describe()
-    # Batches of element numbers: one pass (`range`, the last partial batch as `drop_remainder` says), or
-    # forever (every batch full; the scan below numbers them). Per batch, not per element: the state's
-    # upkeep is a few ops per batch.
-    counter = (tf.data.Dataset.from_tensors(np.int64(0)).repeat() if repeat
-               else tf.data.Dataset.range(layout.per_epoch).batch(batch_size, drop_remainder=drop_remainder))
-    per_iterator = tf.data.Dataset.random(seed=ITERATION_SEED, rerandomize_each_iteration=True)
+    pipelines, global_batch = layout.pipelines, batch_size * layout.pipelines
+    explicit = epoch is not None or pipelines > 1
+    first_epoch = np.int64(epoch or 0)
+    if first_epoch < 0:
+        raise ValueError(f"epoch={epoch}: epochs count from 0")
+    # An endless ticker (each step one batch; a `repeat=False` pass ends where the state says, after the
+    # checks ran, so an iterator restored at or past the end still checks), with a per-iterator value
+    # that only one unsharded pipeline without an epoch takes up (the same stages either way, so a
+    # checkpoint of one restores into the other).
+    ticker = tf.data.Dataset.random(seed=ITERATION_SEED, rerandomize_each_iteration=True)
     seed = int(seed)
     offsets = tf.range(batch_size, dtype=tf.int64)
 
-    def step(state, element):
-        count, started, rotation, key, saved = state
-        numbers, value = element
-        rotation, key = tf.cond(started, lambda: (rotation, key), lambda: (value, iteration_key(seed, value)))
+    def step(state, value):
+        started, e, g, key, saved, saved_batch, saved_pipelines = state
+        fresh = lambda: (first_epoch, np.int64(0), iteration_key(seed, np.int64(0) if explicit else value),
+                         tf.constant(current), np.int64(global_batch), np.int64(pipelines))
+        e, g, key, saved, saved_batch, saved_pipelines = tf.cond(
+            started, lambda: (e, g, key, saved, saved_batch, saved_pipelines), fresh)
+        same_data = tf.debugging.Assert(tf.equal(saved, current), [_refusal(saved, current)])
+        with tf.control_dependencies([same_data]):
+            same_batch = tf.debugging.Assert(tf.equal(saved_batch, global_batch),
+                                             [_batch_refusal(saved_batch, saved_pipelines, batch_size, pipelines)])
+        with tf.control_dependencies([same_batch]):
+            e = tf.identity(e)
+        left = layout.elements(g)
         if repeat:
-            numbers = count + offsets
-        same = tf.debugging.Assert(tf.equal(saved, current), [_refusal(saved, current)])
-        with tf.control_dependencies([same]):
-            numbers = tf.identity(numbers)
-        return (count + tf.size(numbers, tf.int64), tf.constant(True), rotation, key, saved), (numbers, rotation, key)
+            numbers, done = offsets, tf.constant(False)
+        elif drop_remainder:
+            done = left < batch_size
+            numbers = offsets
+        else:
+            done = left <= 0
+            numbers = tf.range(tf.minimum(left, batch_size), dtype=tf.int64)
+        read = tf.where(done, np.int64(0), tf.size(numbers, tf.int64))
+        # One pass stops at the end of its epoch; a repeated read runs on into the next.
+        e2, g2 = layout.advance_tf(e, g, read) if repeat else (e, g + read * pipelines)
+        state = (tf.constant(True), e2, g2, key, saved, saved_batch, np.int64(pipelines))
+        return state, (numbers, e, g, key, done)
 
-    initial = (tf.constant(0, tf.int64), tf.constant(False), tf.constant(0, tf.int64), tf.constant(0, tf.int64),
-               tf.constant(current))
-    ds = tf.data.Dataset.zip((counter, per_iterator)).scan(initial, step)
-    locate = lambda numbers, rotation, key: layout.examples_tf(numbers, key, rotation)
-    return ds.map(tf.autograph.experimental.do_not_convert(locate))
+    initial = (tf.constant(False), np.int64(0), np.int64(0), np.int64(0), tf.constant(current), np.int64(global_batch),
+               np.int64(pipelines))
+    ds = ticker.scan(initial, step)
+    if not repeat:
+        ds = ds.take_while(tf.autograph.experimental.do_not_convert(lambda numbers, e, g, key, done: ~done))
+    locate = lambda numbers, e, g, key, done: layout.examples_tf(*layout.locate_tf(numbers, e, g), key)
+    ds = ds.map(tf.autograph.experimental.do_not_convert(locate))
+    if not repeat:
+        # The batches of one pass: the same count for every number of pipelines with this global batch.
+        per_epoch = layout.per_epoch
+        batches = per_epoch // batch_size if drop_remainder else -(-per_epoch // batch_size)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(batches))
+    return ds
 
 
 class NotResumableError(ValueError):

@@ -53,6 +53,7 @@ def load(
     repeat: bool = False,
     drop_remainder: bool | None = None,
     tuning: Tuning | None = None,
+    epoch: int | None = None,
 ) -> tf.data.Dataset:
     """Streams a prepared vidvol dataset from its TFRecord shards as model-ready `tf.data` batches.
 
@@ -61,15 +62,18 @@ def load(
     (DMVR and pytorchvideo likewise keep sampling and transforms out of the reader's own
     arguments), and speed is `tuning` (DMVR's `tune()`), which never changes the examples.
 
-    Stopping and resuming: `tf.train.Checkpoint(iterator=iter(ds))` saves a few KiB of state (an
-    element counter, the iteration's keys, the data's fingerprint: `readers.order`), whatever the
-    dataset; restored into a pipeline made with the same arguments, in any process, the next
-    batches are those the uninterrupted run would have read (also for an unseeded run: the saved
-    seed wins), and a rebuilt dataset or another pipeline layout refuses the checkpoint with an error
-    naming both. A stateful op you map after `load` (`tf.random.uniform`, a `tf.py_function` with
-    state, a random Keras preprocessing layer) is not in that state: TensorFlow saves such a
-    pipeline without complaint under symbolic checkpoints, and its draws differ after a restore;
-    `vidvol.check_resumable(ds)` names it. Recipe: docs/reading.md, "Stopping and resuming".
+    Stopping and resuming: `tf.train.Checkpoint(iterator=iter(ds))` saves a few KiB of state (the
+    epoch and global position in its order, the iteration's key, the global batch, the data's
+    fingerprint: `readers.order`), whatever the dataset; restored into a pipeline made with the same
+    arguments, in any process, the next batches are those the uninterrupted run would have read
+    (also for an unseeded run: the saved seed wins). A checkpoint of any of N input pipelines
+    restores into each of M pipelines with the same global batch (`batch_size * M`): over the M
+    pipelines the rest of the epoch is the examples the N had not read. Other data or another
+    global batch is an error naming both at the first `next()`. A stateful op you map after `load`
+    (`tf.random.uniform`, a `tf.py_function` with state, a random Keras preprocessing layer) is not
+    in that state: TensorFlow saves such a pipeline without complaint under symbolic checkpoints,
+    and its draws differ after a restore; `vidvol.check_resumable(ds)` names it. Recipe:
+    docs/reading.md, "Stopping and resuming".
 
     Args:
       name: registered dataset name with optional config ("hmdb51/split1_20x64x64"), or a builder.
@@ -79,22 +83,29 @@ def load(
       training: a new permutation of the whole split every epoch, random clips, drop the last partial
         batch. None: True for splits whose name starts with "train" (tfds.load's `shuffle_files` is
         the caller's choice; here a training split is read as one trains on it).
-      seed: makes the example order and random clips reproducible; each epoch (and each new iterator
-        of a `repeat=False` dataset) still differs from the last. None: a seed is drawn, and kept in
-        the iterator's checkpoint.
+      seed: makes the example order and random clips reproducible; each epoch still differs from the
+        last. None: a seed is drawn and kept in the iterator's checkpoint (over input pipelines a
+        fixed shared one, `order.SHARED_SEED`: every host must compute the same order).
       spec: `vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...))`: the
         clips, the frame normalization (and resize), the output dtype, mask dtype and structure.
         None: `ReadSpec()` (every stored frame, float32 in [0, 1], the supervised tuple).
       input_context: `tf.distribute.InputContext`; each of the N input pipelines reads an equal share
         of the split's examples (not of its shard files), so every pipeline yields the same number
-        of batches an epoch. Training: `examples // N` each; the `examples % N` left over (at most
-        N - 1) are left out of that epoch, a different run of them each epoch. Evaluation: the
-        pipelines' contiguous shares of `ceil(examples / N)`, the short ones padded with one example
-        whose mask, frames and volume are zero (weight each example by `mask.max() > 0`); none lost.
+        of batches an epoch: pipeline p reads positions p, p + N, p + 2N... of the epoch's one global
+        order. Training: `examples // N` each; the `examples % N` left over (at most N - 1) are left
+        out of that epoch, other ones each epoch. Evaluation: `ceil(examples / N)` each, the short
+        ones padded with one example whose mask, frames and volume are zero (weight each example by
+        `mask.max() > 0`); none lost.
         At most `examples` pipelines. The dataset cards give the figures for their splits.
-      repeat: repeat forever (each epoch a new permutation; batches run on across epoch boundaries).
+      repeat: repeat forever (each epoch a new permutation; batches run on across epoch boundaries;
+        the epochs are the iterator's own count).
       drop_remainder: drop the last partial batch; None: `training`.
       tuning: performance knobs (`vidvol.Tuning`); None: `Tuning()`.
+      epoch: the epoch each new iterator starts at (under `repeat=False`: the epoch its pass reads;
+        rebuild the dataset with the next one each epoch). None: 0; then one pipeline without
+        `input_context` still reads a new permutation per `iter(ds)`, while over input pipelines
+        every iterator of every host reads epoch 0, so that which examples pipeline p of P reads is
+        a function of (seed, epoch, p, P, split) alone, never of how many iterators a host opened.
 
     Returns:
       A `tf.data.Dataset` of `((x, mask), target)` batches from the builder's supervised keys (dicts of
@@ -115,8 +126,10 @@ def load(
                      tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
                      input_context=input_context)
     source = records.open_split(builder, split)
+    if seed is None:  # over input pipelines every host must compute the same order: a shared seed
+        seed = order.SHARED_SEED if plan.layout.pipelines > 1 else order.fresh_seed()
     draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
-                        seed=order.fresh_seed() if seed is None else seed, fingerprint=source.fingerprint)
+                                seed=seed, fingerprint=source.fingerprint, epoch=epoch)
     batch_read = stages.read(builder, plan, source)
     ds = draws if batch_read.parse is not None else stages.examples(builder, draws, plan, batch_read)
     ds = stages.finish_batches(ds, plan, batch_read, stages.finisher(plan))

@@ -1,4 +1,4 @@
-"""Equal batches on every host: `vidvol.load` over N input pipelines balances by examples, not by shard files.
+"""Equal batches of disjoint examples on every host: `vidvol.load` over N input pipelines balances by examples.
 
 The release before dealt shard files round-robin: 3 pipelines over 4 shards got 6, 3 and 3 batches
 and a MultiWorkerMirroredStrategy / DDP loop hung at the epoch's end. Now, over uneven shards
@@ -9,6 +9,7 @@ the short pipelines with an example whose mask (and frames) are zero, and loses 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
@@ -17,6 +18,7 @@ from in_process_build import build
 import vidvol
 from vidvol import Output, ReadSpec
 from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
+from vidvol.readers import order
 from vidvol.testing import samples
 
 # 3 pipelines (the uneven case: 4 shards) in the fast lane; 2, 4, 6 and 8 in `make test` (marked slow).
@@ -108,3 +110,82 @@ def test_distribute_takes_the_same_rule(uneven):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     dist = vidvol.distribute(strategy, uneven, "train", 2, seed=0)
     assert sum(1 for _ in dist) == 13 // 2  # one pipeline: the whole split, the last partial batch dropped
+
+
+# Shares that cannot overlap (#34): which examples pipeline p of P reads in epoch e is a function of (seed, epoch,
+# p, P, split) only: not of how many iterators a host opened, when it started, or TensorFlow's global seed.
+
+def _ids(ds) -> list[str]:
+    return [i.decode() for b in tfds.as_numpy(ds) for i in b["video_id"]]
+
+
+def _host(uneven, pipelines, p, **kwargs) -> tf.data.Dataset:
+    kwargs = {"seed": 5, **kwargs}
+    return vidvol.load(uneven, "train", 1, spec=ReadSpec(output=Output(features=["video_id"])),
+                       input_context=_context(pipelines, p), **kwargs)
+
+
+# 3 pipelines in every lane; the other counts and the unseeded variant at another epoch in the long lane (each
+# host is a pipeline made and read; the rule itself is checked at every count by the NumPy test below).
+ELASTIC = (pytest.param(3, {}), *(pytest.param(n, kw, marks=pytest.mark.long)
+                                  for n in (2, 3, 4, 6, 8) for kw in ({}, {"seed": None, "epoch": 1})
+                                  if (n, kw) != (3, {})))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipelines, kwargs", ELASTIC)
+def test_a_host_that_peeks_rebuilds_or_starts_late_reads_its_own_share(uneven, pipelines, kwargs):
+    """Host 0 peeks at a batch first (`next(iter(ds))`, as notebooks and shape checks do), host 1 reads a whole pass
+    and rebuilds its dataset, the last host starts after the others finished, under another global seed: the union
+    over the hosts is the epoch, each example once (with `seed=None`: a shared seed)."""
+    reads = {}
+    for p in range(pipelines - 1):
+        ds = _host(uneven, pipelines, p, **kwargs)
+        if p == 0:
+            next(iter(ds))  # the peek opens one more iterator
+        if p == 1:
+            _ids(ds)
+            ds = _host(uneven, pipelines, p, **kwargs)
+        reads[p] = _ids(ds)
+    tf.random.set_seed(1234)  # the late host: other global seed, other iterator history
+    try:
+        late = _host(uneven, pipelines, pipelines - 1, **kwargs)
+        next(iter(late))
+        reads[pipelines - 1] = _ids(late)
+    finally:
+        tf.random.set_seed(None)
+    seen = [i for r in reads.values() for i in r]
+    assert {len(r) for r in reads.values()} == {13 // pipelines}
+    assert len(set(seen)) == len(seen) == 13 - 13 % pipelines
+
+
+@pytest.mark.parametrize("examples", (13, 52))
+def test_the_shares_are_a_partition_of_each_epochs_order_at_any_pipeline_count(examples):
+    """The rule (`order.Layout`): at 1, 2, 3, 4, 6 and 8 pipelines, over three epochs and from frontiers a restore
+    may hold, the pipelines' shares are disjoint and together the epoch's order from the frontier on (less at most
+    pipelines - 1 left out); every epoch is another permutation; evaluation reads every example once (pads apart)."""
+    key = 77
+    full = {e: order.Layout(examples, 1, 0, True).examples_np(np.arange(examples), e, key)[0] for e in range(3)}
+    assert all(sorted(full[e]) == list(range(examples)) for e in full)
+    assert len({tuple(v) for v in full.values()}) == 3
+    for pipelines in (1, 2, 3, 4, 6, 8):
+        for e in range(3):
+            for frontier in (0, 8, 24 % examples):
+                layouts = [order.Layout(examples, pipelines, p, True) for p in range(pipelines)]
+                shares = [lay.examples_np(np.arange(lay.elements(frontier)), e, key, frontier)[0] for lay in layouts]
+                read = np.concatenate(shares)
+                assert len({len(s) for s in shares}) == 1 and len(set(read.tolist())) == len(read)
+                assert set(read.tolist()) <= set(full[e][frontier:].tolist())
+                assert len(read) > examples - frontier - pipelines
+            evaluation = [order.Layout(examples, pipelines, p, False) for p in range(pipelines)]
+            got = [lay.examples_np(np.arange(lay.per_epoch), e, key) for lay in evaluation]
+            assert sorted(i for index, valid in got for i in index[valid].tolist()) == list(range(examples))
+
+
+def test_one_pipeline_still_reads_a_new_permutation_per_pass(uneven):
+    """Without input pipelines and without an epoch, each `iter(ds)` of a `repeat=False` dataset is a new pass."""
+    ds = vidvol.load(uneven, "train", 1, seed=5, spec=ReadSpec(output=Output(features=["video_id"])))
+    a, b = _ids(ds), _ids(ds)
+    assert sorted(a) == sorted(b) and a != b
+    third = vidvol.load(uneven, "train", 1, seed=5, epoch=3, spec=ReadSpec(output=Output(features=["video_id"])))
+    assert _ids(third) == _ids(third) != a  # an epoch given: every pass reads it

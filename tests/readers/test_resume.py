@@ -182,15 +182,16 @@ def test_a_rebuilt_dataset_refuses_the_old_checkpoint(built, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_checkpoint_of_another_pipeline_layout_is_refused(built, tmp_path):
+def test_a_checkpoint_of_another_global_batch_is_refused(built, tmp_path):
     case = dict(data_path=built["split1_20x64x64"], split="train", batch=1, kwargs={"seed": 3},
                 checkpoint=str(tmp_path / "c" / "ckpt"))
     resume_cases.save(case, 1, 1)
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
     it = iter(vidvol.load(tfds.builder_from_directory(case["data_path"]), "train", 1, seed=3, input_context=context))
     tf.train.Checkpoint(iterator=it).read(case["checkpoint"])
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"pipeline 1 of 1, training; this pipeline reads .*"
-                                                             r"pipeline 2 of 2, training"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"saved with a global batch of 1 \(1 per pipeline x 1 "
+                                                             r"pipelines\); this pipeline reads 2 \(1 per pipeline x 2 "
+                                                             r"pipelines\).*pass batch_size=1 // 2"):
         next(it)
 
 
@@ -255,12 +256,12 @@ def test_the_seed_comes_from_the_checkpoint_not_the_new_pipeline(built, tmp_path
 
 def test_order_rule_numpy_and_tensorflow_agree():
     for layout in (order.Layout(11, 3, 1, True), order.Layout(11, 3, 2, False), order.Layout(7, 1, 0, True)):
-        element = tf.range(3 * layout.per_epoch, dtype=tf.int64)
-        draws = {k: v.numpy() for k, v in layout.examples_tf(element, tf.constant(5, tf.int64),
-                                                             tf.constant(9, tf.int64)).items()}
-        for epoch in range(3):
-            at = slice(epoch * layout.per_epoch, (epoch + 1) * layout.per_epoch)
-            index, valid = layout.examples_np(np.arange(layout.per_epoch), epoch, 5, 9)
+        k = tf.range(3 * layout.per_epoch, dtype=tf.int64)
+        epoch, t = layout.locate_tf(k, tf.constant(0, tf.int64), tf.constant(0, tf.int64))
+        draws = {k: v.numpy() for k, v in layout.examples_tf(epoch, t, tf.constant(5, tf.int64)).items()}
+        for e in range(3):
+            at = slice(e * layout.per_epoch, (e + 1) * layout.per_epoch)
+            index, valid = layout.examples_np(np.arange(layout.per_epoch), e, 5)
             np.testing.assert_array_equal(draws["index"][at], index)
             np.testing.assert_array_equal(draws["valid"][at], valid)
-            assert (draws["epoch"][at] == epoch).all()
+            assert (draws["epoch"][at] == e).all()
