@@ -42,7 +42,9 @@ __all__ = [
     "FileStat",
     "credential_hint",
     "RemoteReadError",
+    "NotARegularFileError",
     "basename",
+    "check_regular",
     "dirname",
     "exists",
     "fetch_dir",
@@ -384,17 +386,38 @@ def _renamed(e: BaseException, old: str, new: str) -> BaseException | None:
         return None
 
 
+class NotARegularFileError(OSError):
+    """An input that is a FIFO, a device or a socket: a decoder reading it could wait forever (a skip)."""
+
+
+def check_regular(path: str) -> None:
+    """NotARegularFileError when the local `path` exists but is no regular file (a FIFO nobody writes blocks its
+    reader forever, a device never ends); a missing path is left to the reader's own FileNotFoundError."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat_module.S_ISREG(mode) or stat_module.S_ISDIR(mode):
+        return
+    kind = ("a FIFO (named pipe)" if stat_module.S_ISFIFO(mode) else "a socket" if stat_module.S_ISSOCK(mode)
+            else "a device")
+    raise NotARegularFileError(f"{path}: {kind}, not a regular file: a decoder reading it could wait forever; "
+                               "list regular files only (copy the data into a file)")
+
+
 @contextlib.contextmanager
 def local_copy(path: str, retries: int = RETRIES) -> Iterator[str]:
     """A local path to read `path` from: the path itself when local, else a temporary copy deleted on exit.
 
     A URL is fetched whole into its own folder under `fetch_dir()`, keeping its file name (and so
-    its suffix, e.g. `.nii.gz`); transient errors are retried `retries` times with a short
+    its suffix, e.g. `.nii.gz`); a local path that is a FIFO, device or socket is NotARegularFileError (a read of
+    it would never end); transient errors are retried `retries` times with a short
     backoff, then raised as RemoteReadError naming the URL. Input errors (ValueError, OSError,
     EOFError) raised inside the block that name the temporary file are re-raised naming the URL.
     """
     path = os.fspath(path)
     if not is_url(path):
+        check_regular(path)
         yield path
         return
     fs, p = _fs(path)

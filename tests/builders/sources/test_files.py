@@ -401,3 +401,29 @@ def test_the_fetch_dir_is_private_or_replaced_or_refused(tmp_path, monkeypatch, 
         os.chown(given, 4321, -1)
         with pytest.raises(PermissionError, match="belongs to uid 4321"):
             files.private_dir(files.fetch_dir())
+
+
+def test_a_fifo_listed_as_a_volume_or_a_video_is_a_skip_not_a_hang(tmp_path):
+    """A FIFO nobody writes would block its reader forever (volumes are read in the worker, with no child to kill):
+    the build's readers refuse it at once, naming the file (videos did already: `video._check_input_file`)."""
+    from vidvol.builders.transforms import volume_examples
+
+    fifo = str(tmp_path / "scan.nii.gz")
+    os.mkfifo(fifo)
+    errors: list = []
+
+    def read_all():
+        source = volume_examples.VolumeSource(fifo, "scan", {}, "labels.csv:2")
+        spec = volume_examples.VolumeSpec(spatial_size=(8, 8, 8))
+        for read in (lambda: list(volume_examples.volume_example(source, spec)), lambda: video.decode_frames(fifo, [0])):
+            try:
+                read()
+            except (OSError, ValueError) as e:
+                errors.append(e)
+
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "a reader hangs on the FIFO"
+    assert [type(e).__name__ for e in errors] == ["NotARegularFileError", "VideoDecodeError"], errors
+    assert str(errors[0]).startswith(f"{fifo}: a FIFO (named pipe), not a regular file")
