@@ -124,6 +124,11 @@ class LocalDaskCluster:
 
     Attributes set by `__enter__`: `address` (tcp://127.0.0.1:PORT), `log_dir`.
 
+    Trusted users only: the scheduler and workers speak plain `tcp://` with no authentication, so any
+    user of this machine can connect to 127.0.0.1:PORT and run code in the workers, which hold the
+    driver's environment (its `AWS_*` and other credential variables). Use it on a machine whose local
+    users you trust; elsewhere run the `direct` runner or a TLS-secured cluster (docs/clusters.md).
+
     By default the processes share the driver's world: its interpreter, cwd, environment and a
     PYTHONPATH of its `sys.path` (so workers import what the driver imports, a checkout included).
     `share_driver=False` starts them as separate worker hosts would be: `python` (e.g. a venv where
