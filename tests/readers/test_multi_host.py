@@ -1,10 +1,10 @@
 """Equal batches of disjoint examples on every host: `vidvol.load` over N input pipelines balances by examples.
 
-The release before dealt shard files round-robin: 3 pipelines over 4 shards got 6, 3 and 3 batches
-and a MultiWorkerMirroredStrategy / DDP loop hung at the epoch's end. Now, over uneven shards
-(13 examples in 4 files: 4, 3, 3, 3), every pipeline yields the same number of batches for 2, 3,
-4, 6 and 8 pipelines: training drops `13 mod N` examples an epoch (rotating), evaluation pads
-the short pipelines with an example whose mask (and frames) are zero, and loses none.
+Over uneven shards (13 examples in 4 files: 4, 3, 3, 3), every pipeline yields the same number of
+batches for 2, 3, 4, 6 and 8 pipelines: training drops `13 mod N` examples an epoch, evaluation pads
+the short pipelines with an example whose mask (and frames) are zero, and loses none. The shares
+are disjoint whatever a host did before (a peek, a rebuilt dataset, a late start), and a
+checkpoint of one pipeline of N restores into each of M with the same global batch (#34).
 """
 
 from __future__ import annotations
@@ -189,3 +189,68 @@ def test_one_pipeline_still_reads_a_new_permutation_per_pass(uneven):
     assert sorted(a) == sorted(b) and a != b
     third = vidvol.load(uneven, "train", 1, seed=5, epoch=3, spec=ReadSpec(output=Output(features=["video_id"])))
     assert _ids(third) == _ids(third) != a  # an epoch given: every pass reads it
+
+
+# Elastic resume (#34): a checkpoint of any pipeline of N restores into each of M with the same global batch.
+
+def _save(it, path) -> str:
+    tf.train.Checkpoint(iterator=it).write(path)
+    return path
+
+
+def _restored(ds, path):
+    it = iter(ds)
+    tf.train.Checkpoint(iterator=it).read(path).assert_consumed()
+    return it
+
+
+def _take_ids(it, batches: int) -> list[str]:
+    return [i.decode() for _ in range(batches) for i in next(it)["video_id"].numpy()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipelines, batch", [(4, 1), pytest.param(1, 4, marks=pytest.mark.long)])
+def test_a_checkpoint_of_two_pipelines_resumes_on_four_or_one_with_the_same_global_batch(uneven, tmp_path, pipelines,
+                                                                                          batch):
+    """Global batch 4: 2 pipelines of 2 read one step, pipeline 0 saves; restored into 4 pipelines of 1 (and 1 of 4),
+    the rest of the epoch is the examples not read yet, each once (as many as that layout reads of an epoch), and
+    the next epoch is the one a fresh run of that layout reads."""
+    ids = [i.decode() for i in vidvol.load_labels(uneven, "train", target="video_id")]
+    key = int(order.iteration_key(5, 0))
+    full = lambda e: [ids[i] for i in order.Layout(13).examples_np(np.arange(13), e, key)[0]]
+    host = lambda pipelines, p, batch: vidvol.load(uneven, "train", batch, seed=5, repeat=True, input_context=_context(
+        pipelines, p), spec=ReadSpec(output=Output(features=["video_id"])))
+    before = []
+    for p in (0, 1):
+        it = iter(host(2, p, 2))
+        before += _take_ids(it, 1)
+        if p == 0:
+            path = _save(it, str(tmp_path / "two" / "ckpt"))
+    assert sorted(before) == sorted(full(0)[:4])
+    rest = (13 - 4) // pipelines  # elements each of the new pipelines reads of the saved epoch
+    per_epoch = 13 // pipelines
+    reads = [_take_ids(_restored(host(pipelines, p, batch), path), -(-(rest + per_epoch) // batch))
+             for p in range(pipelines)]
+    now = [i for r in reads for i in r[:rest]]
+    assert len(set(now)) == len(now) == rest * pipelines and not set(now) & set(before)
+    assert set(now) == set(full(0)[4:4 + rest * pipelines])
+    fresh = [[ids[i] for i in order.Layout(13, pipelines, p).examples_np(np.arange(per_epoch), 1, key)[0]]
+             for p in range(pipelines)]
+    assert [r[rest:rest + per_epoch] for r in reads] == fresh
+
+
+@pytest.mark.slow
+def test_a_restore_is_checked_at_the_first_next_even_with_nothing_left(uneven, tmp_path):
+    """A pass read to its end and saved: restored into 4 pipelines of the same global batch it ends at once (nothing
+    is left), and every mismatch still raises at the first `next()` (another global batch, another split)."""
+    spec = ReadSpec(output=Output(features=["video_id"]))
+    it = iter(vidvol.load(uneven, "train", 2, seed=5, spec=spec, input_context=_context(2, 0)))
+    assert len(list(it)) == (13 // 2) // 2
+    path = _save(it, str(tmp_path / "end" / "ckpt"))
+    assert list(_restored(vidvol.load(uneven, "train", 1, seed=5, spec=spec, input_context=_context(4, 3)), path)) == []
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"global batch of 4 \(2 per pipeline x 2 pipelines\); "
+                                                             r"this pipeline reads 8 \(2 per pipeline x 4 pipelines\)"):
+        next(_restored(vidvol.load(uneven, "train", 2, seed=5, spec=spec, input_context=_context(4, 1)), path))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"saved reading .*split train.*this pipeline reads .*"
+                                                             r"split test"):
+        next(_restored(vidvol.load(uneven, "test", 2, training=True, spec=spec, input_context=_context(2, 0)), path))
