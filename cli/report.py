@@ -50,7 +50,7 @@ def _card(builder: tfds.core.DatasetBuilder, facts: dict[str, Any], data_path: s
     runner = facts.get("runner", "not recorded (built before vidvol wrote build.json)")
     pairs = [("name", info.name), ("config", builder.builder_config.name if builder.builder_config else "(none)"),
              ("config description", builder.builder_config.description if builder.builder_config else None),
-             ("version", str(info.version)), ("file format", str(info.file_format or "tfrecord")),
+             ("version", str(info.version)), ("file format", str(getattr(info.file_format, "value", None) or "tfrecord")),
              ("built", facts.get("started", "not recorded")),
              ("build duration", f"{facts['seconds']:.1f} s" if isinstance(facts.get("seconds"), (int, float)) else "not recorded"),
              ("runner", f"{runner}, {workers} workers" if workers else runner),
@@ -171,7 +171,11 @@ def shard_status(data_path: str, spec: str, data_dir: str, total_bytes: int, lim
     """`verify`'s verdict on the shards (`OK`, `BROKEN`, `NOT VERIFIED`), or, past `verify_bytes`, a check of each
     shard's size and example count against `shards.json` (`SIZES MATCH`); with the lines that explain it."""
     if total_bytes <= limits.verify_bytes:
-        found = verify.verify(data_path, dataset=spec, data_dir=data_dir)
+        try:
+            found = verify.verify(data_path, dataset=spec, data_dir=data_dir)
+        except Exception as e:  # verify itself stopped on a damaged file: the page says so rather than failing
+            return "BROKEN", [f"the check stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                              "run it alone for the details: " + artifacts.verify_command(spec, data_dir)]
         return ("OK" if found.verified else "BROKEN" if found.problems else "NOT VERIFIED"), found.lines()
     doc, problem = load_shards_file(data_path, dataset=spec, version=os.path.basename(data_path.rstrip("/")))
     if doc is None:
@@ -284,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data_dir", required=True, help="the TFDS data_dir the dataset was built into")
     parser.add_argument("--out", default=None, help=f"the HTML file to write (default: {REPORT_NAME} beside the shards)")
     args = parser.parse_args(argv)
+    tf.get_logger().setLevel("ERROR")  # TF's deprecation notes from inside TFDS's decoders are not the user's
     try:
         path = write_report(args.dataset, data_dir=args.data_dir, out=args.out)
     except (ValueError, OSError, tf.errors.OpError) as e:

@@ -50,6 +50,7 @@ DATASETS = {  # NAME/CONFIG -> writes its manual_dir
     "mri_volumes/small_32": _mri_inputs,
     "video_folder/20x64x64": _video_folder_inputs,
 }
+FILE_FORMATS = {"mri_volumes/small_32": "array_record"}  # one page read from ArrayRecord shards, the others TFRecord
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,8 @@ def built(tmp_path_factory):
     for full, write_inputs in DATASETS.items():
         manual = str(root / "inputs" / full.split("/")[0])
         write_inputs(manual)
-        builder = tfds.builder(full, data_dir=data_dir)
+        extra = {"file_format": FILE_FORMATS[full]} if full in FILE_FORMATS else {}
+        builder = tfds.builder(full, data_dir=data_dir, **extra)
         builder.download_and_prepare(download_config=in_process_config(manual_dir=manual))
         path = report.write_report(full, data_dir=data_dir)
         out[full] = (builder, path)
@@ -152,7 +154,7 @@ def test_each_page_is_self_contained_small_and_shows_what_the_build_recorded(bui
     fire = open(pages["fire_hrr/161x135x240"][1], encoding="utf-8").read()
     assert "HRR distribution" in fire and "masked frames" in fire and "<polyline" in fire
     mri = open(pages["mri_volumes/small_32"][1], encoding="utf-8").read()
-    assert "Intensity histograms" in mri and "mask outlined" in mri and "image/png" in mri
+    assert "Intensity histograms" in mri and "mask outlined" in mri and "image/png" in mri and "array_record" in mri
     hmdb = open(pages["hmdb51/split1_20x64x64"][1], encoding="utf-8").read()
     assert hmdb.count('src="data:image/webp') >= 3 and "examples per class and split" in hmdb
 
@@ -173,17 +175,20 @@ def test_a_capped_page_reads_a_sample_and_says_so(built, tmp_path):
 @pytest.mark.slow
 def test_a_damaged_shard_shows_broken_and_the_cli_writes_where_asked(built, tmp_path, capsys):
     data_dir, pages, _ = built
-    builder, _ = pages["mri_volumes/small_32"]
-    copy = tmp_path / "data"
-    shutil.copytree(os.path.dirname(os.path.dirname(builder.data_dir)), copy / "mri_volumes")
-    data_path = copy / "mri_volumes" / "small_32" / str(builder.version)
-    shard = sorted(p for p in data_path.iterdir() if ".tfrecord-" in p.name)[0]
-    shard.write_bytes(shard.read_bytes()[:-10])
-    out = tmp_path / "page.html"
-    assert report.main(["mri_volumes/small_32", "--data_dir", str(copy), "--out", str(out)]) == 0
-    assert f"wrote {out}" in capsys.readouterr().out
-    html = out.read_text(encoding="utf-8")
-    assert '<span class="bad">BROKEN</span>' in html and shard.name in html
+    for full in ("hmdb51/split1_20x64x64", "mri_volumes/small_32"):  # a TFRecord and an ArrayRecord shard cut short
+        builder, _ = pages[full]
+        name = full.split("/")[0]
+        copy = tmp_path / name
+        shutil.copytree(os.path.dirname(os.path.dirname(builder.data_dir)), copy / name)
+        data_path = copy / name / full.split("/")[1] / str(builder.version)
+        shard = sorted(p for p in data_path.iterdir() if "-train." in p.name and "-of-" in p.name)[0]
+        shard.write_bytes(shard.read_bytes()[:-10])
+        out = tmp_path / f"{name}.html"
+        assert report.main([full, "--data_dir", str(copy), "--out", str(out)]) == 0
+        assert f"wrote {out}" in capsys.readouterr().out
+        html = out.read_text(encoding="utf-8")
+        assert '<span class="bad">BROKEN</span>' in html, full
+        assert shard.name in html or "the check stopped" in html, full
     assert report.main(["mri_volumes/small_32", "--data_dir", str(tmp_path / "nothing")]) == 1
     assert "no prepared" in capsys.readouterr().err
 
