@@ -369,8 +369,11 @@ class _Child:
         jan_r, jan_w = os.pipe()
         self.janitor: subprocess.Popen | None = None
         try:
-            self.janitor = subprocess.Popen(["/bin/sh", "-c", _JANITOR, self.scratch], stdin=jan_r,
-                                            stdout=subprocess.DEVNULL, close_fds=True)
+            try:
+                self.janitor = subprocess.Popen(["/bin/sh", "-c", _JANITOR, self.scratch], stdin=jan_r,
+                                                stdout=subprocess.DEVNULL, close_fds=True)
+            except OSError as e:  # no janitor: the worker and the next child's sweep still remove the folder
+                logger.info("no janitor for the decoding child's scratch folder (%s)", e)
             self.process = _spawn(lambda: subprocess.Popen(
                 [sys.executable, "-c", _BOOTSTRAP, str(req_r), str(rep_w)],
                 pass_fds=(req_r, rep_w, jan_w), stdin=subprocess.DEVNULL, env=env, close_fds=True,
