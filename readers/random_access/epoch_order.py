@@ -54,18 +54,20 @@ class EpochOrder:
     layout: order.Layout
     seed: int
 
-    def indices(self, epoch: int, positions) -> list[SeededIndex]:
+    def indices(self, epoch: int, positions, frontier: int = 0) -> list[SeededIndex]:
         """The examples at `positions` of `epoch`.
 
         Args:
           epoch: the epoch (training: its permutation).
-          positions: positions in the epoch, in [0, `layout.per_epoch`).
+          positions: this replica's positions k in the epoch from `frontier` on, each in
+            [0, `layout.elements(frontier)`).
+          frontier: the global position of the epoch its replicas read from (0: the start; a restore's).
 
         Returns:
           One `SeededIndex` per position: storage index, `epoch`, this order's seed, and whether it is
           a real example (False: an evaluation pad).
         """
-        index, valid = self.layout.examples_np(np.asarray(positions, np.int64), epoch, self.seed, 0)
+        index, valid = self.layout.examples_np(np.asarray(positions, np.int64), epoch, self.seed, frontier)
         return [SeededIndex(i, epoch, self.seed, v) for i, v in zip(index.tolist(), valid.tolist())]
 
 
@@ -75,12 +77,16 @@ class EpochSampler:
 
     `shuffle` (default: the dataset's `training`): a new permutation of the split per epoch (call
     `set_epoch(e)` before each epoch, as with `DistributedSampler`); else storage order.
-    `num_replicas`/`rank`: this process's equal share (training drops `n mod num_replicas` examples an
-    epoch, rotating; evaluation pads, inputs zero). `seed` None: the dataset's, else a fresh one (kept
-    in the state). `state_dict()` / `load_state_dict()` follow torchdata's `StatefulDataLoader`:
-    `{"epoch", "yielded", "seed", "data"}`; after `load_state_dict`, the next `iter()` of that epoch
-    continues after the `yielded` indices. It yields `SeededIndex`es, example indices that carry their
-    epoch and seed, so the dataset's clip draws follow the sampler in any worker process. Needs no torch.
+    `num_replicas`/`rank`: this process's equal share, positions rank, rank + num_replicas... of the
+    epoch's one order (training drops `n mod num_replicas` examples an epoch; evaluation pads, inputs
+    zero). `seed` None: the dataset's, else a fresh one (kept in the state; over replicas give one).
+    `state_dict()` / `load_state_dict()` follow torchdata's `StatefulDataLoader`: `{"epoch", "yielded",
+    "frontier", "seed", "data"}`, where `frontier` is the epoch's global position the replicas reached
+    (`yielded * num_replicas` from the epoch's start); after `load_state_dict`, the next `iter()` of
+    that epoch continues from the frontier, so a state saved on any of N replicas restores into each
+    of M (another world size, or `num_workers`): over the M the rest of the epoch is the examples not
+    read yet. It yields `SeededIndex`es, example indices that carry their epoch and seed, so the
+    dataset's clip draws follow the sampler in any worker process. Needs no torch.
     """
 
     def __init__(self, examples: Any, *, shuffle: bool | None = None, seed: int | None = None,
@@ -90,7 +96,7 @@ class EpochSampler:
         self.order = EpochOrder(order.Layout(len(examples), int(num_replicas), int(rank), shuffle),
                                 order.fresh_seed() if seed is None else int(seed))
         self.data = examples.source.fingerprint + self.order.layout.describe()
-        self.epoch, self.yielded, self._resume_at = 0, 0, None
+        self.epoch, self.yielded, self._start, self._resume_at = 0, 0, 0, None
 
     @property
     def seed(self) -> int:
@@ -106,17 +112,25 @@ class EpochSampler:
         self.epoch = int(epoch)
 
     def __iter__(self) -> Iterator[SeededIndex]:
-        start, self._resume_at = self._resume_at or 0, None
-        self.yielded = start
-        for draw in self.order.indices(self.epoch, np.arange(start, len(self))):
+        self._start, self._resume_at = self._resume_at or 0, None
+        self.yielded = 0
+        layout = self.order.layout
+        for draw in self.order.indices(self.epoch, np.arange(layout.elements(self._start)), self._start):
             self.yielded += 1
             yield draw
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "yielded": self.yielded, "seed": self.seed, "data": self.data}
+        replicas = self.order.layout.pipelines
+        frontier = self._start + self.yielded * replicas if self._resume_at is None else self._resume_at
+        return {"epoch": self.epoch, "yielded": frontier // replicas, "frontier": frontier, "seed": self.seed,
+                "data": self.data}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state["data"] != self.data:
             raise refusal(state["data"], self.data)
+        frontier = state.get("frontier")
+        if frontier is None:  # a state without one: saved over this number of replicas
+            frontier = int(state["yielded"]) * self.order.layout.pipelines
         self.order.seed, self.epoch = int(state["seed"]), int(state["epoch"])
-        self.yielded = self._resume_at = int(state["yielded"])
+        self._resume_at = int(frontier)
+        self.yielded = 0

@@ -295,6 +295,43 @@ def test_sampler_state_dict_resumes_exactly_without_torch(hmdb_dirs):
         vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"]).sampler().load_state_dict(state)
 
 
+def test_a_sampler_state_of_two_replicas_restores_into_three_or_one(hmdb_dirs):
+    """Another world size (#34): rank 0 of 2 saves after 1 example each; over 1 replica (or 3 from a state saved
+    after none) the rest of the epoch is the examples not read yet, each once, then the epochs go on as that
+    layout's own."""
+    ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=4)
+    two = [ds.sampler(num_replicas=2, rank=r) for r in range(2)]
+    for s in two:
+        s.set_epoch(1)
+    streams = [iter(s) for s in two]
+    before = [int(next(it)) for it in streams]
+    saved = pickle.loads(pickle.dumps(two[0].state_dict()))
+    assert saved["frontier"] == 2 and saved["epoch"] == 1
+    one = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"]).sampler()  # seed: the state's
+    one.load_state_dict(saved)
+    one.set_epoch(1)
+    rest = [int(d) for d in one]
+    assert sorted(before + rest) == list(range(6))  # every example of epoch 1 once
+    fresh = ds.sampler(seed=4)
+    fresh.set_epoch(1)
+    whole = [int(d) for d in fresh]  # the epoch's one order, as one replica reads it uninterrupted
+    assert sorted(before) == sorted(whole[:2]) and rest == whole[2:]
+    fresh.set_epoch(2)
+    one.set_epoch(2)
+    assert [int(d) for d in one] == [int(d) for d in fresh]  # then the epochs of a fresh one-replica run
+    start = two[1].state_dict()  # rank 1 after one example, like rank 0
+    three = [vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"]).sampler(num_replicas=3, rank=r)
+             for r in range(3)]
+    for s in three:
+        s.load_state_dict(start)
+        s.set_epoch(1)
+    after = [int(d) for s in three for d in s]
+    assert len(after) == len(set(after)) == (6 - 2) // 3 * 3 and not set(after) & set(before)
+    with pytest.raises(ValueError, match="this state was saved reading"):
+        vidvol.torch_dataset(HMDB, "test", data_dir=hmdb_dirs["array_record"]).sampler(num_replicas=3).load_state_dict(
+            start)
+
+
 def test_sampler_shares_over_replicas_are_equal_and_evaluation_pads_are_zero(hmdb_dirs):
     ds = vidvol.torch_dataset(HMDB, "train", data_dir=hmdb_dirs["array_record"], seed=1, spec=ReadSpec(clips=Clips(4)))
     for replicas in (2, 4):
