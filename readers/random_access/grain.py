@@ -17,7 +17,6 @@ import tensorflow_datasets as tfds
 
 from vidvol.readers import keywords
 from vidvol.readers import order
-from vidvol.readers.random_access.epoch_order import EpochOrder
 from vidvol.readers.random_access.data_source import SupervisedExamples
 from vidvol.readers.random_access.data_source import stack_batch
 from vidvol.readers.spec import ReadSpec, check_batch_size
@@ -71,12 +70,11 @@ def grain_dataset(
     examples = SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec)
     training = examples.training
     drop_remainder = training if drop_remainder is None else drop_remainder
-    epochs = EpochOrder(order.Layout(len(examples), 1, 0, training), order.fresh_seed() if seed is None else int(seed))
-    data = examples.source.fingerprint + epochs.layout.describe()
-    ds = grain_iterators.Epochs(examples, epochs, num_epochs)
+    layout = order.Layout(len(examples), 1, 0, training)
     # uint8 clips are stacked, then a whole batch becomes float32 at once (one pass, not one per example).
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=FinishBatch(examples))
-    return grain_iterators.Resumable(ds, epochs, data)
+    chain = grain_iterators.Chain(examples, layout, num_epochs, batch_size, drop_remainder, FinishBatch(examples),
+                                  examples.source.fingerprint + layout.describe())
+    return chain.build(order.fresh_seed() if seed is None else int(seed))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,18 +3,19 @@
 `Epochs`: a `MapDataset` over element numbers `i` (epoch `i // per_epoch`): element `i` is the
 example `vidvol.load`'s order puts there, its clip drawn from `rng.example_rng(seed, epoch,
 index, rng.CLIP)`, its augmentation (`ReadSpec.augment`) from `rng.VIDEO_AUGMENT`'s key (crops) or
-`rng.VOLUME_AUGMENT`'s generator (volumes). `Resumable` wraps the batched dataset so that its iterators'
-state carries the seed and the data's fingerprint beside Grain's own position.
+`rng.VOLUME_AUGMENT`'s generator (volumes). `Resumable` (made by `Chain`) wraps the batched dataset so
+that its iterators' state carries the seed and the data's fingerprint beside Grain's own position.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
 import grain
 
-from vidvol.readers.random_access.epoch_order import refusal
+from vidvol.readers.random_access.epoch_order import EpochOrder, refusal
 from vidvol.readers import rng
 
 
@@ -47,12 +48,31 @@ class Epochs(grain.MapDataset):
         return f"vidvol.Epochs({self.examples.source!r}, {self.epochs.layout.per_epoch} per epoch)"
 
 
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """How `grain_dataset` makes its batched dataset under a seed (picklable), so a restore can make its own."""
+
+    examples: Any  # data_source.SupervisedExamples
+    layout: Any  # order.Layout
+    num_epochs: int | None
+    batch_size: int
+    drop_remainder: bool
+    batch_fn: Any  # grain.FinishBatch
+    data: str  # the data's fingerprint and the layout's training/evaluation
+
+    def build(self, seed: int) -> Resumable:
+        epochs = EpochOrder(self.layout, int(seed))
+        ds = Epochs(self.examples, epochs, self.num_epochs)
+        return Resumable(ds.batch(self.batch_size, drop_remainder=self.drop_remainder, batch_fn=self.batch_fn),
+                         epochs, self)
+
+
 class Resumable(grain.MapDataset):
     """The batched dataset, whose iterators' state is `{"iterator": Grain's, "seed": ..., "data": ...}`."""
 
-    def __init__(self, parent: grain.MapDataset, epochs, data: str):
+    def __init__(self, parent: grain.MapDataset, epochs, chain: Chain):
         super().__init__(parent)
-        self.epochs, self.data = epochs, data
+        self.epochs, self.chain, self.data = epochs, chain, chain.data
 
     def __len__(self) -> int:
         return len(self._parent)
@@ -61,30 +81,36 @@ class Resumable(grain.MapDataset):
         return self._parent[i]
 
     def to_iter_dataset(self, read_options=None, *, allow_nones: bool = False):
-        return _SeededIterDataset(super().to_iter_dataset(read_options, allow_nones=allow_nones), self)
+        return _SeededIterDataset(super().to_iter_dataset(read_options, allow_nones=allow_nones), self,
+                                  (read_options, allow_nones))
 
     def __str__(self) -> str:
         return "vidvol.grain_dataset"
 
 
 class _SeededIterDataset(grain.IterDataset):
-    def __init__(self, parent: grain.IterDataset, owner: Resumable):
+    def __init__(self, parent: grain.IterDataset, owner: Resumable, how: tuple):
         super().__init__(parent)
-        self.owner = owner
+        self.owner, self.how = owner, how
 
     def __iter__(self):
-        return _SeededIterator(self._parent.__iter__(), self.owner)
+        return _SeededIterator(self._parent.__iter__(), self.owner, self.how)
 
     def __str__(self) -> str:
         return "vidvol.grain_dataset iterator"
 
 
 class _SeededIterator(grain.DatasetIterator):
-    """Grain's iterator, with the seed and the data's fingerprint in its state."""
+    """Grain's iterator, with the seed and the data's fingerprint in its state.
 
-    def __init__(self, parent: grain.DatasetIterator, owner: Resumable):
+    `set_state` touches only this iterator: a state of another seed makes its own dataset under that
+    seed (`Chain.build`), restores Grain's state into a new iterator of it, and only then takes both
+    up; the dataset and its other iterators keep their order, and a failed restore changes nothing.
+    """
+
+    def __init__(self, parent: grain.DatasetIterator, owner: Resumable, how: tuple):
         super().__init__(parent)
-        self.owner = owner
+        self.owner, self.how = owner, how
 
     def __next__(self):
         return next(self._parent)
@@ -95,5 +121,14 @@ class _SeededIterator(grain.DatasetIterator):
     def set_state(self, state: dict[str, Any]) -> None:
         if state["data"] != self.owner.data:
             raise refusal(state["data"], self.owner.data)
-        self.owner.epochs.seed = int(state["seed"])  # the saved run's order and clips from here on
-        self._parent.set_state(state["iterator"])
+        seed = int(state["seed"])
+        owner = self.owner if seed == self.owner.epochs.seed else self.owner.chain.build(seed)
+        read_options, allow_nones = self.how
+        parent = grain.MapDataset.to_iter_dataset(owner, read_options, allow_nones=allow_nones).__iter__()
+        parent.set_state(state["iterator"])
+        self._parents, self.owner = (parent,), owner  # what Grain's constructor does, for the new parent tree
+        to_visit = [parent]
+        while to_visit:
+            current = to_visit.pop()
+            current._ctx = self._ctx
+            to_visit.extend(current._parents)

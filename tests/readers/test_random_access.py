@@ -266,6 +266,33 @@ def test_grain_iterator_state_resumes_exactly_across_epochs(hmdb_dirs, seed):
         other.set_state(state)
 
 
+def test_grain_set_state_changes_only_its_own_iterator_and_a_failed_one_nothing(hmdb_dirs):
+    """#34: restoring one iterator (a state of another seed) leaves the dataset and its other live iterators on their
+    own order, and a restore that fails (another split's state, a damaged Grain state) changes nothing."""
+    make = lambda seed: vidvol.grain_dataset(HMDB, "train", 1, data_dir=hmdb_dirs["array_record"], seed=seed,
+                                             spec=ReadSpec(output=Output(inputs="mask", target="label")))
+    labels = lambda batches: [int(y[0]) for _, y in batches]
+    ds = make(3)
+    reference = labels(list(ds))
+    other = iter(make(8))
+    next(other)
+    state = other.get_state()  # seed 8, after one batch
+    a, b = iter(ds), iter(ds)
+    head = labels([next(a), next(a)])
+    b.set_state(state)
+    assert ds.epochs.seed == 3 and labels(list(a)) == reference[2:] and head == reference[:2]
+    assert labels(list(b)) == labels(list(iter(make(8))))[1:]  # b: the saved run's order from its position
+    c = iter(ds)
+    next(c)
+    before = c.get_state()
+    for bad in ({**state, "iterator": {"bogus": 1}}, iter(vidvol.grain_dataset(
+            HMDB, "test", 1, data_dir=hmdb_dirs["array_record"], seed=8)).get_state()):
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            c.set_state(bad)
+        assert c.get_state() == before and ds.epochs.seed == 3
+    assert labels(list(c)) == reference[1:]
+
+
 def test_sampler_state_dict_resumes_exactly_without_torch(hmdb_dirs):
     """torchdata's StatefulDataLoader protocol, driven directly: the sampler's state_dict / load_state_dict and the
     dataset's batched fetch (`__getitems__`), as a DataLoader without workers would call them."""
