@@ -12,10 +12,12 @@ shards have no recorded checksum, e.g. a dataset built before vidvol wrote `shar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +27,7 @@ import tensorflow_datasets as tfds
 from vidvol.builders.writer.shards_file import DIGEST, file_digest, first_line, load_shards_file
 from vidvol.core import artifacts
 from vidvol.core import redact
+from vidvol.core import store
 from vidvol.core import tfds_api
 from vidvol.core import tfrecord
 
@@ -228,13 +231,16 @@ def _load_info(data_path: str) -> tfds.core.DatasetInfo:
     return tfds.builder_from_directory(data_path).info
 
 
-def verify(data_path: str, *, dataset: str, data_dir: str) -> Report:
+def verify(data_path: str, *, dataset: str, data_dir: str,
+           fetch: Callable[[str], contextlib.AbstractContextManager[tuple[str, str]]] | None = None) -> Report:
     """Checks every shard of the prepared dataset in `data_path` (what is checked: the module docstring).
 
     Args:
       data_path: the dataset's version folder (`DATA_DIR/NAME/CONFIG/VERSION`).
       dataset: `NAME/CONFIG`, as `shards.json` names it.
       data_dir: the TFDS data_dir, for the rebuild command.
+      fetch: for a dataset in a bucket (`data_path` then holds its metadata only): shard file name -> a context
+        giving (a local copy of the shard, the name to report it by), the copy removed afterwards.
 
     Returns:
       The `Report`: its `lines()` are what the command prints, its `exit_code` what it exits with.
@@ -274,7 +280,11 @@ def verify(data_path: str, *, dataset: str, data_dir: str) -> Report:
                 if shards is not None and not report.why_unverified:
                     report.why_unverified = f"{artifacts.SHARDS_NAME} records no checksum for {filename}"
             kind = "array_record" if array_record else ("tfrecord" if info.file_format in (None, tfds.core.FileFormat.TFRECORD) else None)
-            problem, records = _check_file(os.path.join(data_path, filename), length, entry, parse, kind=kind)
+            with (fetch(filename) if fetch else contextlib.nullcontext((os.path.join(data_path, filename),) * 2)) as (
+                    path, shown):
+                problem, records = _check_file(path, length, entry, parse, kind=kind)
+            if problem is not None and problem.file != shown:
+                problem.file = shown
             report.records += records
             if problem is not None:
                 report.problems.append(problem)
@@ -383,6 +393,38 @@ def resolve(spec: str, data_dir: str) -> tuple[str, str]:
     return os.path.join(folder, versions[0]), artifacts.dataset_spec(name, config)
 
 
+def _in_bucket(spec: str, url: str):
+    """(its metadata's local folder, `NAME/CONFIG`, a shard fetch for `verify`, its URL) of a bucket dataset.
+
+    Its metadata is copied into the reader cache (`readers.bucket`); each shard is then downloaded into a
+    temporary file, checked, and removed: one shard on local disk at a time, the bucket's own bytes.
+    """
+    from vidvol.readers import bucket  # the readers' cache (this module is also imported by builds)
+
+    rest, _, version = spec.partition(":")
+    name, _, config = rest.partition("/")
+    try:
+        builder = bucket.open_builder(name + (f"/{config}" if config else "") + (f":{version}" if version else ""), url)
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise ValueError(f"{spec}: not a registered dataset ({first_line(e)})") from None
+    remote = bucket.version_of(builder)
+    cfg = builder.builder_config.name if builder.builder_config else None
+
+    @contextlib.contextmanager
+    def fetch(filename: str):
+        fd, tmp = tempfile.mkstemp(prefix=".verify-", suffix=".shard")
+        os.close(fd)
+        try:
+            store.download(remote.url_of(filename), tmp)
+            yield tmp, redact.url(remote.url_of(filename))
+        except FileNotFoundError:
+            yield os.path.join(tempfile.gettempdir(), "missing-" + filename), redact.url(remote.url_of(filename))
+        finally:
+            os.remove(tmp)
+
+    return os.fspath(builder.data_path), artifacts.dataset_spec(name, cfg), fetch, redact.url(remote.url)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m vidvol verify NAME[/CONFIG] --data_dir DIR`.
 
@@ -401,14 +443,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dataset", help="NAME, NAME/CONFIG or NAME/CONFIG:VERSION, e.g. mri_volumes/small_32")
     parser.add_argument("--data_dir", required=True, help="the TFDS data_dir the dataset was built into")
     args = parser.parse_args(argv)
+    fetch = None
     try:
-        data_path, spec = resolve(args.dataset, args.data_dir)
-    except ValueError as e:
+        if store.is_bucket(args.data_dir):
+            data_path, spec, fetch, shown = _in_bucket(args.dataset, args.data_dir)
+        else:
+            data_path, spec = resolve(args.dataset, args.data_dir)
+            shown = data_path
+    except (ValueError, OSError, RuntimeError) as e:
         print(redact.text(f"error: {e}"), file=sys.stderr)
         return 1
-    print(f"checking {spec} in {data_path}", flush=True)
+    print(redact.text(f"checking {spec} in {shown}"), flush=True)
     try:
-        report = verify(data_path, dataset=spec, data_dir=args.data_dir)
+        report = verify(data_path, dataset=spec, data_dir=args.data_dir, fetch=fetch)
     except (ValueError, OSError, tf.errors.OpError) as e:  # an unreadable folder: one line, no traceback
         print(redact.text(f"error: {data_path}: {type(e).__name__}: {first_line(e)}"), file=sys.stderr)
         return 1

@@ -32,7 +32,8 @@ def _digest(path: str) -> tuple[str, int]:
     return h.hexdigest(), n
 
 
-def _check(entry: dict, path: str, where: str) -> None:
+def check_shard(entry: dict, path: str, where: str) -> None:
+    """CopyError naming `where` when the file at `path` differs from its shards.json `entry` in size or SHA-256."""
     digest, size = _digest(path)
     if entry.get("num_bytes") is not None and size != entry["num_bytes"]:
         raise CopyError(f"{where}: {size} bytes, shards.json records {entry['num_bytes']}; rebuild or re-push it")
@@ -43,7 +44,7 @@ def _check(entry: dict, path: str, where: str) -> None:
 
 def _matches(entry: dict, path: str) -> bool:
     try:
-        _check(entry, path, path)
+        check_shard(entry, path, path)
     except (CopyError, OSError):
         return False
     return True
@@ -82,7 +83,7 @@ def pull(url: str, local: str, *, splits: set[str] | None = None) -> int:
         os.close(fd)
         try:
             store.download(f"{url}/{entry['file']}", tmp)
-            _check(entry, tmp, f"{redact.url(url)}/{entry['file']}")
+            check_shard(entry, tmp, f"{redact.url(url)}/{entry['file']}")
             os.replace(tmp, dst)
         finally:
             if os.path.exists(tmp):
@@ -121,7 +122,7 @@ def push(local: str, url: str, *, overwrite: bool = False) -> int:
     with open(shards_path) as f:
         doc = json.load(f)
     for entry in doc["shards"]:
-        _check(entry, os.path.join(local, entry["file"]), os.path.join(local, entry["file"]))
+        check_shard(entry, os.path.join(local, entry["file"]), os.path.join(local, entry["file"]))
     count = 0
     for entry in doc["shards"]:
         store.upload(os.path.join(local, entry["file"]), f"{url}/{entry['file']}")

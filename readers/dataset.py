@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from vidvol.core import dataset_copy, store
-from vidvol.readers import frames
+from vidvol.readers import bucket, frames
 
 
 class DatasetNotPreparedError(FileNotFoundError):
@@ -35,19 +35,15 @@ def get_builder(name: str | tfds.core.DatasetBuilder, data_dir: str | os.PathLik
 
 
 def _from_bucket(name: str, url: str) -> tfds.core.DatasetBuilder:
-    """The builder of a dataset in a bucket, read from its local copy (`dataset_copy.cache_dir`), pulled first.
+    """The builder of a dataset in a bucket: its metadata copied into the local cache, its shards left in the bucket.
 
-    TensorFlow here cannot open s3:// (so neither can `tfds.load`): the version is pulled into the local
-    cache, each shard checked against shards.json, and read from there; a second read finds it there.
+    TensorFlow here cannot open s3:// (so neither can `tfds.load`); `readers.bucket` reads the records
+    by byte range, or through its bounded shard cache.
     """
-    cache = dataset_copy.cache_dir(url)
-    planned = tfds.builder(name, data_dir=cache)
-    remote = url.rstrip("/") + "/" + os.path.relpath(os.fspath(planned.data_path), cache).replace(os.sep, "/")
     try:
-        dataset_copy.pull(remote, os.fspath(planned.data_path))
+        return bucket.open_builder(name, url)
     except dataset_copy.CopyError as e:
         raise DatasetNotPreparedError(str(e)) from None
-    return tfds.builder(name, data_dir=cache)  # anew: TFDS reads dataset_info.json when the builder is made
 
 
 def static_bytes(shape: Sequence[int | None], dtype: Any) -> int:

@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
 from vidvol.core.tfrecord import FileIndex, cached_index
-from vidvol.readers import shards
+from vidvol.readers import bucket, shards
 
 def _recorded_digests(builder: tfds.core.DatasetBuilder) -> dict[str, str]:
     """File name -> SHA-256 from the build's `shards.json` ({} for builds without one)."""
@@ -84,7 +84,8 @@ def open_split(builder: tfds.core.DatasetBuilder, split: str) -> SplitRecords:
     shards.check_files_exist(builder, instructions)
     files, file_of, row_of = [], [], []
     for f in instructions:
-        index = cached_index(os.fspath(f.filename))
+        in_bucket = bucket.remote_of(f.filename)  # a shard left in its bucket: indexed by ranged GETs
+        index = bucket.index(*in_bucket) if in_bucket else cached_index(os.fspath(f.filename))
         if len(index.starts) > int(f.examples_in_shard):  # never cut silently to the recorded count
             raise shards.longer_than_written(builder, index.path, f"{len(index.starts)} records", int(f.examples_in_shard))
         files.append(index)

@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
 from vidvol.core import tfds_api
+from vidvol.readers import bucket
 
 AUTOTUNE = tf.data.AUTOTUNE
 _BUFFER_SIZE = 8 << 20  # per file, as TFDS's TFRecord adapter reads
@@ -120,8 +121,9 @@ def _checked_file(path: tf.Tensor, examples: tf.Tensor, tail: str) -> tf.data.Da
 def check_files_exist(builder: tfds.core.DatasetBuilder, instructions: Sequence[Any]) -> None:
     """FileNotFoundError naming the shard files of `instructions` that are gone (one listing of the folder)."""
     folder = os.fspath(builder.data_path)
+    present = bucket.present(folder)  # a dataset read from a bucket: its prefix's listing
     try:
-        present = {name.rstrip("/") for name in tf.io.gfile.listdir(folder)}
+        present = present if present is not None else {name.rstrip("/") for name in tf.io.gfile.listdir(folder)}
     except tf.errors.OpError:
         return  # no listing (some object stores): the read names a missing file itself
     missing = sorted({os.fspath(f.filename) for f in instructions} - {os.path.join(folder, n) for n in present})

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vidvol.readers import bucket
 from vidvol.readers import clip_sampling
 from vidvol.readers.augment_video import VideoAugment
 from vidvol.readers import output
@@ -283,6 +284,9 @@ class Tuning:
       direct_reads: for volumes (MRI) in local TFRecord shards read per batch, read each volume's stored
         bytes straight from the file into the batch (`readers.tfdata.direct_volumes`: indexed once, CRC32C
         checked; same tensors and order); default True. False: whole records, parsed with TFDS's specs.
+      cache_limit: for a dataset in a bucket, bytes of local disk for whole shards (int, or text such as
+        "20GB"): each shard is downloaded on first use, checked, and the least recently used evicted past
+        the limit (`readers.bucket`). None: `VIDVOL_CACHE_LIMIT`, else no cache (records by ranged GET).
 
     Raises:
       ValueError: `cycle_length` or `memory_budget_bytes` not None or an integer >= 1, or a flag not a bool.
@@ -293,10 +297,13 @@ class Tuning:
     deterministic: bool | None = None
     parse_per_batch: bool = True
     direct_reads: bool = True
+    cache_limit: int | str | None = None
 
     def __post_init__(self):
         _positive_int("Tuning", "cycle_length", self.cycle_length, optional=True)
         _positive_int("Tuning", "memory_budget_bytes", self.memory_budget_bytes, optional=True)
+        if self.cache_limit is not None:
+            bucket.parse_limit(self.cache_limit, "Tuning.cache_limit")
         for name in ("deterministic", "parse_per_batch", "direct_reads"):
             value = getattr(self, name)
             if not (isinstance(value, bool) or (name == "deterministic" and value is None)):

@@ -22,6 +22,7 @@ from tensorflow_datasets.core import file_adapters
 from vidvol.readers import keywords
 from vidvol.readers import augment_video
 from vidvol.readers import augment_volume
+from vidvol.readers import bucket
 from vidvol.readers import clip_sampling
 from vidvol.readers.random_access import epoch_order
 from vidvol.readers import frames
@@ -120,10 +121,13 @@ class DataSource:
     ):
         builder = get_builder(name, data_dir)
         check_random_access(builder)
+        # ArrayRecord readers open local files: a bucket dataset's split goes into the shard cache whole.
+        bucket.localize(builder, [os.fspath(f.filename) for f in shards.file_instructions(builder, split)])
         # What a copy in another process reopens the split from (the builder itself does not travel).
         config = f"/{builder.builder_config.name}" if builder.builder_config else ""
         self._state = dict(name=f"{builder.name}{config}:{builder.version}", split=split,
-                           data_dir=os.fspath(builder.data_path.parents[2 if config else 1]),  # DATA_DIR/NAME[/CONFIG]/VERSION
+                           data_dir=bucket.data_dir_of(builder)
+                           or os.fspath(builder.data_path.parents[2 if config else 1]),  # DATA_DIR/NAME[/CONFIG]/VERSION
                            features=None if features is None else tuple(features),
                            decode_frames=decode_frames, num_threads=num_threads, augment=augment, training=training,
                            seed=seed)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.readers import bucket
 from vidvol.readers import augment_video
 from vidvol.readers import augment_volume
 from vidvol.readers import order
@@ -102,6 +103,7 @@ class LoadPlan:
     memory_budget: int
     decode_parallelism: int  # examples decoded at once per example (AUTOTUNE unless lean)
     float_batch_bytes: int  # one output batch as float32
+    cache_limit: int | None = None  # bytes of the bucket shard cache (`readers.bucket`); None: ranged GETs
 
     @property
     def static_batch(self) -> int | None:
@@ -252,5 +254,5 @@ def plan_load(
         direct_reads=tuning.direct_reads and parser is not None and not read.videos and not lean,
         lean=lean, layout=layout, read_parallelism=tuning.cycle_length or AUTOTUNE, memory_budget=budget,
         decode_parallelism=sizing.lean_decode_parallelism(read.decoded_bytes(), budget) if lean else AUTOTUNE,
-        float_batch_bytes=float_batch_bytes,
+        float_batch_bytes=float_batch_bytes, cache_limit=bucket.cache_limit(tuning.cache_limit),
     )

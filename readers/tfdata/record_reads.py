@@ -1,8 +1,9 @@
 """The record read of `vidvol.load`: a batch of example indices -> their serialized records, each checked once.
 
-`os.pread` on one descriptor per file (thread-safe), other file systems through `tf.io.gfile`. The first read of
-a record in a process reads its whole frame and checks its length and data CRC32C, as TensorFlow's reader does
-on every read; later reads take just the data. A damaged record names the file and the `verify` command.
+`os.pread` on one descriptor per file (thread-safe); shards in a bucket (`readers.bucket`) by concurrent ranged
+GETs, one per record of the batch, or from the shard cache; other file systems through `tf.io.gfile`. The first
+read of a record in a process reads its whole frame and checks its length and data CRC32C, as TensorFlow's
+reader does on every read; later reads take just the data. A damaged record names the file and `verify`.
 """
 
 from __future__ import annotations
@@ -13,25 +14,90 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from vidvol.core import store
 from vidvol.core.tfrecord import FOOTER, HEADER, crc32c_extend, is_local, masked
-from vidvol.readers import host_calls
+from vidvol.readers import bucket, host_calls
 from vidvol.readers.records import SplitRecords
 
 class RecordReads(host_calls.HostCall):
     """Python body of the read (`read_records`): example indices -> their serialized records, each checked once."""
 
-    def __init__(self, source: SplitRecords):
-        self.source = source
+    def __init__(self, source: SplitRecords, cache_limit: int | None = None):
         self._fds: dict[int, int] = {}
+        self.source = source
+        self.cache_limit = cache_limit  # bytes of the bucket shard cache (None: ranged GETs)
+        self._buckets = {k: bucket.shard_of_url(f.path) for k, f in enumerate(source.files)}
+        self._buckets = {k: v for k, v in self._buckets.items() if v is not None}
+        if cache_limit is not None:
+            for remote, name in self._buckets.values():
+                bucket.check_fits(remote, name, cache_limit)  # at load(), not at the first batch
         self._remote = threading.local()
         self._lock = threading.Lock()
         super().__init__()
 
     def run(self, indices: np.ndarray) -> np.ndarray:
-        out = np.empty(len(indices), object)
-        for k, i in enumerate(np.asarray(indices).reshape(-1)):
+        flat = np.asarray(indices).reshape(-1)
+        out = np.empty(len(flat), object)
+        if self._buckets:
+            return self._from_buckets(flat, out)
+        for k, i in enumerate(flat):
             out[k] = self.record(int(i))
         return out
+
+    def _from_buckets(self, flat: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The batch's records, those of bucket shards fetched together per shard (concurrent GETs, or the cache)."""
+        wanted: dict[int, list[int]] = {}
+        for k, i in enumerate(flat):
+            file = int(self.source.file_of[int(i)])
+            if file in self._buckets:
+                wanted.setdefault(file, []).append(k)
+            else:
+                out[k] = self.record(int(i))
+        for file, ks in wanted.items():
+            spans = [self._span(file, int(self.source.row_of[int(flat[k])])) for k in ks]
+            remote, name = self._buckets[file]
+            if self.cache_limit is not None:
+                path = bucket.ensure_cached(remote, name, self.cache_limit)
+                fd = os.open(path, os.O_RDONLY)  # opened per batch: an evicted shard's space is freed at once
+                try:
+                    chunks = [os.pread(fd, n, start) for start, n, _ in spans]
+                finally:
+                    os.close(fd)
+            else:
+                chunks = store.read_ranges(self.source.files[file].path, [(start, start + n) for start, n, _ in spans])
+            for k, (start, n, whole), data in zip(ks, spans, chunks):
+                row = int(self.source.row_of[int(flat[k])])
+                out[k] = self._checked(file, row, data) if whole else self._data(file, start, n, data)
+        return out
+
+    def _span(self, file: int, row: int) -> tuple[int, int, bool]:
+        """(offset, bytes, whole frame?) of one record's read: just its data once its frame was checked."""
+        index = self.source.files[file]
+        if row >= len(index.starts):
+            why = index.broken or f"it holds {len(index.starts)} records, the build recorded more"
+            raise self._damaged(file, why)
+        start, length = int(index.starts[row]), int(index.lengths[row])
+        if index.verified[row]:
+            return start + HEADER, length, False
+        return start, HEADER + length + FOOTER, True
+
+    def _data(self, file: int, start: int, length: int, data: bytes) -> bytes:
+        if len(data) != length:
+            raise self._damaged(file, f"the record at byte {start - HEADER} is cut short: the file changed since it "
+                                      "was indexed")
+        return data
+
+    def _checked(self, file: int, row: int, frame: bytes) -> bytes:
+        """The data of a record's whole frame, its length and CRC32C checked (then marked verified)."""
+        index = self.source.files[file]
+        start, length = int(index.starts[row]), int(index.lengths[row])
+        view = memoryview(frame)
+        if len(frame) != HEADER + length + FOOTER or int.from_bytes(frame[:8], "little") != length:
+            raise self._damaged(file, f"the record at byte {start} is cut short or changed since it was indexed")
+        if masked(crc32c_extend(0, view[HEADER:HEADER + length])) != int.from_bytes(frame[-FOOTER:], "little"):
+            raise self._damaged(file, f"the record at byte {start} is corrupted: its CRC32C does not match")
+        index.verified[row] = True
+        return bytes(view[HEADER:HEADER + length])
 
     def _pread(self, file: int, n: int, offset: int) -> bytes:
         path = self.source.files[file].path
@@ -58,25 +124,9 @@ class RecordReads(host_calls.HostCall):
     def record(self, i: int) -> bytes:
         """The serialized record of example `i` of the split (storage order)."""
         file, row = int(self.source.file_of[i]), int(self.source.row_of[i])
-        index = self.source.files[file]
-        if row >= len(index.starts):
-            why = index.broken or f"it holds {len(index.starts)} records, the build recorded more"
-            raise self._damaged(file, why)
-        start, length = int(index.starts[row]), int(index.lengths[row])
-        if index.verified[row]:
-            data = self._pread(file, length, start + HEADER)
-            if len(data) != length:
-                raise self._damaged(file, f"the record at byte {start} is cut short: the file changed since it was "
-                                          "indexed")
-            return data
-        frame = self._pread(file, HEADER + length + FOOTER, start)
-        view = memoryview(frame)
-        if len(frame) != HEADER + length + FOOTER or int.from_bytes(frame[:8], "little") != length:
-            raise self._damaged(file, f"the record at byte {start} is cut short or changed since it was indexed")
-        if masked(crc32c_extend(0, view[HEADER:HEADER + length])) != int.from_bytes(frame[-FOOTER:], "little"):
-            raise self._damaged(file, f"the record at byte {start} is corrupted: its CRC32C does not match")
-        index.verified[row] = True
-        return bytes(view[HEADER:HEADER + length])
+        start, n, whole = self._span(file, row)
+        data = self._pread(file, n, start)
+        return self._checked(file, row, data) if whole else self._data(file, start, n, data)
 
     def __del__(self):
         for fd in self._fds.values():

@@ -59,7 +59,7 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
         parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
                                              plan.static_batch, plan.augment)
         return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
-    reads = record_reads.RecordReads(source)
+    reads = record_reads.RecordReads(source, plan.cache_limit)
     fetch = lambda draw: record_reads.read_records(reads, draw["index"])
     if plan.parser is not None:
         return BatchRead(parse=lambda draw: plan.parser.parse(fetch(draw)), fetch=fetch)

@@ -1,0 +1,239 @@
+"""Reading a dataset where it lies in a bucket (a real S3 server, SeaweedFS): the local build's batches, exactly.
+
+One MRI dataset (three shards per split) is built locally, as TFRecord and as ArrayRecord, and pushed to
+the bucket. `vidvol.load` then streams it by ranged GETs (no shard on local disk), through the bounded
+shard cache, and across a checkpoint between bucket and local reads; the random-access readers take
+their split into the cache; `verify` checks the bucket's own bytes. Faults come from `fault_proxy`, a
+small proxy in front of the same server: injected 5xx and throttling are retried, a client killed
+mid-upload leaves no object under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import vidvol
+from vidvol.beam_jobs import build
+from vidvol.core import dataset_copy, store
+from vidvol.readers import bucket
+from vidvol.testing import samples
+from fault_proxy import FaultProxy
+from services import SeaweedS3
+
+pytestmark = pytest.mark.slow
+
+BUCKET = "vidvol-reads"
+NAME = "mri_volumes/small_32"
+VERSION = "mri_volumes/small_32/2.0.0"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """(server, root): the MRI dataset built into root/local (TFRecord) and root/local_ar, pushed to the bucket."""
+    root = tmp_path_factory.mktemp("bucket-reads")
+    samples.write_mri_volumes(str(root / "mri"), num_subjects=9, shape=(12, 14, 10))
+    with SeaweedS3(buckets=(BUCKET,)) as server, pytest.MonkeyPatch.context() as mp:
+        for key, value in server.env().items():
+            mp.setenv(key, value)
+        mp.setenv("VIDVOL_STAGING_DIR", str(root / "staging"))
+        build.build(NAME, manual_dir=str(root / "mri"), data_dir=str(root / "local"), num_shards=3)
+        build.build(NAME, manual_dir=str(root / "mri"), data_dir=str(root / "local_ar"), num_shards=3,
+                    file_format="array_record")
+        dataset_copy.push(str(root / "local" / VERSION), f"s3://{BUCKET}/tf/{VERSION}")
+        dataset_copy.push(str(root / "local_ar" / VERSION), f"s3://{BUCKET}/ar/{VERSION}")
+        yield server, root
+
+
+@pytest.fixture
+def env(world, monkeypatch, tmp_path):
+    """The server's credentials in AWS_*; a fresh reader cache under tmp_path/cache."""
+    server, _ = world
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("VIDVOL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(bucket.CACHE_LIMIT_ENV, raising=False)
+    return server
+
+
+def _batches(data_dir, **kwargs) -> list[tuple[np.ndarray, ...]]:
+    ds = vidvol.load(NAME, kwargs.pop("split", "train"), 2, data_dir=data_dir, repeat=False, **kwargs)
+    return [tuple(np.asarray(t) for t in b) for b in ds]
+
+
+def _assert_equal(want, got) -> None:
+    assert len(got) == len(want) > 0
+    for a, b in zip(want, got):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
+def _shards_in(folder: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and (".tfrecord-" in p.name or ".array_record-" in p.name)
+                  and not p.name.startswith(".") and ".index" not in p.parts)
+
+
+def _shard_sizes(root: pathlib.Path, split: str, build: str = "local") -> list[int]:
+    doc = json.loads((root / build / VERSION / "shards.json").read_text())
+    return [e["num_bytes"] for e in doc["shards"] if e["split"] == split]
+
+
+def test_load_streams_records_by_byte_range_with_the_local_batches(world, env, tmp_path):
+    """Training (seeded) and evaluation batches, and each of two pipelines' shares, equal the local ones; no shard
+    file is written locally, each shard's record index is kept beside the metadata."""
+    _, root = world
+    local, remote = str(root / "local"), f"s3://{BUCKET}/tf"
+    assert len(_shard_sizes(root, "train")) == 3
+    _assert_equal(_batches(local, seed=3), _batches(remote, seed=3))
+    _assert_equal(_batches(local, training=False), _batches(remote, training=False))
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline)
+        _assert_equal(_batches(local, seed=4, input_context=context), _batches(remote, seed=4, input_context=context))
+    assert _shards_in(tmp_path / "cache") == []
+    indexes = list((tmp_path / "cache").rglob(".index/*.npz"))
+    assert len(indexes) == 3 + len(_shard_sizes(root, "test"))
+
+
+def test_a_checkpoint_moves_between_bucket_and_local_reads(world, env, tmp_path):
+    """Two batches read from the bucket, the iterator saved; restored into a local read, the rest is the local run's."""
+    _, root = world
+    local, remote = str(root / "local"), f"s3://{BUCKET}/tf"
+    want = _batches(local, seed=7)
+    it = iter(vidvol.load(NAME, "train", 2, data_dir=remote, seed=7, repeat=False))
+    head = [tuple(np.asarray(t) for t in next(it)) for _ in range(2)]
+    saved = tf.train.Checkpoint(iterator=it).write(str(tmp_path / "ckpt"))
+    again = iter(vidvol.load(NAME, "train", 2, data_dir=local, seed=7, repeat=False))
+    tf.train.Checkpoint(iterator=again).read(saved).assert_consumed()
+    rest = [tuple(np.asarray(t) for t in b) for b in again]
+    _assert_equal(want, head + rest)
+
+
+def test_the_shard_cache_stays_under_its_limit(world, env, tmp_path, caplog):
+    """With a limit of two shards, a seeded epoch and a second one read whole shards through the cache, evicting the
+    least recently used; batches as local; a limit below one shard is refused when the pipeline is made."""
+    _, root = world
+    sizes = _shard_sizes(root, "train")
+    limit = sorted(sizes)[-1] + sorted(sizes)[-2]
+    caplog.set_level(logging.INFO, logger="vidvol.readers.bucket")
+    want = _batches(str(root / "local"), seed=5)
+    for _ in range(2):
+        got = _batches(f"s3://{BUCKET}/tf", seed=5, tuning=vidvol.Tuning(cache_limit=limit))
+        _assert_equal(want, got)
+        held = sum(p.stat().st_size for p in _shards_in(tmp_path / "cache"))
+        assert 0 < held <= limit
+    assert "evicted" in caplog.text
+    with pytest.raises(bucket.CacheLimitError, match="more than the shard cache limit of 100 bytes"):
+        vidvol.load(NAME, "train", 2, data_dir=f"s3://{BUCKET}/tf", tuning=vidvol.Tuning(cache_limit="100B"))
+
+
+def test_random_access_readers_take_the_split_into_the_cache(world, env, monkeypatch):
+    """data_source, torch_dataset and grain_dataset from the bucket give the local ArrayRecord build's examples; a
+    cache limit below the split is a clear error."""
+    _, root = world
+    local, remote = str(root / "local_ar"), f"s3://{BUCKET}/ar"
+    a, b = vidvol.data_source(NAME, "train", data_dir=local), vidvol.data_source(NAME, "train", data_dir=remote)
+    assert len(a) == len(b) > 0
+    for i in range(len(a)):
+        for key in a[i]:
+            np.testing.assert_array_equal(a[i][key], b[i][key])
+    ta, tb = vidvol.torch_dataset(NAME, "train", data_dir=local, seed=1), vidvol.torch_dataset(NAME, "train", data_dir=remote, seed=1)
+    for x, y in zip(ta.__getitems__([0, 3, len(a) - 1]), tb.__getitems__([0, 3, len(a) - 1])):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+    ga = list(vidvol.grain_dataset(NAME, "train", 2, data_dir=local, seed=2))
+    gb = list(vidvol.grain_dataset(NAME, "train", 2, data_dir=remote, seed=2))
+    assert len(ga) == len(gb) > 0
+    for x, y in zip(ga, gb):
+        for u, v in zip(x, y):
+            np.testing.assert_array_equal(u, v)
+    monkeypatch.setenv("VIDVOL_CACHE_DIR", os.environ["VIDVOL_CACHE_DIR"] + "-small")
+    monkeypatch.setenv(bucket.CACHE_LIMIT_ENV, str(max(_shard_sizes(root, "train", "local_ar")) + 1))
+    with pytest.raises(bucket.CacheLimitError, match="open every shard of the split"):
+        vidvol.data_source(NAME, "train", data_dir=remote)
+
+
+def test_verify_checks_the_bucket_copy(world, env, capsys):
+    from vidvol.cli import main as cli
+
+    server, root = world
+    assert cli.main(["verify", NAME, "--data_dir", f"s3://{BUCKET}/tf"]) == 0
+    out = capsys.readouterr().out
+    assert f"s3://{BUCKET}/tf/{VERSION}" in out and "OK" in out
+    dataset_copy.push(str(root / "local" / VERSION), f"s3://{BUCKET}/damaged/{VERSION}")
+    shard = json.loads((root / "local" / VERSION / "shards.json").read_text())["shards"][1]["file"]
+    server.client().put_object(Bucket=BUCKET, Key=f"damaged/{VERSION}/{shard}", Body=b"\0" * 64)
+    assert cli.main(["verify", NAME, "--data_dir", f"s3://{BUCKET}/damaged"]) == 1
+    out = capsys.readouterr().out
+    assert f"BROKEN s3://{BUCKET}/damaged/{VERSION}/{shard}" in out
+    assert server.secret_key not in out
+
+
+def test_transient_errors_and_throttling_are_retried(world, env, monkeypatch):
+    """Every fourth request through the proxy fails (in turn 503 SlowDown, 500, 429): the read retries with backoff and
+    gives the local batches; a store that keeps failing is an error naming the URL after the retries, no secret."""
+    server, root = world
+    want = _batches(str(root / "local"), seed=3)
+    with FaultProxy(server.endpoint_url, fail=lambda n, what: n % 4 == 0, status=lambda n: (503, 500, 429)[n // 4 % 3]
+                    ) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        _assert_equal(want, _batches(f"s3://{BUCKET}/tf", seed=3))
+        assert proxy.injected >= 3 and proxy.seen["GET"] > proxy.injected
+        assert set(proxy.statuses) == {503, 500, 429}
+    with FaultProxy(server.endpoint_url, fail=lambda n, what: what == "GET", status=503) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: vidvol's remain
+        monkeypatch.setenv("VIDVOL_CACHE_DIR", os.environ["VIDVOL_CACHE_DIR"] + "-down")
+        started = time.monotonic()
+        with pytest.raises(store.RemoteReadError) as err:
+            vidvol.load(NAME, "train", 2, data_dir=f"s3://{BUCKET}/tf")
+        assert time.monotonic() - started < 30
+        assert f"s3://{BUCKET}/tf/{VERSION}" in str(err.value) and "attempts" in str(err.value)
+        assert server.secret_key not in str(err.value)
+
+
+def test_wrong_credentials_on_read_name_the_variable_never_the_secret(world, env, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret-0123456789")
+    with pytest.raises(Exception) as err:
+        vidvol.load(NAME, "train", 2, data_dir=f"s3://{BUCKET}/tf")
+    text = str(err.value)
+    assert "AWS_SECRET_ACCESS_KEY" in text and BUCKET in text
+    assert "not-the-secret-0123456789" not in text and world[0].secret_key not in text
+
+
+_UPLOAD = "import sys; from vidvol.core import store; store.upload(sys.argv[1], sys.argv[2])"
+
+
+def test_a_client_killed_mid_upload_leaves_no_object_and_the_rerun_completes(world, env, tmp_path):
+    """A 24 MiB shard uploads in 8 MiB parts through a proxy that slows each part; SIGKILL after the first part: no
+    object under the final name; the same upload run again gives the whole file."""
+    server, _ = world
+    data = np.random.default_rng(0).integers(0, 256, 24 << 20, dtype=np.uint8).tobytes()
+    (tmp_path / "shard").write_bytes(data)
+    url, key = f"s3://{BUCKET}/upload/shard.tfrecord-00000-of-00001", "upload/shard.tfrecord-00000-of-00001"
+    with FaultProxy(server.endpoint_url, delay=lambda what: 1.5 if what == "PUT part" else 0.0) as proxy:
+        child_env = dict(os.environ, AWS_ENDPOINT_URL=proxy.url)
+        child = subprocess.Popen([sys.executable, "-c", _UPLOAD, str(tmp_path / "shard"), url], env=child_env)
+        try:
+            deadline = time.monotonic() + 240  # the child imports TensorFlow first
+            while proxy.seen["PUT part"] < 1 and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proxy.seen["PUT part"] >= 1 and child.poll() is None, "the upload never reached its parts"
+            os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.wait(30)
+        assert proxy.seen["POST complete"] == 0
+    client = server.client()
+    assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix="upload/")
+    store.upload(str(tmp_path / "shard"), url)  # the re-run (in this process: a second child would import TF again)
+    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == data
