@@ -119,21 +119,21 @@ def _preview(kind: str, ex: dict[str, Any], title: str) -> tuple[list[str], str]
         alt = f"{title}: sagittal, coronal and axial centre slices of a {vol.shape} volume, mask outlined in yellow"
         return [uri], figure(uri, alt, f"{title}: shape {vol.shape}, {cover:.0%} of voxels from the image "
                                        "(yellow: the mask's edge; left to right: sagittal, coronal, axial)")
-    frames, mask = ex["video"], np.asarray(ex["mask"]).reshape(-1)  # frames: encoded, decoded when shown
+    # ex["video"]: the encoded frames at ex["frame_positions"] only (gather.decode_chosen), decoded when drawn
+    frames, mask, where = ex["video"], np.asarray(ex["mask"]).reshape(-1), list(ex["frame_positions"])
     masked = np.flatnonzero(mask == 0).tolist()
     masked_text = f"masked frames {_ranges(masked)} (grey, red band)" if masked else "no masked frame"
+    flags = [not mask[i] for i in where]
     if kind == "fire":
-        where = media.fire_positions(mask)
-        uri = media.data_uri(media.strip_jpeg(frames, mask, where), "image/jpeg")
-        alt = f"{title}: frames {', '.join(map(str, where))} of {len(frames)}; {masked_text}"
+        uri = media.data_uri(media.strip_jpeg(frames, flags), "image/jpeg")
+        alt = f"{title}: frames {', '.join(map(str, where))} of {len(mask)}; {masked_text}"
         chart = svg.curve(ex["hrr"], mask, f"HRR of {title}", "HRR (kW)")
         return [uri], raw_figure(f'<img src="{uri}" alt="{esc(alt)}"><br>{chart}',
                                  f"{title}: {int(mask.sum())} of {len(mask)} frames real; {masked_text}; "
                                  f"frames shown: {', '.join(map(str, where))}")
-    data, width = media.clip_webp(frames, mask)
+    data, width = media.clip_webp(frames, flags)
     uri = media.data_uri(data, "image/webp")
-    shown = media.positions(len(frames), media.CLIP_FRAMES)
-    alt = f"Animated clip {title}: {len(shown)} of {len(frames)} frames, {masked_text}"
+    alt = f"Animated clip {title}: {len(where)} of {len(mask)} frames, {masked_text}"
     return [uri], figure(uri, alt, f"{title}: {int(mask.sum())} of {len(mask)} frames real; {masked_text}",
                          width=width * max(1, media.MAX_SIDE // width))  # small frames drawn up to MAX_SIDE
 

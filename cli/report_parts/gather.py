@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 from vidvol.builders.writer import build_record
 from vidvol.builders.writer import skip_report
 from vidvol.builders.writer.shards_file import read_shards_file
+from vidvol.cli.report_parts import media
 
 ID_KEYS = ("video_id", "experiment", "path", "subject")
 
@@ -59,6 +60,7 @@ class SplitSample:
     read_examples: int = 0
     labels: np.ndarray | None = None  # label index of each record read, in storage order
     hrr: list[np.ndarray] = dataclasses.field(default_factory=list)  # each record's HRR over its real frames
+    masks: list[np.ndarray] = dataclasses.field(default_factory=list)  # each record's frame mask (video datasets)
     ids: list[str] = dataclasses.field(default_factory=list)
     chosen: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)  # record position -> example
     intensities: np.ndarray | None = None  # in-mask voxel values of the volumes decoded (MRI)
@@ -140,7 +142,9 @@ def _serialized(paths: Sequence[str], file_format: Any) -> tf.data.Dataset:
 def _small_keys(features: tfds.features.FeaturesDict, kind: str) -> list[str]:
     keys = [k for k in ("label",) if class_names(features) is not None]
     if kind == "fire":
-        keys += ["hrr", "mask"]
+        keys += ["hrr"]
+    if kind in ("fire", "video") and "mask" in features:
+        keys += ["mask"]
     if id_key(features):
         keys.append(id_key(features))
     return keys
@@ -170,6 +174,8 @@ def read_small(sample: SplitSample, paths: Sequence[str], features, kind: str, f
             labels.append(np.asarray(batch["label"]))
         if idk:
             sample.ids.extend(_text(v) for v in batch[idk])
+        if "mask" in batch:
+            sample.masks.extend(np.asarray(m) for m in batch["mask"])
         if kind == "fire":
             for hrr, mask in zip(batch["hrr"], batch["mask"]):
                 sample.hrr.append(np.asarray(hrr)[np.asarray(mask) > 0])
@@ -197,26 +203,44 @@ def pick_previews(sample: SplitSample, kind: str, limits: Limits) -> list[int]:
     return sorted(i for _, i in ranked[: limits.max_previews])
 
 
-def decode_chosen(sample: SplitSample, paths: Sequence[str], features, positions: Sequence[int], file_format) -> None:
-    """Pass 2: decodes the records at `positions` (and only those) into `sample.chosen`."""
+def decode_chosen(sample: SplitSample, paths: Sequence[str], features, positions: Sequence[int], file_format,
+                  frames: dict[int, list[int]] | None = None) -> None:
+    """Pass 2: decodes the records at `positions` (and only those) into `sample.chosen`.
+
+    `frames` maps a record position to the frames it shows: only those of its `video` are kept, still
+    encoded (`ex["frame_positions"]` says which), so a preview holds a few JPEGs, never a whole clip.
+    """
     if not positions:
         return
-    keep = tf.constant(sorted(set(positions)), tf.int64)
+    order = sorted(set(positions))
+    keep = tf.constant(order, tf.int64)
+    frames = frames or {}
+    width = max((len(v) for v in frames.values()), default=0)
+    # one row of frame positions per kept record, padded with its last position
+    table = tf.constant([(frames.get(i) or [0]) + [(frames.get(i) or [0])[-1]] * (width - len(frames.get(i) or [0]))
+                         for i in order] if width else [[0]] * len(order), tf.int64)
+    video = "video" in features
 
     @tf.autograph.experimental.do_not_convert
     def wanted(i, _):
         return tf.reduce_any(tf.equal(i, keep))
 
-    decoders = {"video": tfds.decode.SkipDecoding()} if "video" in features else None
+    decoders = {"video": tfds.decode.SkipDecoding()} if video else None
 
     @tf.autograph.experimental.do_not_convert
     def decode(i, serialized):
-        return i, features.deserialize_example(serialized, decoders=decoders)
+        ex = features.deserialize_example(serialized, decoders=decoders)
+        if video and width:
+            row = tf.argmax(tf.cast(tf.equal(keep, i), tf.int32))
+            ex["video"] = tf.gather(ex["video"], table[row])
+        return i, ex
 
     last = int(max(positions))
     ds = _serialized(paths, file_format).take(last + 1).enumerate().filter(wanted).map(decode)
-    # Frames stay encoded (JPEG/PNG bytes): the page decodes only the few it shows (`media.frame_at`).
     for i, ex in tfds.as_numpy(ds):
+        if video and width:
+            shown = frames.get(int(i)) or [0]
+            ex["video"], ex["frame_positions"] = ex["video"][: len(shown)], shown
         sample.chosen[int(i)] = ex
 
 
@@ -257,7 +281,8 @@ def _read_split(sample: SplitSample, paths: Sequence[str], features, kind: str, 
     if kind == "volume" and limits.histogram_volumes and sample.read_examples:
         k = min(limits.histogram_volumes, sample.read_examples)
         spread = np.linspace(0, sample.read_examples - 1, k).round().astype(int).tolist()
-    decode_chosen(sample, paths, features, sorted(set(positions) | set(spread)), file_format)
+    shown = {i: media.shown_positions(kind, sample.masks[i]) for i in positions} if sample.masks else None
+    decode_chosen(sample, paths, features, sorted(set(positions) | set(spread)), file_format, shown)
     if spread:
         values = [np.asarray(sample.chosen[i]["volume"])[np.asarray(sample.chosen[i]["mask"]) > 0] for i in spread]
         sample.intensities = np.concatenate(values) if values else np.zeros(0, np.float32)

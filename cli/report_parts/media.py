@@ -67,24 +67,33 @@ def shown_frame(frame: np.ndarray, masked: bool) -> Image.Image:
     return image
 
 
-def clip_webp(frames, mask: np.ndarray, fps: float = 8.0) -> tuple[bytes, int]:
-    """An animated WebP of up to `CLIP_FRAMES` frames of a clip (masked ones greyed and banded), looping.
+def shown_positions(kind: str, mask: np.ndarray) -> list[int]:
+    """The frames a preview shows: a fire_hrr strip (`fire_positions`) or up to `CLIP_FRAMES` of a clip, evenly spread."""
+    mask = np.asarray(mask).reshape(-1)
+    return fire_positions(mask) if kind == "fire" else positions(len(mask), CLIP_FRAMES)
+
+
+def clip_webp(frames, masked, fps: float = 8.0) -> tuple[bytes, int]:
+    """An animated WebP of the frames given (masked ones greyed and banded), looping.
+
+    Args:
+      frames: the frames to show, as pixels or encoded images.
+      masked: whether each of them is masked.
+      fps: frames per second of the animation.
 
     Returns:
       (the WebP file's bytes, its width in pixels).
     """
-    mask = np.asarray(mask).reshape(-1)
-    shown = [shown_frame(frame_at(frames, i), not mask[i]) for i in positions(len(frames), CLIP_FRAMES)]
+    shown = [shown_frame(frame_at(frames, k), bool(m)) for k, m in enumerate(masked)]
     buf = io.BytesIO()
     shown[0].save(buf, format="WEBP", save_all=True, append_images=shown[1:], duration=round(1000 / fps), loop=0,
                   quality=WEBP_QUALITY, method=2)
     return buf.getvalue(), shown[0].width
 
 
-def strip_jpeg(frames, mask: np.ndarray, where: list[int]) -> bytes:
-    """The frames at `where` side by side (masked ones greyed and banded), as one JPEG."""
-    mask = np.asarray(mask).reshape(-1)
-    tiles = [shown_frame(frame_at(frames, i), not mask[i]) for i in where]
+def strip_jpeg(frames, masked) -> bytes:
+    """The frames given side by side (masked ones greyed and banded), as one JPEG."""
+    tiles = [shown_frame(frame_at(frames, k), bool(m)) for k, m in enumerate(masked)]
     gap = 3
     width = sum(t.width for t in tiles) + gap * (len(tiles) - 1)
     canvas = Image.new("RGB", (max(width, 1), max(t.height for t in tiles)), (255, 255, 255))
