@@ -116,7 +116,7 @@ def test_direct_volume_reads_for_volumes_parsed_per_batch_only(infos):
 def test_every_pipeline_reads_an_equal_share_of_examples_not_of_files(infos):
     """The release before dealt shard files round-robin (2 pipelines over shards of 3, 3, 2, 2: 5 and 5, but 3
     pipelines 5, 3 and 2); now each pipeline reads n // pipelines examples of a
-    whole-split permutation (training) or its contiguous share padded to the largest (evaluation)."""
+    whole-split permutation (training) or every N-th example padded to the largest (evaluation)."""
     plan = _plan(infos["hmdb"], tuning=Tuning())
     assert (plan.files, plan.examples, plan.layout.dropped) == (4, 10, 0)
     assert plan.read_parallelism == tf.data.AUTOTUNE and _plan(infos["hmdb"], tuning=Tuning(cycle_length=7)).read_parallelism == 7
