@@ -156,6 +156,9 @@ def test_each_page_is_self_contained_small_and_shows_what_the_build_recorded(bui
     mri = open(pages["mri_volumes/small_32"][1], encoding="utf-8").read()
     assert "Intensity histograms" in mri and "mask outlined" in mri and "image/png" in mri and "array_record" in mri
     hmdb = open(pages["hmdb51/split1_20x64x64"][1], encoding="utf-8").read()
+    from IPython.display import HTML
+
+    assert HTML(filename=pages["hmdb51/split1_20x64x64"][1]).data == hmdb  # what a notebook shows
     assert hmdb.count('src="data:image/webp') >= 3 and "examples per class and split" in hmdb
 
 

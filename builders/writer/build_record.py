@@ -89,5 +89,6 @@ def from_log(data_path: str) -> dict[str, Any]:
         return {}
     if not times:
         return {"log": logs[-1]}
-    return {"started": times[0].isoformat(), "finished": times[-1].isoformat(),
+    # the log's times are the build machine's local time: written with this machine's UTC offset
+    return {"started": times[0].astimezone().isoformat(), "finished": times[-1].astimezone().isoformat(),
             "seconds": round((times[-1] - times[0]).total_seconds(), 1), "log": logs[-1]}

@@ -12,18 +12,20 @@ from typing import Any
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 CSS = """
-body{font-family:system-ui,sans-serif;margin:0 auto;max-width:72rem;padding:1rem 1.5rem;color:#222;line-height:1.4}
-h1{font-size:1.6rem}h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2rem}
-table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;
-vertical-align:top}td.n,th.n{text-align:right}pre{background:#f6f6f6;padding:.5rem;white-space:pre-wrap;
-font-size:.85rem;max-height:24rem;overflow:auto}dl{display:grid;grid-template-columns:max-content auto;gap:.1rem 1rem}
-dt{font-weight:600}dd{margin:0}figure{display:inline-block;margin:.3rem .6rem .6rem 0;vertical-align:top;
-max-width:42rem}figcaption{font-size:.8rem;max-width:42rem;overflow-wrap:anywhere}.ok{color:#176117;font-weight:600}
-.bad{color:#a00;font-weight:600}.warn{color:#8a5a00;font-weight:600}nav a{margin-right:.8rem}
-.names{font-family:monospace;font-size:.8rem;word-break:break-all}
-.gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(11rem,1fr));gap:.4rem}.gallery figure{margin:0}
-.gallery img{image-rendering:pixelated}
-"""
+.vidvol-report{font-family:system-ui,sans-serif;margin:0 auto;max-width:72rem;padding:1rem 1.5rem;color:#222;
+line-height:1.4}.vidvol-report h1{font-size:1.6rem}.vidvol-report h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;
+margin-top:2rem}.vidvol-report table{border-collapse:collapse;margin:.5rem 0}.vidvol-report th,.vidvol-report td{
+border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}.vidvol-report .n{text-align:right}
+.vidvol-report pre{background:#f6f6f6;padding:.5rem;white-space:pre-wrap;font-size:.85rem;max-height:24rem;overflow:auto}
+.vidvol-report dl{display:grid;grid-template-columns:max-content auto;gap:.1rem 1rem}.vidvol-report dt{font-weight:600}
+.vidvol-report dd{margin:0}.vidvol-report figure{display:inline-block;margin:.3rem .6rem .6rem 0;vertical-align:top;
+max-width:42rem}.vidvol-report figcaption{font-size:.8rem;max-width:42rem;overflow-wrap:anywhere}
+.vidvol-report .ok{color:#176117;font-weight:600}.vidvol-report .bad{color:#a00;font-weight:600}
+.vidvol-report .warn{color:#8a5a00;font-weight:600}.vidvol-report nav a{margin-right:.8rem}
+.vidvol-report .names{font-family:monospace;font-size:.8rem;word-break:break-all}
+.vidvol-report .gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(11rem,1fr));gap:.4rem}
+.vidvol-report .gallery figure{margin:0}.vidvol-report .gallery img{image-rendering:pixelated}
+"""  # every rule under .vidvol-report: shown inside a notebook, the page leaves the notebook's own look alone
 MANY_SKIPS = 40  # beyond this many entries the skip report is grouped by reason
 
 
@@ -126,6 +128,6 @@ def document(title: str, intro: str, sections: Sequence[tuple[str, str, str]]) -
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><div class=\"vidvol-report\">"
             f'<header><h1>{esc(title)}</h1>{intro}<nav aria-label="sections">{nav}</nav></header>'
-            f"<main>{body}</main></body></html>\n")
+            f"<main>{body}</main></div></body></html>\n")
