@@ -133,7 +133,7 @@ def _local_dask_cluster():
     """A scheduler and one worker process per core on 127.0.0.1, for one build."""
     from vidvol.beam_jobs import dask_cluster
 
-    return dask_cluster.LocalDaskCluster(n_workers=runners.default_num_workers())
+    return dask_cluster.LocalDaskCluster(n_workers=runners.default_num_workers(), secure=True)  # mutual TLS (#36)
 
 
 # `--local_services`: what a runner gets started here for the build (and stopped after it).

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from types import TracebackType
+from typing import Any
 from collections.abc import Sequence
 
 from vidvol.beam_jobs import local_cluster
@@ -61,8 +62,18 @@ def driver_pythonpath(extra: Sequence[str] = ()) -> list[str]:
 async def _identity(address: str, timeout: float) -> dict:
     from distributed.core import rpc
 
-    async with rpc(address, timeout=timeout) as r:
+    async with rpc(address, timeout=timeout, connection_args=_client_connection_args(address)) as r:
         return await r.identity()
+
+
+def _client_connection_args(address: str) -> dict:
+    """What a client needs to connect to `address`: for `tls://`, the certificates of Dask's configuration
+    (`distributed.comm.tls.*`, which a secure `LocalDaskCluster` sets for its `with` block)."""
+    if not address.startswith("tls://"):
+        return {}
+    from distributed.security import Security
+
+    return Security().get_connection_args("client")
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> dict:
@@ -124,10 +135,14 @@ class LocalDaskCluster:
 
     Attributes set by `__enter__`: `address` (tcp://127.0.0.1:PORT), `log_dir`.
 
-    Trusted users only: the scheduler and workers speak plain `tcp://` with no authentication, so any
-    user of this machine can connect to 127.0.0.1:PORT and run code in the workers, which hold the
-    driver's environment (its `AWS_*` and other credential variables). Use it on a machine whose local
-    users you trust; elsewhere run the `direct` runner or a TLS-secured cluster (docs/clusters.md).
+    `secure=True` (what `--local_services` uses) makes every connection mutual TLS (`tls://`): a fresh
+    certificate and key (Dask's `Security.temporary()`) are written into `log_dir/tls/` (mode 0700, files
+    0600), given to the scheduler and the workers, and set in this process's Dask configuration
+    (`distributed.comm.tls.*`, `require-encryption`) for the `with` block, so the Beam DaskRunner's client
+    and `check_workers` here connect; a process without the key (another local user) cannot. Without it
+    (the default, `tcp://`) there is no authentication: any user of this machine can connect to
+    127.0.0.1:PORT and run code in the workers, which hold the driver's environment (its `AWS_*` and
+    other credential variables); use that only where you trust every local user.
 
     By default the processes share the driver's world: its interpreter, cwd, environment and a
     PYTHONPATH of its `sys.path` (so workers import what the driver imports, a checkout included).
@@ -152,6 +167,7 @@ class LocalDaskCluster:
         share_driver: bool = True,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
+        secure: bool = False,
     ) -> None:
         self.n_workers = n_workers
         self.log_dir = log_dir
@@ -166,6 +182,9 @@ class LocalDaskCluster:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.address: str = ""
+        self.secure = secure
+        self._tls_flags: list[str] = []
+        self._tls_config: Any = None  # the dask.config.set of a secure cluster, undone by stop()
         self._scheduler: subprocess.Popen | None = None
         self._workers: list[subprocess.Popen] = []
 
@@ -216,15 +235,42 @@ class LocalDaskCluster:
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 
+    def _secure(self) -> None:
+        """Mutual TLS for every connection of this cluster (see the class docstring)."""
+        import dask.config
+        from distributed.security import Security
+
+        folder = os.path.join(self.log_dir, "tls")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+        temporary = Security.temporary()
+        paths = {}
+        for name, pem in (("ca.pem", temporary.tls_ca_file), ("cert.pem", temporary.tls_scheduler_cert),
+                          ("key.pem", temporary.tls_scheduler_key)):
+            paths[name] = os.path.join(folder, name)
+            fd = os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pem)
+        self._tls_flags = ["--protocol", "tls", "--tls-ca-file", paths["ca.pem"], "--tls-cert", paths["cert.pem"],
+                           "--tls-key", paths["key.pem"]]
+        self._tls_config = dask.config.set({
+            "distributed.comm.require-encryption": True,
+            "distributed.comm.tls.ca-file": paths["ca.pem"],
+            "distributed.comm.tls.client.cert": paths["cert.pem"],
+            "distributed.comm.tls.client.key": paths["key.pem"],
+        })
+
     def _start(self) -> None:
         env = self._env()
+        if self.secure:
+            self._secure()
         scheduler_file = os.path.join(self.log_dir, "scheduler.json")
         with contextlib.suppress(FileNotFoundError):
             os.remove(scheduler_file)
         self._scheduler = self._popen(
             [self.python, "-m", SCHEDULER_MODULE, "--host", LOOPBACK, "--port", "0", "--no-dashboard",
              "--dashboard-address", f"{LOOPBACK}:0",
-             "--scheduler-file", scheduler_file],
+             "--scheduler-file", scheduler_file, *self._tls_flags],
             "scheduler.log", env,
         )
         deadline = time.monotonic() + self.startup_timeout
@@ -236,7 +282,7 @@ class LocalDaskCluster:
                 "--dashboard-address", f"{LOOPBACK}:0",
                 "--memory-limit", self.memory_limit, "--name", f"worker-{i}",
                 "--local-directory", os.path.join(self.log_dir, f"worker-{i}"),
-                "--death-timeout", "60", "--nanny" if self.nanny else "--no-nanny",
+                "--death-timeout", "60", "--nanny" if self.nanny else "--no-nanny", *self._tls_flags,
             ]
             self._workers.append(self._popen(argv, f"worker-{i}.log", env))
         self._wait_for_workers(deadline)
@@ -289,6 +335,9 @@ class LocalDaskCluster:
             local_cluster.stop_process_group(self._scheduler, self.stop_timeout)
         self._workers = []
         self._scheduler = None
+        if self._tls_config is not None:
+            self._tls_config.__exit__(None, None, None)
+            self._tls_config = None
 
     # -- introspection ---------------------------------------------------------------------------
 

@@ -169,11 +169,29 @@ def _dask_processes() -> set[str]:
     return set(os.popen("pgrep -f 'distributed[.]cli[.]dask_'").read().split())
 
 
-def test_local_services_start_and_stop_a_dask_cluster(tmp_path):
+def test_local_services_start_and_stop_a_dask_cluster(tmp_path, monkeypatch):
+    """`--local_services` builds on a mutual-TLS cluster (its address `tls://`: a client without its key is
+    refused), then stops it."""
+    addresses = []
+    real_enter = dask_cluster.LocalDaskCluster.__enter__
+
+    def enter(self):
+        out = real_enter(self)
+        addresses.append(self.address)
+        import dask.config
+
+        with dask.config.set({"distributed.comm.tls.ca-file": None, "distributed.comm.tls.client.cert": None,
+                              "distributed.comm.tls.client.key": None}):
+            with pytest.raises(Exception, match="TLS|ssl"):  # another local user, without the key
+                dask_cluster.check_reachable(self.address, timeout=3)
+        return out
+
+    monkeypatch.setattr(dask_cluster.LocalDaskCluster, "__enter__", enter)
     before = _dask_processes()
     result = build.build("mri_volumes/small_32", manual_dir=mri_dummy.DUMMY_DIR, data_dir=str(tmp_path),
                          runner="dask", local_services=True)
     assert result.built and result.splits["train"]["examples"] > 0
+    assert len(addresses) == 1 and addresses[0].startswith("tls://127.0.0.1:"), addresses
     assert _dask_processes() <= before  # the scheduler and workers it started are gone
 
 
