@@ -4,7 +4,7 @@
     python benchmarks/build_resume.py --quick --out DIR    # tiny inputs, a 10k-source plan (smoke)
 
 `make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
-dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 SDK workers), then the same command into another
+dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 worker threads), then the same command into another
 data_dir SIGKILLed once about 70 % of its shards are written, then that command again, which resumes; the
 target: the resumed run takes at most 40 % of the full build. The check: fingerprinting a plan of 1M sources
 (real files, hard links) and keeping 70 % of its shards from a dead build's folder; target under 10 s.
@@ -32,14 +32,15 @@ TARGET_CHECK_S = 10.0
 KILL_AT = 0.7
 
 METHOD = (
-    "Full build: `python -m vidvol.beam_jobs.build NAME/CONFIG --num_shards N --direct_num_workers=2` into a fresh "
-    "data_dir, timed from the command's start to its exit (imports included).",
-    "Killed build: the same command into another data_dir, SIGKILLed (its whole process group: driver and SDK "
-    "workers) once the shards with a sidecar (`*.partial.info.json`) reach 70 % of the full build's shards.",
+    "Full build: `python -m vidvol.beam_jobs.build NAME/CONFIG --num_shards N --direct_num_workers=2 "
+    "--direct_running_mode=multi_threading` into a fresh data_dir, timed from the command's start to its exit "
+    "(imports included).",
+    "Killed build: the same command into another data_dir, SIGKILLed (its whole process group: driver, "
+    "worker threads, their decoding children) once the shards with a sidecar (`*.partial.info.json`) reach 70 % of the full build's shards.",
     "Resumed run: the same command again, timed likewise; it keeps the whole shards and builds the rest. Its "
     "shards.json must equal the full build's (the same bytes, checked by SHA-256).",
-    "Resume check: a plan of N sources (clip records naming N real files: hard links of one file, 1,000 per "
-    "folder), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
+    "Resume check: a plan of N sources (clip records naming N real files: 1,000 per folder, hard links of one "
+    "file), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
     "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed).",
 )
 
@@ -55,9 +56,14 @@ class BuildResumeSettings(section.Settings):
     plan_shards: int = 2000
 
 
+# Two worker threads of the driver (the video builders decode in child processes, so threads run in parallel):
+# the SDK worker processes' start (a minute on a busy 2-core machine) would swamp the comparison of small builds.
+WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
+
+
 def _cli(name: str, manual: str, data_dir: str, num_shards: int) -> list[str]:
     return [sys.executable, "-m", "vidvol.beam_jobs.build", name, "--manual_dir", manual, "--data_dir", data_dir,
-            "--num_shards", str(num_shards), "--direct_num_workers=2"]
+            "--num_shards", str(num_shards), *WORKERS]
 
 
 def _env() -> dict[str, str]:
@@ -131,17 +137,18 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
     root = os.path.join(work, "plan")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
-    one = os.path.join(root, "clip.avi")
-    with open(one, "wb") as f:
-        f.write(os.urandom(4096))
     start = time.monotonic()
     sources = []
     for i in range(num_sources):
         folder = os.path.join(root, f"c{i // 1000:04d}")
-        if i % 1000 == 0:
-            os.makedirs(folder)
         path = os.path.join(folder, f"v{i:07d}.avi")
-        os.link(one, path)
+        if i % 1000 == 0:  # one file per folder, hard-linked 999 times (a file takes at most ~65k links)
+            os.makedirs(folder)
+            one = path
+            with open(one, "wb") as f:
+                f.write(os.urandom(4096))
+        else:
+            os.link(one, path)
         key = f"c{i // 1000:04d}/v{i:07d}.avi"
         sources.append((key, clips.ClipSource(path=path, key=key, features={"label": i % 400, "video_id": key},
                                               origin=f"train.csv line {i + 2}")))

@@ -236,6 +236,18 @@ def test_the_fingerprint_sees_what_decides_the_output(tmp_path):
     assert resume.differences(base, hashed) == ["how inputs are fingerprinted: size+mtime before, content now"]
 
 
+def test_an_array_in_a_record_counts_by_its_bytes_not_its_shortened_repr():
+    import numpy as np
+
+    series = np.arange(5000, dtype=np.float32)
+    changed = series.copy()
+    changed[2500] = -1  # repr shows neither value: it prints the ends only
+    assert repr(series) == repr(changed)
+    tasks = [plan.ShardTask("train", 0, "/out/s", (("e0", {"times": series}),))]
+    other = [plan.ShardTask("train", 0, "/out/s", (("e0", {"times": changed}),))]
+    assert resume.differences(_doc(tasks), _doc(other))[0].startswith("split train: the inputs' records changed")
+
+
 def test_cli_flags_reach_the_build():
     from vidvol.beam_jobs import build
 
