@@ -91,7 +91,12 @@ class Resumable(grain.MapDataset):
 class _SeededIterDataset(grain.IterDataset):
     def __init__(self, parent: grain.IterDataset, owner: Resumable, how: tuple):
         super().__init__(parent)
-        self.owner, self.how = owner, how
+        self.owner, self.how = owner, how + (None,)
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        """Grain's in-place slicing (each `mp_prefetch` worker reads a slice): kept, for a restore's own dataset."""
+        self._parent.set_slice(sl, sequential_slice)
+        self.how = self.how[:2] + ((sl, sequential_slice),)
 
     def __iter__(self):
         return _SeededIterator(self._parent.__iter__(), self.owner, self.how)
@@ -123,8 +128,11 @@ class _SeededIterator(grain.DatasetIterator):
             raise refusal(state["data"], self.owner.data)
         seed = int(state["seed"])
         owner = self.owner if seed == self.owner.epochs.seed else self.owner.chain.build(seed)
-        read_options, allow_nones = self.how
-        parent = grain.MapDataset.to_iter_dataset(owner, read_options, allow_nones=allow_nones).__iter__()
+        read_options, allow_nones, sliced = self.how
+        source = grain.MapDataset.to_iter_dataset(owner, read_options, allow_nones=allow_nones)
+        if sliced is not None:
+            source.set_slice(*sliced)
+        parent = source.__iter__()
         parent.set_state(state["iterator"])
         self._parents, self.owner = (parent,), owner  # what Grain's constructor does, for the new parent tree
         to_visit = [parent]

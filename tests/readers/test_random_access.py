@@ -291,6 +291,11 @@ def test_grain_set_state_changes_only_its_own_iterator_and_a_failed_one_nothing(
             c.set_state(bad)
         assert c.get_state() == before and ds.epochs.seed == 3
     assert labels(list(c)) == reference[1:]
+    sliced = ds.to_iter_dataset()
+    sliced.set_slice(slice(1, None, 2))  # what each mp_prefetch worker's copy gets: its slice survives a restore
+    d = iter(sliced)
+    d.set_state(state)
+    assert labels(list(d)) == labels(list(iter(make(8))))[1::2][1:]
 
 
 def test_sampler_state_dict_resumes_exactly_without_torch(hmdb_dirs):
