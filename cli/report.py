@@ -148,7 +148,7 @@ def _previews(kind: str, sample: gather.SplitSample | None, builder, limits: gat
     for i in sorted(sample.chosen, key=lambda i: (int(sample.chosen[i].get("label", 0)), i)):
         ex = sample.chosen[i]
         bits = [names[int(ex["label"])]] if names is not None and "label" in ex else []
-        bits += [gather._text(ex[idk])] if idk else [f"record {i}"]
+        bits += [gather.as_text(ex[idk])] if idk else [f"record {i}"]
         if kind == "fire" and "window" in ex:
             bits.append(f"window {int(ex['window'])}")
         uris, html = _preview(kind, ex, " | ".join(bits))
@@ -287,10 +287,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("dataset", help="NAME, NAME/CONFIG or NAME/CONFIG:VERSION, e.g. hmdb51/split1_20x64x64")
     parser.add_argument("--data_dir", required=True, help="the TFDS data_dir the dataset was built into")
     parser.add_argument("--out", default=None, help=f"the HTML file to write (default: {REPORT_NAME} beside the shards)")
+    defaults = gather.Limits()
+    parser.add_argument("--per_class", type=int, default=defaults.per_class, help="examples previewed per class")
+    parser.add_argument("--max_previews", type=int, default=defaults.max_previews, help="examples previewed in all")
+    parser.add_argument("--read_mib", type=int, default=defaults.read_bytes >> 20,
+                        help="MiB of shards read for label counts and distributions (beyond: shards evenly spread)")
     args = parser.parse_args(argv)
+    limits = gather.Limits(per_class=args.per_class, max_previews=args.max_previews, read_bytes=args.read_mib << 20)
     tf.get_logger().setLevel("ERROR")  # TF's deprecation notes from inside TFDS's decoders are not the user's
     try:
-        path = write_report(args.dataset, data_dir=args.data_dir, out=args.out)
+        path = write_report(args.dataset, data_dir=args.data_dir, out=args.out, limits=limits)
     except (ValueError, OSError, tf.errors.OpError) as e:
         print(redact.text(f"error: {args.dataset} in {args.data_dir}: {type(e).__name__}: {e}"), file=sys.stderr)
         return 1

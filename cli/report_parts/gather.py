@@ -150,7 +150,8 @@ def _small_keys(features: tfds.features.FeaturesDict, kind: str) -> list[str]:
     return keys
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A feature value as text (bytes decoded as UTF-8)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
@@ -173,7 +174,7 @@ def read_small(sample: SplitSample, paths: Sequence[str], features, kind: str, f
         if "label" in batch:
             labels.append(np.asarray(batch["label"]))
         if idk:
-            sample.ids.extend(_text(v) for v in batch[idk])
+            sample.ids.extend(as_text(v) for v in batch[idk])
         if "mask" in batch:
             sample.masks.extend(np.asarray(m) for m in batch["mask"])
         if kind == "fire":
