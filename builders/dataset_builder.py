@@ -14,6 +14,8 @@ import dataclasses
 import json
 import logging
 import os
+import signal
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
@@ -132,6 +134,19 @@ class ResumeReport:
         return f"resuming: {self.kept} of {self.total} shards kept, {self.to_build} to build"
 
 
+def _interrupter():
+    """What the build lock's heartbeat calls when it finds the lock lost: a SIGINT to this thread when it is the
+    main thread (its blocking waits end, KeyboardInterrupt, which the build turns into BuildLockLostError), so
+    that a build stops at once, not hours later at publish time; None elsewhere (the check before publishing
+    still stops it)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_kill"):
+        return None
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None  # someone else's SIGINT handler: do not surprise it
+    ident = threading.main_thread().ident
+    return lambda: signal.pthread_kill(ident, signal.SIGINT)
+
+
 class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     """GeneratorBasedBuilder whose Beam workers stream examples straight into shard files.
 
@@ -216,8 +231,20 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
                 self.info.read_from_directory(self.data_path)
                 return None
+            lock.on_lost = _interrupter()
             try:
-                self._prepare_in_session(name, download_dir, download_config, **kwargs)
+                try:
+                    self._prepare_in_session(name, download_dir, download_config, **kwargs)
+                except BaseException as e:
+                    # The heartbeat's SIGINT (a KeyboardInterrupt, which Beam may wrap in a RuntimeError), or any
+                    # error after the lock was lost: the lost lock is what stopped this build.
+                    lock.stop_interrupts()
+                    if lock.lost_to is None or isinstance(e, build_lock.BuildLockLostError):
+                        raise
+                    lock.check_held()  # the BuildLockLostError naming who has the lock, or why nobody does
+                    raise
+                finally:
+                    lock.stop_interrupts()
             except BaseException as e:
                 if self._remote_incomplete is not None and not isinstance(e, bucket_target.PublishConflictError):
                     with contextlib.suppress(Exception):  # the failed build's shards in the bucket go with it

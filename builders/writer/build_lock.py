@@ -349,6 +349,8 @@ class BuildLock:
         self._mutex = threading.Lock()  # the heartbeat thread and check_held never write at once
         self._last_ok = _now()  # the last heartbeat written; failures are retried until the stale age
         self.lost_because: str | None = None  # why the lock counts as lost when nobody else took it
+        # Called (under the mutex) by the heartbeat thread when it finds the lock lost: the build stops early.
+        self.on_lost: Callable[[], None] | None = None
 
     def _parent_exists(self) -> None:
         parent = self.path.rsplit("/", 1)[0]
@@ -471,7 +473,17 @@ class BuildLock:
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             if not self._refresh():
+                logger.error("%s: this build lost its build lock (%s); it stops now rather than at publish time",
+                             self.what, self.lost_because or "taken over")
+                with self._mutex:
+                    if self.on_lost is not None and not self._stop.is_set():
+                        self.on_lost()
                 return
+
+    def stop_interrupts(self) -> None:
+        """No `on_lost` call from here on (the build it would stop is over)."""
+        with self._mutex:
+            self.on_lost = None
 
     def check_held(self) -> None:
         """BuildLockLostError naming the other holder unless the lock is still this build's (refreshed now)."""

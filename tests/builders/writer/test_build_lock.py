@@ -317,3 +317,37 @@ def test_the_heartbeat_survives_a_lock_file_that_really_cannot_be_read_for_a_whi
     finally:
         lock.release()
     assert json.loads(pathlib.Path(path).read_text())["token"] == "another-build"  # never removes another's lock
+
+
+@pytest.mark.slow  # a real build of 30 slowed inputs, stopped after a few seconds
+def test_a_build_whose_lock_is_really_lost_stops_early_not_at_publish(tmp_path, monkeypatch):
+    """A real in-process build (the resume toy, each input slowed to 0.5 s: 15 s in all) whose lock file turns into
+    a directory after its first input (reads fail for real) stops with BuildLockLostError about a second past the
+    stale age, saying why, instead of building on for the rest and failing at publish."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    import resume_toy
+
+    monkeypatch.setattr(build_lock, "HEARTBEAT_S", 0.1)
+    monkeypatch.setenv(build_lock.ENV_STALE, "1")
+    data_dir, manual = str(tmp_path / "data"), str(tmp_path / "manual")
+    resume_toy.write_inputs(manual)
+    lock_file = os.path.join(data_dir, resume_toy.NAME, "build_1.0.0.lock")
+    real_example, seen = resume_toy.toy_example, str(tmp_path / "seen")  # a file: Beam pickles this function
+
+    def slow_example(record):
+        if not os.path.exists(seen):
+            os.remove(lock_file)
+            os.mkdir(lock_file)  # every read of the lock now fails: IsADirectoryError
+        with open(seen, "a") as f:
+            f.write("x")
+        time.sleep(0.5)
+        yield from real_example(record)
+
+    monkeypatch.setattr(resume_toy, "toy_example", slow_example)
+    began = time.monotonic()
+    with pytest.raises(build_lock.BuildLockLostError, match="heartbeat could not be written for .*IsADirectoryError"):
+        resume_toy.build(data_dir, manual)
+    took = time.monotonic() - began
+    decoded = len(open(seen).read())
+    assert 0 < decoded < 20 and took < 15, (decoded, took)  # stopped early: not all 30 inputs (15 s)
+    os.rmdir(lock_file)
