@@ -49,7 +49,15 @@ TIMEOUT_S = 600.0  # the default deadline of one source, plus TIMEOUT_S_PER_GIB 
 TIMEOUT_S_PER_GIB = 1200.0  # a source's file of 1 GiB gets 600 + 1200 s (a slow disk, a long video)
 START_TIMEOUT_S = 300.0  # a child that does not say it is ready within this is a failed start
 _PARENT_ENV = "VIDVOL_CHILD_PARENT"
-_SCRATCH_RE = re.compile(r"^vidvol-decoder-(\d+)-")
+_SCRATCH_RE = re.compile(r"^vidvol-decoder-(\d+)-(\d+)-")  # worker pid, its PID namespace's inode
+
+
+def _pid_namespace() -> int:
+    """The inode of this process's PID namespace (0 where unknown): a pid means a process only inside it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 RECYCLE_AFTER = 256  # sources one child serves before a fresh one takes over (whatever the decoders leaked)
 # Signals that mean someone stopped the build (Ctrl-C, a scheduler), not that a decoder crashed.
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -338,14 +346,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _sweep_orphans(root: str) -> None:
-    """Removes the scratch folders of workers that are gone (killed before they could remove them)."""
+    """Removes the scratch folders of workers that are gone (killed before they could remove them), of this PID
+    namespace only."""
     try:
         names = os.listdir(root)
     except OSError:
         return
     for name in names:
         found = _SCRATCH_RE.match(name)
-        if found and int(found.group(1)) != os.getpid() and not _pid_alive(int(found.group(1))):
+        # Only folders of workers of this PID namespace: a container sharing this /tmp has its own pids.
+        if (found and int(found.group(2)) == _pid_namespace() and int(found.group(1)) != os.getpid()
+                and not _pid_alive(int(found.group(1)))):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
@@ -355,7 +366,7 @@ class _Child:
     def __init__(self):
         root = files.private_dir(files.fetch_dir())
         _sweep_orphans(root)
-        self.scratch = tempfile.mkdtemp(prefix=f"vidvol-decoder-{os.getpid()}-", dir=root)
+        self.scratch = tempfile.mkdtemp(prefix=f"vidvol-decoder-{os.getpid()}-{_pid_namespace()}-", dir=root)
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         env = dict(

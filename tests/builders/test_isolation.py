@@ -237,11 +237,14 @@ def test_a_scratch_folder_a_dead_worker_left_is_swept_by_the_next_child(tmp_path
     fetch = tmp_path / "fetch"
     fetch.mkdir(mode=0o700)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = fetch / f"vidvol-decoder-{int(dead.stdout)}-abc"
+    ns = isolation._pid_namespace()
+    orphan = fetch / f"vidvol-decoder-{int(dead.stdout)}-{ns}-abc"
     (orphan / "fetch-1").mkdir(parents=True)
-    mine = fetch / f"vidvol-decoder-{os.getpid()}-live"
+    mine = fetch / f"vidvol-decoder-{os.getpid()}-{ns}-live"
     mine.mkdir()
+    elsewhere = fetch / f"vidvol-decoder-{int(dead.stdout)}-{ns + 1}-other"  # a container's: its pids are not ours
+    elsewhere.mkdir()
     monkeypatch.setenv("VIDVOL_FETCH_DIR", str(fetch))
     isolation._end_all()  # no idle child: the next source starts one, which sweeps
     assert run(behaving, Rec("a.avi"))[1][1]["pid"] != os.getpid()
-    assert not orphan.exists() and mine.exists()
+    assert not orphan.exists() and mine.exists() and elsewhere.exists()
