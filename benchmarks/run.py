@@ -32,6 +32,9 @@ Measured, each against its baseline in the same run on the same files (benchmark
     order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
   - build resume (`build_resume.py`): a fire_hrr and an hmdb51 build SIGKILLed at ~70 % of their shards,
     the resumed run's time against the full build's; the resume check's cost on a 1M-source plan;
+  - bucket (`bucket.py`): hmdb51 and MRI 128^3 read from a real S3 server (SeaweedFS on loopback)
+    by ranged GETs and through the shard cache vs local disk and vs the store's own GET limit; build
+    time into the bucket vs a local data_dir; peak RSS of each read;
   - video augmentation (`video_augment.py`): `vidvol.load` hmdb51 at batch 32 with `VideoAugment` (random
     resized crop, random crop, evaluation 3 crops) vs without, paired per round: what augmenting costs;
   - peers (`peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
@@ -58,6 +61,7 @@ from typing import Any
 
 import psutil
 
+import bucket
 import build_resume
 import build_sections
 import cluster
@@ -202,6 +206,7 @@ SECTIONS: tuple[section.Section, ...] = (
     random_access.SECTION,
     resume.SECTION,
     build_resume.SECTION,
+    bucket.SECTION,
     video_augment.SECTION,  # before peers: its augmented row joins the peers' table
     peers.SECTION,
     volume_memory.SECTION,

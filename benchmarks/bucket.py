@@ -1,0 +1,206 @@
+"""Datasets in a bucket: read rates against local disk and the store's own GET limit, build time, peak RSS.
+
+    python benchmarks/bucket.py --out DIR           # hmdb51 (decode-bound) and MRI 128^3 (byte-bound)
+    python benchmarks/bucket.py --quick --out DIR   # tiny inputs (smoke)
+
+A real S3 server (SeaweedFS on loopback, tests/services.py) serves the same builds a local data_dir holds.
+Each read is `vidvol.load` over the train split in its own process (peak RSS: its VmHWM): from local disk, from
+the bucket by ranged GETs, and from the bucket through the shard cache. The store's limit: the same record
+bytes fetched by concurrent ranged GETs alone. Targets: hmdb51 from the bucket >= 80 % of its local rate,
+MRI >= 80 % of the GET limit. `make bench` runs it as the "bucket" section of `run.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import inputs
+import section
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUCKET = "vidvol-bench"
+TARGET = 0.80
+
+METHOD = (
+    "Builds: `python -m vidvol build NAME/CONFIG --num_shards N` into a local data_dir and into "
+    "`s3://vidvol-bench/tfds` (SeaweedFS `weed mini` on 127.0.0.1, credentials in AWS_*), each timed from the "
+    "command's start to its exit.",
+    "Reads: one process per read runs `vidvol.load(NAME, 'train', B, seed=0, repeat=False)` twice over the split; "
+    "the first pass (metadata copy, record index by ranged GETs, or the cache filling) and the second are timed "
+    "apart; the rate is the second pass's examples/s and stored MB/s; peak RSS is the process's VmHWM.",
+    "GET limit: the same records' byte ranges fetched with `fsspec` `cat_ranges` (all at once, per shard), no "
+    "decoding; MB/s over the second of two passes.",
+)
+
+_READ = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[5])
+import measure, tensorflow as tf, vidvol
+name, data_dir, batch, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+tuning = vidvol.Tuning(cache_limit=limit) if limit != "-" else None
+times, count = [], 0
+for _ in range(2):
+    start = time.perf_counter()
+    count = sum(int(tf.nest.flatten(b)[-1].shape[0]) for b in
+                vidvol.load(name, "train", batch, data_dir=data_dir, seed=0, repeat=False, tuning=tuning))
+    times.append(time.perf_counter() - start)
+print(json.dumps({"examples": count, "first_s": times[0], "second_s": times[1], "peak_rss_mib": measure.peak_rss_mib()}))
+"""
+
+_GETS = r"""
+import json, sys, time
+from vidvol.readers import bucket, records
+from vidvol.readers.dataset import get_builder
+from vidvol.core import store
+builder = get_builder(sys.argv[1], sys.argv[2])
+split = records.open_split(builder, "train")
+ranges = [(f.path, [(int(s), int(s) + 16 + int(n)) for s, n in zip(f.starts, f.lengths)]) for f in split.files]
+times, total = [], 0
+for _ in range(2):
+    start = time.perf_counter()
+    total = sum(len(b) for url, r in ranges for b in store.read_ranges(url, r))
+    times.append(time.perf_counter() - start)
+print(json.dumps({"bytes": total, "second_s": times[1]}))
+"""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BucketSettings(section.Settings):
+    hmdb51: dict[str, Any]
+    mri: dict[str, Any]
+    hmdb51_config: str = "split1_20x64x64"
+    mri_config: str = "128"
+    num_shards: int = 8
+    batch: int = 8
+
+
+def _env(server) -> dict[str, str]:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **server.env())
+
+
+def _timed_build(name: str, manual: str, data_dir: str, num_shards: int, env: dict[str, str], log: str) -> float:
+    start = time.monotonic()
+    with open(log, "w", encoding="utf-8") as f:
+        proc = subprocess.run([sys.executable, "-m", "vidvol", "build", name, "--manual_dir", manual, "--data_dir",
+                               data_dir, "--num_shards", str(num_shards)], stdout=f, stderr=subprocess.STDOUT, env=env,
+                              timeout=3600)
+    if proc.returncode:
+        raise RuntimeError(f"building {name} into {data_dir} failed ({proc.returncode}); see {log}")
+    return time.monotonic() - start
+
+
+def _child(script: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=3600)
+    if proc.returncode:
+        raise RuntimeError(f"{args}: {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketSettings, server) -> dict[str, Any]:
+    """Local and bucket builds of one config, then its reads: local, bucket by range, bucket through the cache."""
+    env = _env(server)
+    local = os.path.join(work, label, "local")
+    shutil.rmtree(os.path.join(work, label), ignore_errors=True)
+    os.makedirs(os.path.join(work, label))
+    remote = f"s3://{BUCKET}/{label}"
+    out: dict[str, Any] = {"label": label, "dataset": name}
+    out["build_local_s"] = round(_timed_build(name, manual, local, settings.num_shards, env, local + ".log"), 1)
+    env["VIDVOL_STAGING_DIR"] = os.path.join(work, label, "staging")
+    out["build_bucket_s"] = round(_timed_build(name, manual, remote, settings.num_shards, env,
+                                               os.path.join(work, label, "bucket.log")), 1)
+    reads = {}
+    for mode, data_dir, limit in (("local", local, "-"), ("bucket", remote, "-"), ("bucket+cache", remote, "100GB")):
+        env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, f"cache-{mode}")
+        r = _child(_READ, [name, data_dir, str(settings.batch), limit, HERE], env)
+        reads[mode] = {**r, "examples_per_s": round(r["examples"] / r["second_s"], 2)}
+    env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, "cache-gets")
+    gets = _child(_GETS, [name, remote], env)
+    mb = gets["bytes"] / 1e6
+    for r in reads.values():
+        r["mb_per_s"] = round(mb / r["second_s"], 1)
+    out.update(reads=reads, record_mb=round(mb, 1), get_limit_mb_per_s=round(mb / gets["second_s"], 1))
+    print(f"[bucket] {label}: local {reads['local']['examples_per_s']} ex/s, bucket {reads['bucket']['examples_per_s']} "
+          f"ex/s ({reads['bucket']['mb_per_s']} MB/s; GET limit {out['get_limit_mb_per_s']} MB/s), cached "
+          f"{reads['bucket+cache']['examples_per_s']} ex/s; builds {out['build_local_s']} s local, "
+          f"{out['build_bucket_s']} s bucket", flush=True)
+    return out
+
+
+class BucketReads(section.Section):
+    key = "bucket"
+    label = "bucket"
+    summary = "bucket section (bucket.py: reads from SeaweedFS vs local disk and the GET limit, build time, RSS)"
+    FULL = BucketSettings(mode="full", runs=1, hmdb51=dict(num_classes=4, videos_per_class=20, num_frames=(60, 200),
+                          height=240, width=320), mri=dict(num=48, shape=(160, 192, 144)))
+    QUICK = BucketSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=4, num_frames=(20, 40),
+                           height=120, width=160), mri=dict(num=6, shape=(40, 48, 36)), mri_config="small_32",
+                           num_shards=2, batch=2)
+    method = METHOD
+
+    def measure(self, work: str, settings: BucketSettings, *, hmdb51_manual: str, mri_manual: str) -> dict[str, Any]:
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+        from services import SeaweedS3
+
+        os.makedirs(work, exist_ok=True)
+        with SeaweedS3(buckets=(BUCKET,)) as server:
+            builds = [one_dataset("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings, server),
+                      one_dataset("mri", f"mri_volumes/{settings.mri_config}", mri_manual, work, settings, server)]
+        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "datasets": builds}
+
+    def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        rows = []
+        for d in doc["datasets"]:
+            bucket, local = d["reads"]["bucket"], d["reads"]["local"]
+            if d["label"] == "hmdb51":
+                rows.append(section.target("hmdb51 from the bucket (ranged GETs) vs local disk, examples/s",
+                                           bucket["examples_per_s"] / local["examples_per_s"], TARGET, unit="%"))
+            else:
+                rows.append(section.target("MRI from the bucket (ranged GETs) vs the store's GET limit, MB/s",
+                                           bucket["mb_per_s"] / d["get_limit_mb_per_s"], TARGET, unit="%"))
+        return rows
+
+    def markdown(self, doc: dict[str, Any]) -> list[str]:
+        import report
+
+        out = ["## Datasets in a bucket", "",
+               f"`benchmarks/bucket.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} "
+               "cores), SeaweedFS on loopback.", ""]
+        out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
+        rows = []
+        for d in doc["datasets"]:
+            for mode, r in d["reads"].items():
+                rows.append([d["dataset"], mode, f"{r['examples_per_s']:.1f}", f"{r['mb_per_s']:.1f}",
+                             f"{r['first_s']:.1f} s", f"{r['peak_rss_mib']:.0f} MiB"])
+            rows.append([d["dataset"], "GET limit (no decode)", "", f"{d['get_limit_mb_per_s']:.1f}", "", ""])
+        out += report.table(["dataset", "read", "examples/s", "MB/s", "first pass", "peak RSS"], rows)
+        out += report.table(["dataset", "build into local data_dir", "build into the bucket"],
+                            [[d["dataset"], f"{d['build_local_s']:.1f} s", f"{d['build_bucket_s']:.1f} s"]
+                             for d in doc["datasets"]])
+        out += [f"- {line}" for line in doc.get("method", [])] + [""]
+        return out
+
+    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
+        """The run's hmdb51 inputs; MRI inputs of this section's own (written once under the run's inputs)."""
+        settings = self.run_settings(ctx)
+        mri = os.path.join(ctx.inputs_dir, "mri_bucket")
+        inputs.write_inputs([inputs.mri_plan(mri, **settings.mri)], workers=ctx.cores)
+        return {"hmdb51_manual": os.path.join(ctx.inputs_dir, "hmdb51"), "mri_manual": mri}
+
+    def standalone_inputs(self, out: str, settings: BucketSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
+        hmdb, mri = os.path.join(inputs_dir, "hmdb51"), os.path.join(inputs_dir, "mri_bucket")
+        inputs.write_inputs([inputs.hmdb51_plan(hmdb, **settings.hmdb51), inputs.mri_plan(mri, **settings.mri)],
+                            workers=len(os.sched_getaffinity(0)))
+        return {"hmdb51_manual": hmdb, "mri_manual": mri}
+
+
+SECTION = BucketReads()
+
+if __name__ == "__main__":
+    sys.exit(SECTION.main())
