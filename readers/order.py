@@ -122,6 +122,14 @@ class Layout:
         epochs = tf.where(first, epoch, epoch + 1 + r // m)
         return epochs, tf.where(first, frontier + k * self.pipelines, (r % m) * self.pipelines) + self.pipeline
 
+    def advance(self, epoch: int, frontier: int, read: int) -> tuple[int, int]:
+        """`advance_tf` in Python ints: the (epoch, frontier) after every pipeline read `read` more elements."""
+        left, m = int(self.elements(frontier)), self.per_epoch
+        if read < left:
+            return epoch, frontier + read * self.pipelines
+        r = read - left
+        return epoch + 1 + r // m, (r % m) * self.pipelines
+
     def advance_tf(self, epoch: tf.Tensor, frontier: tf.Tensor, read: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """The (epoch, frontier) after every pipeline read `read` more elements from `(epoch, frontier)`."""
         left, m = self.elements(frontier), self.per_epoch

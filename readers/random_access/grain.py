@@ -24,7 +24,7 @@ from vidvol.readers.spec import ReadSpec, check_batch_size
 def grain_dataset(
     name: str | tfds.core.DatasetBuilder, split: str, batch_size: int, *, data_dir: str | os.PathLike | None = None,
     training: bool | None = None, seed: int | None = None, spec: ReadSpec | None = None,
-    drop_remainder: bool | None = None, num_epochs: int | None = 1,
+    drop_remainder: bool | None = None, num_epochs: int | None = 1, shard_options: Any = None,
 ):
     """A Grain `MapDataset` of `((x, mask), y)` NumPy batches over a split built with ArrayRecord shards.
 
@@ -51,6 +51,11 @@ def grain_dataset(
       drop_remainder: drop the last partial batch; None: `training`.
       num_epochs: epochs to read (default 1); None repeats forever (batches then run across epochs,
         as `vidvol.load(repeat=True)`).
+      shard_options: this process's shard (`grain.sharding.ShardOptions(shard_index, shard_count)`,
+        `ShardByJaxProcess()`: anything with `shard_index` and `shard_count`): shard i of N reads
+        positions i, i + N... of each epoch's one order (`vidvol.load`'s `input_context` rule; the
+        seed must be the same on every process). An unsliced iterator's state restores into
+        each shard of another shard count with the same global batch (`batch_size` x shards).
 
     Returns:
       The Grain `MapDataset` of batches, whose iterators resume.
@@ -70,11 +75,15 @@ def grain_dataset(
     examples = SupervisedExamples.make(name, split, data_dir=data_dir, training=training, seed=seed, spec=spec)
     training = examples.training
     drop_remainder = training if drop_remainder is None else drop_remainder
-    layout = order.Layout(len(examples), 1, 0, training)
+    shards, shard = (1, 0) if shard_options is None else (int(shard_options.shard_count),
+                                                          int(shard_options.shard_index))
+    layout = order.Layout(len(examples), shards, shard, training)
     # uint8 clips are stacked, then a whole batch becomes float32 at once (one pass, not one per example).
     chain = grain_iterators.Chain(examples, layout, num_epochs, batch_size, drop_remainder, FinishBatch(examples),
                                   examples.source.fingerprint + layout.describe())
-    return chain.build(order.fresh_seed() if seed is None else int(seed))
+    if seed is None:  # over shards every process must compute the same order: a shared seed
+        seed = order.SHARED_SEED if shards > 1 else order.fresh_seed()
+    return chain.build(int(seed))
 
 
 @dataclasses.dataclass(frozen=True)

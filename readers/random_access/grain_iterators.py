@@ -22,11 +22,13 @@ from vidvol.readers import rng
 class Epochs(grain.MapDataset):
     """Element `i`: the selected (clip decoded, uint8) example at position `i % per_epoch` of epoch `i // per_epoch`."""
 
-    def __init__(self, examples, epochs, num_epochs: int | None):
+    def __init__(self, examples, epochs, num_epochs: int | None, start: tuple[int, int] = (0, 0)):
         super().__init__()
-        self.examples, self.epochs = examples, epochs
-        per_epoch = epochs.layout.per_epoch
-        self.length = sys.maxsize if num_epochs is None else per_epoch * int(num_epochs)
+        self.examples, self.epochs, self.start = examples, epochs, start
+        layout = epochs.layout
+        self.first = int(layout.elements(start[1]))  # elements of the first epoch, from its frontier on
+        later = None if num_epochs is None else max(int(num_epochs) - start[0] - 1, 0)
+        self.length = sys.maxsize if later is None else (self.first if start[0] < num_epochs else 0) + layout.per_epoch * later
 
     def __len__(self) -> int:
         return self.length
@@ -34,8 +36,13 @@ class Epochs(grain.MapDataset):
     def __getitem__(self, i):
         if not isinstance(i, int):
             return self._getitems(i)
-        epoch, position = divmod(int(i), self.epochs.layout.per_epoch)
-        draw = self.epochs.indices(epoch, [position])[0]
+        i = int(i)
+        if i < self.first:
+            epoch, position, frontier = self.start[0], i, self.start[1]
+        else:
+            later, position = divmod(i - self.first, self.epochs.layout.per_epoch)
+            epoch, frontier = self.start[0] + 1 + later, 0
+        draw = self.epochs.indices(epoch, [position], frontier)[0]
         example = self.examples.source[int(draw)]
         clip_rng = (rng.example_rng(draw.seed, epoch, int(draw), rng.CLIP)
                     if self.examples.training and self.examples.plan.clip is not None else None)
@@ -60,19 +67,24 @@ class Chain:
     batch_fn: Any  # grain.FinishBatch
     data: str  # the data's fingerprint and the layout's training/evaluation
 
-    def build(self, seed: int) -> Resumable:
+    def build(self, seed: int, start: tuple[int, int] = (0, 0)) -> Resumable:
+        """The batched dataset under `seed`, from `start` = (epoch, global frontier) on (a restore's, or the start)."""
         epochs = EpochOrder(self.layout, int(seed))
-        ds = Epochs(self.examples, epochs, self.num_epochs)
+        ds = Epochs(self.examples, epochs, self.num_epochs, start)
         return Resumable(ds.batch(self.batch_size, drop_remainder=self.drop_remainder, batch_fn=self.batch_fn),
-                         epochs, self)
+                         epochs, self, start)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.layout.pipelines
 
 
 class Resumable(grain.MapDataset):
     """The batched dataset, whose iterators' state is `{"iterator": Grain's, "seed": ..., "data": ...}`."""
 
-    def __init__(self, parent: grain.MapDataset, epochs, chain: Chain):
+    def __init__(self, parent: grain.MapDataset, epochs, chain: Chain, start: tuple[int, int] = (0, 0)):
         super().__init__(parent)
-        self.epochs, self.chain, self.data = epochs, chain, chain.data
+        self.epochs, self.chain, self.data, self.start = epochs, chain, chain.data, start
 
     def __len__(self) -> int:
         return len(self._parent)
@@ -121,19 +133,45 @@ class _SeededIterator(grain.DatasetIterator):
         return next(self._parent)
 
     def get_state(self) -> dict[str, Any]:
-        return {"iterator": self._parent.get_state(), "seed": self.owner.epochs.seed, "data": self.owner.data}
+        inner = self._parent.get_state()
+        chain, owner = self.owner.chain, self.owner
+        state = {"iterator": inner, "seed": owner.epochs.seed, "data": owner.data, "shards": chain.layout.pipelines,
+                 "global_batch": chain.global_batch, "start": list(owner.start)}
+        if self.how[2] is None and isinstance(inner.get("next_index"), int):  # unsliced: where the shards are
+            read = min(inner["next_index"] * chain.batch_size, len(owner._parent._parent))
+            state["epoch"], state["frontier"] = chain.layout.advance(*owner.start, read) if read else owner.start
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        chain = self.owner.chain
         if state["data"] != self.owner.data:
             raise refusal(state["data"], self.owner.data)
+        if state.get("global_batch", chain.global_batch) != chain.global_batch:
+            raise ValueError(
+                f"vidvol.grain_dataset: this state was saved with a global batch of {state['global_batch']} "
+                f"({state['global_batch'] // state['shards']} per shard x {state['shards']} shards); this dataset "
+                f"reads {chain.global_batch} ({chain.batch_size} x {chain.layout.pipelines}). A state restores "
+                "into any number of shards whose global batch is the saved one: pass batch_size="
+                f"{state['global_batch']} // {chain.layout.pipelines}, or start a new pass without the state "
+                "(docs/reading.md, section Stopping and resuming)")
         seed = int(state["seed"])
-        owner = self.owner if seed == self.owner.epochs.seed else self.owner.chain.build(seed)
+        saved_layout = (state.get("shards", 1), tuple(state.get("start", (0, 0))))
         read_options, allow_nones, sliced = self.how
+        moved = saved_layout != (chain.layout.pipelines, tuple(self.owner.start))
+        if moved and "frontier" not in state:
+            raise ValueError("vidvol.grain_dataset: this state was saved by a sliced iterator (mp_prefetch's "
+                             "workers) over another number of shards or from another start: it restores only into "
+                             f"{saved_layout[0]} shards; restore it there, or start a new pass without the state")
+        if moved:  # another shard count: a dataset of this layout from the saved epoch's frontier on
+            owner = chain.build(seed, (int(state["epoch"]), int(state["frontier"])))
+        else:
+            owner = self.owner if seed == self.owner.epochs.seed else chain.build(seed, self.owner.start)
         source = grain.MapDataset.to_iter_dataset(owner, read_options, allow_nones=allow_nones)
         if sliced is not None:
             source.set_slice(*sliced)
         parent = source.__iter__()
-        parent.set_state(state["iterator"])
+        if not moved:
+            parent.set_state(state["iterator"])
         self._parents, self.owner = (parent,), owner  # what Grain's constructor does, for the new parent tree
         to_visit = [parent]
         while to_visit:

@@ -298,6 +298,34 @@ def test_grain_set_state_changes_only_its_own_iterator_and_a_failed_one_nothing(
     assert labels(list(d)) == labels(list(iter(make(8))))[1::2][1:]
 
 
+def test_a_grain_state_of_two_shards_restores_into_one_with_the_same_global_batch(hmdb_dirs):
+    """#34, another shard count: shards 0 and 1 of 2 (batch 1) read a batch each, shard 0's state restores into one
+    shard of batch 2: the rest of the epoch is the examples not read yet, then the next epoch is a fresh run's."""
+    import grain
+
+    make = lambda batch, shards=None, **kw: vidvol.grain_dataset(
+        HMDB, "train", batch, data_dir=hmdb_dirs["array_record"], seed=6, num_epochs=2, shard_options=shards,
+        spec=ReadSpec(output=Output(inputs="mask", target="label")), **kw)
+    two = [make(1, grain.sharding.ShardOptions(shard_index=i, shard_count=2)) for i in range(2)]
+    first = [iter(ds) for ds in two]
+    for it in first:
+        next(it)
+    state = first[0].get_state()
+    assert (state["epoch"], state["frontier"], state["global_batch"]) == (0, 2, 2)
+    one = make(2)
+    it = iter(one)
+    it.set_state(state)
+    rest = list(it)
+    whole = list(make(2))  # one shard, uninterrupted: 3 batches an epoch
+    assert len(rest) == 2 + 3
+    read_before = {int(i) for ds in two for i in ds.epochs.indices(0, [0])}  # what the two shards read first
+    assert read_before == {int(i) for i in one.epochs.indices(0, [0, 1])}  # the epoch's first two positions
+    _same(rest[:2], whole[1:3])  # the rest of epoch 0: the whole run's batches after its first
+    _same(rest[2:], whole[3:])  # epoch 1: the fresh one-shard run's
+    with pytest.raises(ValueError, match=r"global batch of 2 \(1 per shard x 2 shards\); this dataset reads 1"):
+        iter(make(1)).set_state(state)
+
+
 def test_sampler_state_dict_resumes_exactly_without_torch(hmdb_dirs):
     """torchdata's StatefulDataLoader protocol, driven directly: the sampler's state_dict / load_state_dict and the
     dataset's batched fetch (`__getitems__`), as a DataLoader without workers would call them."""
