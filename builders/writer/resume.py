@@ -68,7 +68,7 @@ def _fields(obj: Any) -> tuple[str, ...]:
 
 
 def input_paths(source: Any, out: list[str], arrays: list[Any] | None = None) -> None:
-    """Appends the file paths a source record names (strings holding a `/`: paths and URLs), depth first.
+    """Appends the strings holding a `/` a source record names (paths, URLs, ids; see `file_paths`), depth first.
 
     Walks tuples, lists, mappings and dataclass fields; `arrays` (if given) gets the array values met
     (NumPy's), whose bytes the record's digest adds (their repr is shortened).
@@ -103,6 +103,14 @@ def input_paths(source: Any, out: list[str], arrays: list[Any] | None = None) ->
             if k is str:
                 if "/" in item:
                     out.append(item)
+            elif k is dict:  # a record's feature values, inline (one call less per source)
+                for value in item.values():
+                    kv = type(value)
+                    if kv is str:
+                        if "/" in value:
+                            out.append(value)
+                    elif kv not in _LEAVES:
+                        input_paths(value, out, arrays)
             elif k not in _LEAVES:
                 input_paths(item, out, arrays)
 
@@ -130,9 +138,28 @@ def _content(path: str) -> tuple[int, int]:
         return _NO_FILE
 
 
+_PROBES = 3  # relative strings holding a `/` tried as files before all of them are (a record's id often has one)
+
+
+def file_paths(candidates: Iterable[str]) -> list[str]:
+    """The candidates that name files: absolute paths and URLs, and relative ones if the first few exist here.
+
+    Relative strings holding a `/` are most often ids (`class/video.avi`); they count as paths only when
+    one of the first `_PROBES` of them is a file or folder (a manual_dir given as a relative path).
+    """
+    unique = list(dict.fromkeys(candidates))
+    absolute = [p for p in unique if p[:1] == "/" or "://" in p]
+    if len(absolute) == len(unique):
+        return absolute
+    relative = [p for p in unique if not (p[:1] == "/" or "://" in p)]
+    if any(os.path.exists(p) for p in relative[:_PROBES]):
+        return unique
+    return absolute
+
+
 def stat_inputs(paths: Iterable[str], *, content: bool = False) -> dict[str, tuple[int, int]]:
     """(size, mtime in ns) of each path (or with `content`, (size, a digest of its bytes)); (-1, -1) if missing."""
-    unique = list(dict.fromkeys(paths))
+    unique = file_paths(paths)
     if not content:
         local = [p for p in unique if "://" not in p or p.startswith("file://")]
         remote = [p for p in unique if "://" in p and not p.startswith("file://")]
@@ -178,7 +205,8 @@ def split_fingerprint(tasks: Sequence[ShardTask], inputs: Sequence[tuple[list[st
     names, records, files = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
     shard_records, shard_files = [], []
     for paths, record_digest in inputs:
-        f = hashlib.sha256("\n".join(f"{p}\0{stats.get(p, _NO_FILE)}" for p in paths).encode("utf-8", "surrogateescape"))
+        # Only the paths that name files (`file_paths`): a record's other strings are in its record digest.
+        f = hashlib.sha256("\n".join(f"{p}\0{stats[p]}" for p in paths if p in stats).encode("utf-8", "surrogateescape"))
         shard_records.append(record_digest.hex()[:32])
         shard_files.append(_short(f))
         records.update(record_digest)
