@@ -149,7 +149,8 @@ class LocalDaskCluster:
     `share_driver=False` starts them as separate worker hosts would be: `python` (e.g. a venv where
     vidvol was pip-installed) with only its own packages (plus `pythonpath`), in `cwd`, with the
     host's basic variables (`_HOST_ENV`) plus `env` only: no driver PYTHONPATH, no AWS_* unless `env`
-    gives them.
+    gives them. `worker_homes=DIR` also gives each worker a folder of its own, as on separate hosts:
+    worker i runs in `DIR/worker-i` with `TMPDIR=DIR/worker-i/tmp`.
     """
 
     def __init__(
@@ -168,8 +169,10 @@ class LocalDaskCluster:
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
         secure: bool = False,
+        worker_homes: str | None = None,
     ) -> None:
         self.n_workers = n_workers
+        self.worker_homes = worker_homes  # worker i runs in HOMES/worker-i with TMPDIR HOMES/worker-i/tmp
         self.log_dir = log_dir
         self.nanny = nanny
         self.memory_limit = memory_limit
@@ -227,11 +230,12 @@ class LocalDaskCluster:
         env.update(self.extra_env)
         return env
 
-    def _popen(self, argv: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen:
+    def _popen(self, argv: list[str], log_name: str, env: dict[str, str], cwd: str | None = None) -> subprocess.Popen:
         log_path = os.path.join(self.log_dir, log_name)
         with open(log_path, "ab") as log:
             return subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=self.cwd or os.getcwd(),
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                cwd=cwd or self.cwd or os.getcwd(),
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
 
@@ -284,7 +288,12 @@ class LocalDaskCluster:
                 "--local-directory", os.path.join(self.log_dir, f"worker-{i}"),
                 "--death-timeout", "60", "--nanny" if self.nanny else "--no-nanny", *self._tls_flags,
             ]
-            self._workers.append(self._popen(argv, f"worker-{i}.log", env))
+            home, worker_env = None, env
+            if self.worker_homes:  # a host of its own: its folder, its TMPDIR (nothing shared with the others)
+                home = os.path.join(self.worker_homes, f"worker-{i}")
+                os.makedirs(os.path.join(home, "tmp"), exist_ok=True)
+                worker_env = {**env, "TMPDIR": os.path.join(home, "tmp")}
+            self._workers.append(self._popen(argv, f"worker-{i}.log", worker_env, home))
         self._wait_for_workers(deadline)
 
     def _check_alive(self) -> None:

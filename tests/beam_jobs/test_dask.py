@@ -88,7 +88,7 @@ def _installed_cluster(env: installed.InstalledEnv, root, n_workers: int, worker
     home = root / "worker_home"
     home.mkdir(parents=True, exist_ok=True)
     return dask_cluster.LocalDaskCluster(n_workers=n_workers, log_dir=str(root / "logs"), python=env.python,
-                                         cwd=str(home), share_driver=False, env=worker_env)
+                                         cwd=str(home), share_driver=False, env=worker_env, worker_homes=str(home))
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,7 @@ def test_the_cluster_runs_the_installed_wheel_not_the_checkout(cluster):
     for answer in answers.values():
         assert "wheel_env" in answer["python"] and "worker_home" in answer["cwd"]
         assert not answer["cwd"].startswith(str(installed.REPO))
+    assert len({a["cwd"] for a in answers.values()}) == 2  # each worker in a folder of its own
     from distributed import Client
 
     with Client(cluster.address) as client:
@@ -302,3 +303,43 @@ def test_workers_that_cannot_import_vidvol_get_one_error_naming_them_and_the_fix
     assert "dask worker worker-0" in message and "cannot import vidvol" in message
     assert "No module named 'vidvol'" in message and "pip install vidvol-" in message and "bare_env" in message
     assert elapsed < 60
+
+
+def test_workers_sharing_only_the_bucket_build_from_it_into_it(cluster, s3, tmp_path, monkeypatch):
+    """Raw data and output in the bucket, workers from the wheel venv each with its own folder and TMPDIR: the
+    bucket's dataset is the direct local build's, file for file and as vidvol.load batches; no worker kept a shard."""
+    import numpy as np
+
+    import vidvol
+
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("VIDVOL_STAGING_DIR", str(tmp_path / "staging"))
+    monkeypatch.setenv("VIDVOL_CACHE_DIR", str(tmp_path / "cache"))
+    dataset, url, out = "mri_volumes/small_32", f"s3://{BUCKET}/mri_volumes", f"s3://{BUCKET}/out-wheel"
+    local = build.build(dataset, manual_dir=url, data_dir=str(tmp_path / "local"),
+                        beam_flags=["--direct_num_workers=1", "--direct_running_mode=in_memory"])
+    remote = build.build(dataset, manual_dir=url, data_dir=out, runner="dask",
+                         beam_flags=[f"--dask_client_address={cluster.address}"])
+    assert remote.built and remote.splits == local.splits
+    client, prefix = s3.client(), "out-wheel/mri_volumes/small_32/2.0.0/"
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="out-wheel/")["Contents"]]
+    assert all(k.startswith(prefix) for k in keys), keys  # nothing but the published version
+    for name in sorted(os.listdir(local.data_path)):
+        if ".tfrecord-" in name or name in ("shards.json", "skip_report.json"):
+            body = client.get_object(Bucket=BUCKET, Key=prefix + name)["Body"].read()
+            with open(os.path.join(local.data_path, name), "rb") as f:
+                assert body == f.read(), name
+    read = lambda data_dir: [tuple(np.asarray(t) for t in tf.nest.flatten(b)) for b in vidvol.load(
+        dataset, "train", 1, data_dir=data_dir, seed=2, repeat=False)]
+    want, got = read(str(tmp_path / "local")), read(out)
+    assert len(want) == len(got) > 0
+    for a, b in zip(want, got):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    homes = glob.glob(os.path.join(os.path.dirname(cluster.log_dir), "worker_home", "worker-*"))
+    assert len(homes) == 2
+    for home in homes:
+        left = [p for p in glob.glob(os.path.join(home, "**", "*"), recursive=True)
+                if ".tfrecord-" in os.path.basename(p) or "vidvol-shard-" in os.path.basename(p)]
+        assert left == [], left
