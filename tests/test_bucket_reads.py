@@ -237,3 +237,10 @@ def test_a_client_killed_mid_upload_leaves_no_object_and_the_rerun_completes(wor
     assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix="upload/")
     store.upload(str(tmp_path / "shard"), url)  # the re-run (in this process: a second child would import TF again)
     assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == data
+
+
+def test_any_fsspec_scheme_reads_alike(world, env):
+    """The same code for another fsspec file system (fsspec's in-process memory://): the local batches."""
+    _, root = world
+    dataset_copy.push(str(root / "local" / VERSION), f"memory://vidvol-mem/tf/{VERSION}")
+    _assert_equal(_batches(str(root / "local"), seed=9), _batches("memory://vidvol-mem/tf", seed=9))
