@@ -4,7 +4,8 @@
 in CKPT_DIR if there is one, then trains until STEPS steps are done, saving (`tf.train.CheckpointManager`)
 every EVERY steps. Each step appends `step id id ...` (the examples of its batch) to LOG, flushed to
 disk. With STOP_AFTER, after that step it prints "waiting" and sleeps (for the test to SIGKILL it:
-a crash mid-epoch, after the last checkpoint).
+a crash mid-epoch, after the last checkpoint). The environment's `PIPELINES="N,p"` makes it input pipeline p of
+N (`input_context`) and `GLOBAL_BATCH` the global batch (default 2; each pipeline reads GLOBAL_BATCH // N).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ import vidvol
 def main(data_path: str, ckpt_dir: str, log: str, steps: int, every: int, stop_after: int | None) -> None:
     builder = tfds.builder_from_directory(data_path)
     spec = vidvol.ReadSpec(clips=vidvol.Clips(length=4), output=vidvol.Output(features=["video", "label", "video_id"]))
-    ds = vidvol.load(builder, "train", 2, seed=7, spec=spec, repeat=True)
+    pipelines, pipeline = (int(v) for v in os.environ.get("PIPELINES", "1,0").split(","))
+    context = tf.distribute.InputContext(pipelines, pipeline) if pipelines > 1 else None
+    batch = int(os.environ.get("GLOBAL_BATCH", "2")) // pipelines
+    ds = vidvol.load(builder, "train", batch, seed=7, spec=spec, repeat=True, input_context=context)
     it = iter(ds)
     classes = builder.info.features["label"].num_classes
     model = keras.Sequential([keras.layers.Input((4, 64, 64, 3)), keras.layers.GlobalAveragePooling3D(),

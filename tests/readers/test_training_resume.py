@@ -4,7 +4,8 @@
 optimizer and iterator with `tf.train.CheckpointManager` every 3 steps. One run goes through
 uninterrupted; another is killed with SIGKILL after step 5 (its last checkpoint is step 3), and
 restarted: from step 4 on it must read exactly the batches of the uninterrupted run, so over the
-two epochs it sees each example exactly as many times (twice), in the same order.
+two epochs it sees each example exactly as many times (twice), in the same order. The same with two hosts
+(input pipelines) killed and one restarted in their place (#34, long lane).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def data(tmp_path_factory):
     return os.fspath(builder.data_path), builder.info.splits["train"].num_examples
 
 
-def _run(args, **kw) -> subprocess.Popen:
+def _run(args, env=None, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, SCRIPT, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), **kw)
+                            text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})), **kw)
 
 
 def _steps(log) -> list[tuple[int, tuple[str, ...]]]:
@@ -77,3 +78,30 @@ def test_a_killed_training_run_resumes_and_sees_every_example_as_often(data, tmp
     assert resumed == reference  # the same batches, step for step
     seen = collections.Counter(i for _, ids in resumed for i in ids)
     assert set(seen.values()) == {2} and len(seen) == examples  # each example twice over the two epochs
+
+
+@pytest.mark.long
+def test_two_killed_hosts_restart_as_one_and_see_every_example_as_often(data, tmp_path):
+    """#34, the fleet shrinks: two hosts (input pipelines 0 and 1 of 2, global batch 4) are SIGKILLed after step 5
+    (their last checkpoints: step 3); one host restarts from host 0's checkpoint with batch 4 and trains on. Over
+    the two epochs every example is seen exactly twice, as in an uninterrupted run (an even split: none left out)."""
+    data_path, examples = data
+    steps = examples // 2  # global batches of 4 over two epochs
+    hosts = [_run([data_path, tmp_path / f"ckpt{p}", tmp_path / f"host{p}.log", steps, EVERY, KILL_AFTER],
+                  env={"PIPELINES": f"2,{p}", "GLOBAL_BATCH": "4"}) for p in range(2)]
+    deadline = time.monotonic() + 600
+    for host in hosts:
+        while "waiting" not in host.stdout.readline():
+            assert host.poll() is None and time.monotonic() < deadline, host.stderr.read()[-4000:]
+    for host in hosts:
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(timeout=60)
+    last_saved = (KILL_AFTER // EVERY) * EVERY
+    before = [row for p in range(2) for row in _steps(tmp_path / f"host{p}.log") if row[0] <= last_saved]
+    again = _run([data_path, tmp_path / "ckpt0", tmp_path / "one.log", steps, EVERY], env={"GLOBAL_BATCH": "4"})
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0 and "done" in out, err[-4000:]
+    after = _steps(tmp_path / "one.log")
+    assert after[0][0] == last_saved + 1 and after[-1][0] == steps and all(len(ids) == 4 for _, ids in after)
+    seen = collections.Counter(i for _, ids in before + after for i in ids)
+    assert len(seen) == examples and set(seen.values()) == {2}
