@@ -123,7 +123,7 @@ def test_kill_9_mid_build_then_rebuild(manual_dir, tmp_path):
     kept = len(glob.glob(os.path.join(leftover, "*.partial.info.json")))
     rerun = subprocess.run(_cli(manual, data_dir), capture_output=True, text=True, env=env, timeout=300)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-5000:]
-    assert f"resuming: {kept} of 10 shards kept, {10 - kept} to build" in rerun.stderr
+    assert f"resuming: {kept} of 20 shards kept, {20 - kept} to build" in rerun.stderr  # 10 per split
     summary = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert summary["built"] and {s: v["examples"] for s, v in summary["splits"].items()} == {
         s: len(v) for s, v in expected.items()}
