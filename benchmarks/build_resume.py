@@ -116,9 +116,11 @@ def _kill_at(cmd: list[str], config_dir: str, shards: int, log: str) -> int:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    if proc.returncode != -signal.SIGKILL:
-        raise RuntimeError(f"the build ended ({proc.returncode}) before {wanted} of {shards} shards were done; see {log}")
-    return done
+    if proc.returncode == -signal.SIGKILL:
+        return done
+    if proc.returncode:
+        raise RuntimeError(f"the build failed ({proc.returncode}) before {wanted} of {shards} shards were done; see {log}")
+    return -1  # it finished first (a tiny quick-mode build): the rerun then has nothing to do
 
 
 def resumed_build(label: str, name: str, manual: str, work: str, num_shards: int) -> dict[str, Any]:
@@ -233,6 +235,8 @@ class BuildResume(section.Section):
         rows = [section.target(f"{b['label']}: resumed run after a kill at {b['shards_done_when_killed']}/{b['shards']} "
                                "shards vs the full build", b["ratio"], TARGET_RATIO, op="<=",
                                note=("" if b["identical"] else "its shards.json differs from the full build's; ")
+                               + ("the build finished before it could be killed; " if b["shards_done_when_killed"] < 0
+                                  else "")
                                + (f"from the build logs (the command's start left out): {b['resumed_build_s']:.0f} s vs "
                                   f"{b['full_build_s']:.0f} s, {b['build_ratio']:.0%}" if b.get("build_ratio") else ""))
                 for b in doc["builds"]]
