@@ -177,7 +177,12 @@ def test_real_presigned_url_shapes_leave_no_secret_in_anything_the_build_writes(
     decoding child logs a retry; one missing, so a skip): the `video_id`s, keys, shards, metadata, build log, skip
     report, terminal and log records hold no part of any secret. (TFDS takes no http:// manual_dir: the URLs under
     a bucket manual_dir are `test_redact.test_keys_of_urls_under_manual_dir_carry_no_query`'s.)"""
-    from core.test_redact import AWS_SIGV4, AZURE_SAS, GCS_V4, SECRET_PARTS
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_test_redact_shapes", pathlib.Path(__file__).parent / "core" / "test_redact.py")
+    shapes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shapes)  # the presigned-URL shapes (tests/core/test_redact.py), whatever sys.path holds
+    AWS_SIGV4, AZURE_SAS, GCS_V4, SECRET_PARTS = shapes.AWS_SIGV4, shapes.AZURE_SAS, shapes.GCS_V4, shapes.SECRET_PARTS
     from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 
     folder = tmp_path / "served"
