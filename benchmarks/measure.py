@@ -68,6 +68,25 @@ def rss_mib(pid: int | str = "self") -> float:
     return status[0] / MIB
 
 
+def _cmdline(pid: int | str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _execed(pid: int) -> bool:
+    """Whether a child runs a program of its own: its command line differs from its parent's."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    mine = _cmdline(pid)
+    return mine is not None and mine != _cmdline(ppid)
+
+
 class TreeSampler(threading.Thread):
     """Samples VmRSS and VmHWM of a process and of every descendant every `interval` seconds, in a thread.
 
@@ -76,7 +95,9 @@ class TreeSampler(threading.Thread):
     its own peak since it started, bytes). `total_peak`: the largest sum of the tree's VmRSS in one
     sample. VmHWM only grows, so a descendant read once before it ends is missed only for what it
     grew after its last reading; `sweep()` before ending it reads it exactly. Use it as a context
-    manager (or `start()` / `stop()`).
+    manager (or `start()` / `stop()`). A child is read only once it has exec'd (its command line no longer
+    its parent's): between fork (or vfork) and exec it shares its parent's pages, and its VmHWM would be the
+    parent's.
     """
 
     def __init__(self, pid: int | None = None, interval: float = 0.1):
@@ -119,6 +140,8 @@ class TreeSampler(threading.Thread):
         total = 0
         with self._lock:
             for p in procs:
+                if p.pid != self.pid and p.pid not in self.peaks and not _execed(p.pid):
+                    continue  # forked, not yet exec'd: the parent's memory, not its own
                 status = _status(p.pid)
                 if status is None:
                     continue

@@ -225,7 +225,8 @@ def s3_dask(store, tmp_path_factory):
         yield cluster
 
 
-@pytest.mark.parametrize("name", [pytest.param("hmdb51", marks=pytest.mark.long), "fire_video", "mri"])
+@pytest.mark.parametrize("name", [pytest.param("hmdb51", marks=pytest.mark.long),
+                                  pytest.param("fire_video", marks=pytest.mark.long), "mri"])
 def test_dask_build_from_the_bucket_equals_the_local_build(name, s3_env, s3_dask, store, tmp_path, capfd):
     from apache_beam.options.pipeline_options import PipelineOptions
 
