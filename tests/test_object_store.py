@@ -225,8 +225,9 @@ def s3_dask(store, tmp_path_factory):
         yield cluster
 
 
-@pytest.mark.parametrize("name", [pytest.param("hmdb51", marks=pytest.mark.long),
-                                  pytest.param("fire_video", marks=pytest.mark.long), "mri"])
+# Long lane: in CI, tests/beam_jobs/test_dask.py builds from the bucket (and from it into it) on installed workers.
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["hmdb51", "fire_video", "mri"])
 def test_dask_build_from_the_bucket_equals_the_local_build(name, s3_env, s3_dask, store, tmp_path, capfd):
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -315,6 +316,7 @@ def test_python_m_vidvol_build_into_the_bucket_equals_the_local_build(dataset, s
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.long  # CI: test_dask.py's test_workers_sharing_only_the_bucket_build_from_it_into_it (installed workers)
 def test_dask_workers_sharing_only_the_bucket_build_into_it(s3_env, s3_dask, tmp_path, monkeypatch):
     """Raw data and output in the bucket; the workers' scratch (their own TMPDIR) holds no shard afterwards."""
     from vidvol.beam_jobs import build

@@ -22,7 +22,7 @@ from vidvol.readers import order
 from vidvol.testing import samples
 
 # 3 pipelines (the uneven case: 4 shards) in the fast lane; 2, 4, 6 and 8 in `make test` (marked slow).
-PIPELINES = (3, *(pytest.param(n, marks=pytest.mark.slow) for n in (2, 4, 6, 8)))
+PIPELINES = (3, *(pytest.param(n, marks=pytest.mark.slow) for n in (2, 4, 6)), pytest.param(8, marks=pytest.mark.long))
 IDS = ReadSpec(output=Output(features=["video_id", "mask"]))
 
 
