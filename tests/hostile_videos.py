@@ -2,8 +2,8 @@
 
 `write_corpus(folder)` writes one file per case into `folder` and returns `{file name: Case}`. The
 OpenCV cases need nothing else; the ffmpeg cases (10-bit HEVC, rotation metadata, VP9/WebM, VFR,
-audio-only, a truncated MP4) are written when `ffmpeg` is on PATH and left out otherwise (`FFMPEG`
-says which). File names are `os.fsdecode`d: the Latin-1 one holds a surrogate.
+audio-only, a truncated MP4) use `ffmpeg` from PATH, else the static binary of the `imageio-ffmpeg`
+wheel (the `test` extra), so they are always made (`FFMPEG` says which). Names are `os.fsdecode`d.
 """
 
 from __future__ import annotations
@@ -18,7 +18,23 @@ import cv2
 
 from vidvol.testing import samples
 
-FFMPEG = shutil.which("ffmpeg")
+
+def find_ffmpeg() -> str | None:
+    """`ffmpeg` on PATH, else imageio-ffmpeg's bundled static binary (libx264, libx265, libvpx-vp9, aac); None if neither."""
+    on_path = shutil.which("ffmpeg")
+    if on_path:
+        return on_path
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        return None
+    try:
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except RuntimeError:  # the wheel has no binary for this platform
+        return None
+
+
+FFMPEG = find_ffmpeg()
 LATIN1_NAME = os.fsdecode(b"caf\xe9.avi")  # bytes that are not UTF-8, as old archives and Windows shares give
 LONG_FRAMES = 1500  # real frames of the video whose header claims CLAIMED_FRAMES
 CLAIMED_FRAMES = 1_000_000
@@ -100,7 +116,12 @@ def write_corpus(folder: str) -> dict[str, Case]:
     _ffmpeg("-i", at("plain.avi"), "-c:v", "libx265", "-crf", "12", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=error",
             at("hevc_main10.mp4"))
     cases["hevc_main10.mp4"] = Case("example", frames=30)
-    _ffmpeg("-i", at("h264.mp4"), "-c", "copy", "-metadata:s:v:0", "rotate=90", at("rotated.mp4"))
+    # A display matrix turning the picture 90 degrees counter-clockwise (np.rot90). FFmpeg >= 6.1 writes it from
+    # -display_rotation (7 and later ignore the old `rotate` tag); older ones from the tag, clockwise degrees.
+    try:
+        _ffmpeg("-display_rotation:v:0", "90", "-i", at("h264.mp4"), "-c", "copy", at("rotated.mp4"))
+    except subprocess.CalledProcessError:
+        _ffmpeg("-i", at("h264.mp4"), "-c", "copy", "-metadata:s:v:0", "rotate=270", at("rotated.mp4"))
     cases["rotated.mp4"] = Case("example", frames=30)
     _ffmpeg("-i", at("plain.avi"), "-c:v", "libvpx-vp9", "-b:v", "200k", "-deadline", "realtime", at("vp9.webm"))
     cases["vp9.webm"] = Case("example", frames=30)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import cv2
 import numpy as np
 import pytest
 
@@ -79,13 +80,18 @@ def test_every_hostile_input_is_an_example_or_a_skip_with_its_reason(corpus, tmp
 @pytest.mark.slow
 def test_ffmpeg_cases_decode_as_before(corpus):
     """Kept working: 10-bit HEVC decodes to the H.264 twin's 8-bit frames, rotation is applied, grayscale is RGB."""
-    if not hv.FFMPEG:
-        pytest.skip("ffmpeg is not on PATH: the 10-bit HEVC, rotation, VP9, VFR, audio-only and truncated cases are not made")
+    assert hv.FFMPEG, ("no ffmpeg: neither on PATH nor imageio-ffmpeg's binary; install the test extra "
+                       "(pip install -e '.[test]') so the 10-bit HEVC, rotation, VP9, VFR, audio-only and truncated cases are made")
     folder = os.path.join(corpus[0], CLASS)
     h264 = video.decode_frames(os.path.join(folder, "h264.mp4"))
     hevc = video.decode_frames(os.path.join(folder, "hevc_main10.mp4"))
     assert hevc.frames.shape == h264.frames.shape == (30, 120, 160, 3)
-    assert np.abs(hevc.frames.astype(np.int16) - h264.frames).mean() < 5.0  # levels, of 255
+    # Levels, of 255. Luma: 10-bit samples brought to 8 bits right (2.2 measured; the H.264 twin is 1.5 from the
+    # source). RGB: more, from the chroma: OpenCV's swscale turns 4:2:0 10-bit into BGR24 with plain bicubic
+    # (5.5 measured with imageio-ffmpeg 9.0's x265; ffmpeg's own rgb24 of the same file is 3.3 from OpenCV's).
+    luma = [np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in v.frames]).astype(np.int16) for v in (hevc, h264)]
+    assert np.abs(luma[0] - luma[1]).mean() < 3.0
+    assert np.abs(hevc.frames.astype(np.int16) - h264.frames).mean() < 8.0
     rotated = video.decode_frames(os.path.join(folder, "rotated.mp4"), [0])
     assert rotated.frames.shape == (1, 160, 120, 3)  # 90 degrees: height and width swapped
     assert np.array_equal(rotated.frames[0], np.rot90(h264.frames[0]))  # the same stream, turned as its metadata says
