@@ -59,3 +59,24 @@ def hangs(rec: Rec):
     with open(rec.path, "rb") as fifo:
         fifo.read()
     yield rec.path, {"x": np.zeros((4,), np.int64), "name": "never"}
+
+
+def stall_volume_reads() -> None:
+    """A decoder hook (an `InChild` setup: it runs in the child): a volume file `F` read while a FIFO `F.fifo` exists
+    stalls. Its open writes `<pid> <scratch folder>` to `F.pid`, then reads the FIFO, which nobody writes: the read
+    blocks in the kernel, as one from a hung NFS mount does. Other files are read as usual."""
+    import builtins
+
+    from vidvol.builders.transforms import volume_io
+
+    def stalling_open(path, *args, **kwargs):
+        name = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+        if name and os.path.exists(name + ".fifo"):
+            with builtins.open(name + ".pid.tmp", "w") as f:
+                f.write(f"{os.getpid()} {os.environ.get('TMPDIR', '')}")
+            os.replace(name + ".pid.tmp", name + ".pid")
+            with builtins.open(name + ".fifo", "rb") as fifo:
+                fifo.read()
+        return builtins.open(path, *args, **kwargs)
+
+    volume_io.open = stalling_open  # the module's own name for the builtin: only its reads are hooked

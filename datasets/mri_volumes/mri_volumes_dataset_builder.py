@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from vidvol.builders import configs
 from vidvol.builders import dataset_builder
+from vidvol.builders import isolation
 from vidvol.builders.sources import files
 from vidvol.builders.sources import labels
 from vidvol.builders.transforms import volume_examples
@@ -118,7 +119,11 @@ Another label column: --config '{{"name": "128_dx", "label_column": "diagnosis"}
             sources.append(
                 (key, volume_examples.VolumeSource(layout.local_path(manual_dir, row), key, features, row.origin))
             )
+        # Read in a child process the worker can lose (`isolation.InChild`), as videos are: a read stalled in the
+        # kernel (a hung NFS mount) meets the source's deadline (VIDVOL_DECODE_TIMEOUT_S) and is one skip, and a
+        # decoder that crashes (zlib, nibabel, scipy) takes only its source.
         return dataset_builder.ExamplesFromSources(
-            sources, functools.partial(volume_examples.volume_example, spec=self.builder_config.volume_spec),
+            sources,
+            isolation.InChild(functools.partial(volume_examples.volume_example, spec=self.builder_config.volume_spec)),
             empty_reason=empty_reason,
         )

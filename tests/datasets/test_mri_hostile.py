@@ -13,16 +13,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
+import decoding_cases
 import hostile_mri
-from vidvol.builders import example_io
+from vidvol.builders import example_io, isolation
 from vidvol.builders.transforms import volume
 from vidvol.builders.transforms import volume_examples as ve
 from vidvol.builders.transforms import volume_io
 from vidvol.datasets.mri_volumes import make_dummy_data as dummy
+from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 
 MIB = 2**20
 LIMIT = 512 * MIB  # max_source_bytes of these tests: the 2 GiB gzip bomb is over it, the 256 MiB scan under
@@ -171,3 +174,37 @@ def test_a_build_over_hostile_scans_succeeds_with_bounded_memory(tmp_path):
     grown = (result["after"] - result["before"]) / MIB
     print(f"peak RSS {result['before'] / MIB:.0f} MiB after the warm-up build, {result['after'] / MIB:.0f} MiB after the hostile one")
     assert grown < 256, f"peak RSS grew by {grown:.0f} MiB over the warm-up build"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie nobody reaped yet is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_volume_read_stalled_in_the_kernel_meets_its_deadline_and_is_one_skip(tmp_path, monkeypatch):
+    """mri_volumes reads each scan in a decoding child (as videos are decoded): a read that never returns is killed
+    at VIDVOL_DECODE_TIMEOUT_S and is that scan's skip; the next read of the same file, unstalled, is its example."""
+    path = dummy.write_nifti(str(tmp_path / "stalled.nii.gz"), np.arange(8 * 9 * 10, dtype=np.int16).reshape(8, 9, 10),
+                             dummy.affine_for((8, 9, 10), (1.0, 1.0, 1.0)))
+    os.mkfifo(path + ".fifo")
+    monkeypatch.setenv(isolation.TIMEOUT_ENV, "1.5")
+    builder = mri.Builder(config="small_32", data_dir=str(tmp_path / "data"))
+    generated = builder._generate_examples([], str(tmp_path), ["scan"])
+    assert isinstance(generated.example_fn, isolation.InChild) and generated.example_fn.timeout_s is None
+    read = isolation.InChild(generated.example_fn.example_fn, setup=[decoding_cases.stall_volume_reads])
+    source = ve.VolumeSource(path=path, key="stalled.nii.gz", features={"label": 0, "path": "stalled.nii.gz",
+                                                                          "subject": ""}, origin="labels.csv:2")
+    began = time.monotonic()
+    (skip,) = list(example_io.run_example_fn(read, (source.key, source), "train"))
+    took = time.monotonic() - began
+    pid, scratch = open(path + ".pid").read().split()
+    assert skip.reason.startswith(f"DecoderTimeout: {path}: the decoder gave no answer within 1.5 s"), skip.reason
+    assert isolation.TIMEOUT_ENV in skip.reason and 1.5 <= took < 60, took
+    assert _gone(int(pid)) and not os.path.exists(scratch)  # killed, its scratch folder gone
+    os.remove(path + ".fifo")
+    ((key, example),) = list(example_io.run_example_fn(read, (source.key, source), "train"))
+    assert key == "stalled.nii.gz" and example["volume"].shape == (32, 32, 32) and example["mask"].sum() == 8 * 9 * 10
