@@ -190,11 +190,11 @@ def _call(url: str, fn: Callable[[], T], *, what: str, retries: int = RETRIES) -
             if is_transient(e) and attempt < attempts:
                 wait = BACKOFF_S * 2 ** (attempt - 1)
                 logger.warning("%s: %s failed (%s), attempt %d of %d; retrying in %.1f s",
-                               url, what, _describe(e), attempt, attempts, wait)
+                               redact.url(url), what, _describe(e), attempt, attempts, wait)
                 time.sleep(wait)
                 continue
             tries = f" after {attempt} attempts" if attempt > 1 else ""
-            raise RemoteReadError(f"{url}: {what} failed{tries} ({_describe(e)})") from None
+            raise RemoteReadError(f"{redact.url(url)}: {what} failed{tries} ({_describe(e)})") from None
     raise AssertionError("unreachable")
 
 
@@ -254,6 +254,22 @@ def read_ranges(url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
     fs, p = _fs(url)
     starts, ends = [int(a) for a, _ in ranges], [int(b) for _, b in ranges]
     return _call(url, lambda: fs.cat_ranges([p] * len(ranges), starts, ends, on_error="raise"), what=f"read {len(ranges)} byte ranges")
+
+
+def read_many(spans: list[tuple[str, int, int]]) -> list[bytes]:
+    """Bytes `[start, end)` of each `(url, start, end)`, all fetched at once (one ranged GET each, concurrently).
+
+    The URLs share one file system (one split's shards); a batch's records spread over many shards are then
+    fetched together instead of shard after shard.
+    """
+    if not spans:
+        return []
+    fs, _ = _fs(spans[0][0])
+    paths = [_fs(url)[1] for url, _, _ in spans]
+    starts, ends = [int(a) for _, a, _ in spans], [int(b) for _, _, b in spans]
+    where = spans[0][0] if len({url for url, _, _ in spans}) == 1 else spans[0][0].rsplit("/", 1)[0] + "/"
+    return _call(where, lambda: fs.cat_ranges(paths, starts, ends, on_error="raise"),
+                 what=f"read {len(spans)} byte ranges")
 
 
 def write_bytes(url: str, data: bytes, *, exclusive: bool = False) -> None:

@@ -137,14 +137,28 @@ class _RangeFile:
     def seek(self, pos: int) -> None:
         self.pos = pos
 
+    def close(self) -> None:
+        pass
+
     def read(self, n: int) -> bytes:
         data = store.read_range(self.url, self.pos, self.pos + n)
         self.pos += len(data)
         return data
 
 
-def _index_path(remote: Remote, name: str) -> str:
-    return os.path.join(remote.local, ".index", f"{name}.{remote.entries[name].get('sha256', 'nosha')[:16]}.npz")
+def _index_path(remote: Remote, name: str, kind: str = "") -> str:
+    return os.path.join(remote.local, ".index", f"{name}.{remote.entries[name].get('sha256', 'nosha')[:16]}{kind}.npz")
+
+
+def saved_index_path(remote: Remote, name: str, kind: str) -> str:
+    """Where an index of kind `kind` of one shard is kept beside the metadata (keyed by the shard's SHA-256)."""
+    return _index_path(remote, name, "." + kind)
+
+
+def reader(remote: Remote, name: str, window: int = INDEX_WINDOW):
+    """A `tfrecord.Window` over one shard: the cached file when the cache holds it, else ranged GETs of `window`."""
+    f = open(os.path.join(remote.local, name), "rb", buffering=0) if _cached(remote, name) else _RangeFile(remote.url_of(name))
+    return Window(f, window)
 
 
 def index(remote: Remote, name: str) -> FileIndex:

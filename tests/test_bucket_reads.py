@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import nibabel as nib
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -29,6 +30,7 @@ from vidvol.core import dataset_copy, store
 from vidvol.readers import bucket
 from vidvol.testing import samples
 from fault_proxy import FaultProxy
+from in_process_build import build as in_process_build
 from services import SeaweedS3
 
 pytestmark = pytest.mark.slow
@@ -101,8 +103,57 @@ def test_load_streams_records_by_byte_range_with_the_local_batches(world, env, t
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline)
         _assert_equal(_batches(local, seed=4, input_context=context), _batches(remote, seed=4, input_context=context))
     assert _shards_in(tmp_path / "cache") == []
-    indexes = list((tmp_path / "cache").rglob(".index/*.npz"))
+    indexes = [p for p in (tmp_path / "cache").rglob(".index/*.npz") if ".volume-" not in p.name]
     assert len(indexes) == 3 + len(_shard_sizes(root, "test"))
+
+
+@pytest.fixture(scope="module")
+def int16_world(world, tmp_path_factory):
+    """root: MRI scans of whole int16 values (slope 1, as scanners write them: volumes stored int16, read by the
+    direct volume reads), built locally into root/local and pushed to s3://BUCKET/i16."""
+    from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+
+    server, _ = world
+    root = tmp_path_factory.mktemp("bucket-int16")
+    rng = np.random.default_rng(3)
+    os.makedirs(root / "mri" / "volumes")
+    rows = ["path,label,subject"]
+    for i in range(6):
+        data = rng.integers(-300, 2500, size=(34, 33, 35)).astype(np.int16)
+        image = nib.Nifti1Image(data, np.diag([1.0, 1.0, 1.2, 1.0]))
+        image.set_data_dtype(np.int16)
+        nib.save(image, str(root / "mri" / "volumes" / f"sub-{i}.nii.gz"))
+        rows.append(f"volumes/sub-{i}.nii.gz,{i % 2},sub-{i}")
+    (root / "mri" / "labels.csv").write_text("\n".join(rows) + "\n")
+    in_process_build(mri.Builder, "small_32", root / "mri", root / "local", num_shards=2)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in server.env().items():
+            mp.setenv(key, value)
+        dataset_copy.push(str(root / "local" / VERSION), f"s3://{BUCKET}/i16/{VERSION}")
+    return root
+
+
+def test_int16_volumes_go_from_ranged_gets_or_the_cache_straight_into_the_batch(int16_world, env, tmp_path, caplog):
+    """Volumes stored int16 are read from the bucket by the direct volume reads (a ranged GET of each volume's
+    bytes, or the cached shard): float32 and int16 batches equal the local ones; a flipped byte is caught."""
+    local, remote = str(int16_world / "local"), f"s3://{BUCKET}/i16"
+    int16 = vidvol.ReadSpec(output=vidvol.Output(dtype="int16"))
+    with caplog.at_level(logging.INFO, logger="vidvol"):
+        for kwargs in ({"seed": 1}, {"training": False, "spec": int16}):
+            _assert_equal(_batches(local, **kwargs), _batches(remote, **kwargs))
+            _assert_equal(_batches(local, **kwargs), _batches(remote, tuning=vidvol.Tuning(cache_limit="1GB"), **kwargs))
+    assert "direct volume reads" in caplog.text and "reading whole records" not in caplog.text
+    assert list((tmp_path / "cache").rglob(".index/*.volume-volume.npz"))  # each shard walked once, then kept
+
+    # One byte of a volume flipped in a copy of the dataset: the first (whole-frame) read fails its CRC32C.
+    version = int16_world / "local" / VERSION
+    shard = sorted(p.name for p in version.glob("*train.tfrecord-*"))[0]
+    data = bytearray((version / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    dataset_copy.push(str(version), f"s3://{BUCKET}/bad16/{VERSION}")
+    store.write_bytes(f"s3://{BUCKET}/bad16/{VERSION}/{shard}", bytes(data))
+    with pytest.raises(Exception, match=rf"(?s)bad16/.*{shard}.*(CRC32C|corrupted)"):
+        _batches(f"s3://{BUCKET}/bad16", training=False)
 
 
 def test_a_checkpoint_moves_between_bucket_and_local_reads(world, env, tmp_path):

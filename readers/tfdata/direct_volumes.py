@@ -20,7 +20,10 @@ import tensorflow_datasets as tfds
 
 from vidvol.core import artifacts
 from vidvol.core import protowire
+from vidvol.core import redact
+from vidvol.core import store
 from vidvol.readers import augment_volume
+from vidvol.readers import bucket
 from vidvol.readers import host_calls
 from vidvol.core import tfrecord
 from vidvol.core.tfrecord import FOOTER as _FOOTER, HEADER as _HEADER, crc32c_extend, masked as _mask
@@ -78,11 +81,48 @@ def _int64_value(entry: bytes, at: int) -> int:
 
 
 _indexes = tfrecord.FileCache()
+_bucket_indexes: dict[tuple[str, str, str], ShardIndex] = {}  # (shard URL, SHA-256, volume) -> its index
+_bucket_lock = threading.Lock()
 
 
 def cached_index(path: str, volume: str) -> ShardIndex:
     """`index_shard`, remembered while the file keeps its size, mtime and inode (each `load` of a split reuses it)."""
     return _indexes.get(path, index_shard, volume)
+
+
+def bucket_index(path: str, volume: str) -> ShardIndex:
+    """`index_shard` of a bucket shard (`readers.bucket`): walked once by small ranged GETs (or in the shard
+    cache), then kept beside the dataset's metadata, keyed by the shard's SHA-256."""
+    remote, name = bucket.shard_of_url(path)
+    key = (path, remote.entries[name].get("sha256", ""), volume)
+    with _bucket_lock:
+        if key in _bucket_indexes:  # kept in the process too: records checked once stay checked
+            return _bucket_indexes[key]
+    saved = bucket.saved_index_path(remote, name, f"volume-{volume.replace('/', '_')}")
+    try:
+        with np.load(saved) as z:
+            small = [bytes(b) for b in np.split(z["small"], np.cumsum(z["small_len"])[:-1])] if len(z["small_len"]) else []
+            index = ShardIndex(path, small, z["starts"], z["lengths"], z["data_at"], z["data_len"], z["int16"])
+    except (OSError, KeyError, ValueError):
+        index = _walk_bucket_shard(remote, name, path, volume, saved)
+    with _bucket_lock:
+        return _bucket_indexes.setdefault(key, index)
+
+
+def _walk_bucket_shard(remote: bucket.Remote, name: str, path: str, volume: str, saved: str) -> ShardIndex:
+    win = bucket.reader(remote, name, _WINDOW * 4)
+    try:
+        size = int(remote.entries[name].get("num_bytes") or store.size(path))
+        index = walk_examples(path, win, size, volume)
+    finally:
+        win.f.close()
+    os.makedirs(os.path.dirname(saved), exist_ok=True)
+    tmp = f"{saved}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, small=np.frombuffer(b"".join(index.small), np.uint8),
+             small_len=np.asarray([len(b) for b in index.small], np.int64), starts=index.starts, lengths=index.lengths,
+             data_at=index.data_at, data_len=index.data_len, int16=index.int16)
+    os.replace(tmp, saved)
+    return index
 
 
 def index_shard(path: str, volume: str) -> ShardIndex:
@@ -102,58 +142,61 @@ def index_shard(path: str, volume: str) -> ShardIndex:
     Raises:
       IndexError_: the records or their examples do not walk (then whole records are read).
     """
+    with open(path, "rb") as f:
+        return walk_examples(path, tfrecord.Window(f, _WINDOW), os.fstat(f.fileno()).st_size, volume)
+
+
+def walk_examples(path: str, win: tfrecord.Window, size: int, volume: str) -> ShardIndex:
+    """`index_shard` over any `tfrecord.Window` of a file of `size` bytes (a local file, or a bucket shard's GETs)."""
     target, flag_key = f"{volume}/data".encode(), f"{volume}/int16".encode()
     small, starts, lengths, data_at, data_len, int16 = [], [], [], [], [], []
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        win = tfrecord.Window(f, _WINDOW)
-        try:
-            for pos, length in tfrecord.walk(win, size):  # lazily: the body reads share the window
-                d0 = pos + _HEADER
-                head = win.get(d0, 12)
-                if not head or head[0] != 0x0A:
-                    raise IndexError_(f"record at byte {pos} is not a tf.train.Example")
-                flen, p = _varint(head, 1)
-                p, end = d0 + p, d0 + length
-                if p + flen != end:
-                    raise IndexError_(f"record at byte {pos}: unexpected Example layout")
-                kept, found, flag = [], None, None
-                while p < end:
-                    entry_head = win.get(p, 16 + len(target))
-                    if entry_head[0] != 0x0A:
-                        raise IndexError_(f"record at byte {pos}: unexpected Features layout")
-                    elen, q = _varint(entry_head, 1)
-                    entry_end = p + q + elen
-                    eh = win.get(p + q, min(elen, 32 + len(target)))
-                    if eh[:1] != b"\x0a":
-                        raise IndexError_(f"record at byte {pos}: feature entry without a leading key")
-                    klen, k = _varint(eh, 1)
-                    if eh[k:k + klen] == target:
-                        at, value = k + klen, None
-                        for tag in (0x12, 0x0A, 0x0A):  # Feature value -> bytes_list -> first bytes value
-                            if eh[at:at + 1] != bytes([tag]):
-                                raise IndexError_(f"record at byte {pos}: {volume} data is not a single bytes value")
-                            value, at = _varint(eh, at + 1)
-                        found = (p + q + at - d0, value)
-                        if p + q + at + value > entry_end:
-                            raise IndexError_(f"record at byte {pos}: {volume} data runs past its entry")
-                    else:
-                        entry = win.get(p, entry_end - p)
-                        kept.append(entry)
-                        if eh[k:k + klen] == flag_key:
-                            flag = _int64_value(entry, q + k + klen)
-                    p = entry_end
-                if found is None or flag is None:
-                    raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
-                body = b"".join(kept)
-                small.append(b"\x0a" + protowire.encode_varint(len(body)) + body)
-                starts.append(pos)
-                lengths.append(length)
-                data_at.append(found[0])
-                data_len.append(found[1])
-                int16.append(flag == 1)
-        except tfrecord.FrameError as e:
-            raise IndexError_(str(e)) from None
+    try:
+        for pos, length in tfrecord.walk(win, size):  # lazily: the body reads share the window
+            d0 = pos + _HEADER
+            head = win.get(d0, 12)
+            if not head or head[0] != 0x0A:
+                raise IndexError_(f"record at byte {pos} is not a tf.train.Example")
+            flen, p = _varint(head, 1)
+            p, end = d0 + p, d0 + length
+            if p + flen != end:
+                raise IndexError_(f"record at byte {pos}: unexpected Example layout")
+            kept, found, flag = [], None, None
+            while p < end:
+                entry_head = win.get(p, 16 + len(target))
+                if entry_head[0] != 0x0A:
+                    raise IndexError_(f"record at byte {pos}: unexpected Features layout")
+                elen, q = _varint(entry_head, 1)
+                entry_end = p + q + elen
+                eh = win.get(p + q, min(elen, 32 + len(target)))
+                if eh[:1] != b"\x0a":
+                    raise IndexError_(f"record at byte {pos}: feature entry without a leading key")
+                klen, k = _varint(eh, 1)
+                if eh[k:k + klen] == target:
+                    at, value = k + klen, None
+                    for tag in (0x12, 0x0A, 0x0A):  # Feature value -> bytes_list -> first bytes value
+                        if eh[at:at + 1] != bytes([tag]):
+                            raise IndexError_(f"record at byte {pos}: {volume} data is not a single bytes value")
+                        value, at = _varint(eh, at + 1)
+                    found = (p + q + at - d0, value)
+                    if p + q + at + value > entry_end:
+                        raise IndexError_(f"record at byte {pos}: {volume} data runs past its entry")
+                else:
+                    entry = win.get(p, entry_end - p)
+                    kept.append(entry)
+                    if eh[k:k + klen] == flag_key:
+                        flag = _int64_value(entry, q + k + klen)
+                p = entry_end
+            if found is None or flag is None:
+                raise IndexError_(f"record at byte {pos} has no {volume!r} data and int16 flag")
+            body = b"".join(kept)
+            small.append(b"\x0a" + protowire.encode_varint(len(body)) + body)
+            starts.append(pos)
+            lengths.append(length)
+            data_at.append(found[0])
+            data_len.append(found[1])
+            int16.append(flag == 1)
+    except tfrecord.FrameError as e:
+        raise IndexError_(str(e)) from None
     as_array = lambda v: np.asarray(v, np.int64)
     return ShardIndex(path, small, as_array(starts), as_array(lengths), as_array(data_at), as_array(data_len),
                       np.asarray(int16, bool))
@@ -172,8 +215,16 @@ class VolumeReads(host_calls.HostCall):
 
     chunk_bytes = 1 << 19  # read and converted at a time in float32 mode: fits a core's L2 cache
 
-    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, result: str = "int16"):
+    def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, result: str = "int16",
+                 cache_limit: int | None = None):
         self.indexes, self.shape, self.verify = list(indexes), tuple(int(d) for d in shape), verify
+        # Bucket shards (`readers.bucket`): read from the shard cache (`cache_limit` bytes), else by ranged GETs.
+        self.remote = {k: bucket.shard_of_url(index.path) for k, index in enumerate(self.indexes)
+                       if not tfrecord.is_local(index.path)}
+        self.cache_limit = cache_limit
+        if cache_limit is not None:
+            for remote, name in self.remote.values():
+                bucket.check_fits(remote, name, cache_limit)  # at load(), not at the first batch
         self.count = int(np.prod(self.shape))
         self.nbytes = self.count * 2
         self.out = np.dtype("<i2")
@@ -198,26 +249,65 @@ class VolumeReads(host_calls.HostCall):
         batch = len(files)
         out = host_calls.pool.take(batch * self.count * self.result.itemsize).view(self.result)
         out = out.reshape((batch,) + self.shape)
-        if self.result == self.out:
-            read = sum(self._read_one(out[i], int(files[i]), int(rows[i])) for i in range(batch))
-        else:
-            read = sum(self._read_converted(out[i], int(files[i]), int(rows[i])) for i in range(batch))
-        self._count(read)
+        if self.remote and self.cache_limit is None:
+            self._count(self._fetch(out, files, rows))
+            return out
+        paths = {}
+        for f in {int(f) for f in files}:
+            found = self.remote.get(f)
+            paths[f] = self.indexes[f].path if found is None else bucket.ensure_cached(*found, self.cache_limit)
+        one = self._read_one if self.result == self.out else self._read_converted
+        self._count(sum(one(out[i], int(files[i]), int(rows[i]), paths[int(files[i])]) for i in range(batch)))
         return out
 
-    def _read_converted(self, target: np.ndarray, file: int, row: int) -> int:
+    def _fetch(self, out: np.ndarray, files: np.ndarray, rows: np.ndarray) -> int:
+        """The batch's volumes from bucket shards: one ranged GET each, all at once (bytes read).
+
+        A record's first read in the process fetches its whole frame, whose length and CRC32C are
+        checked; later reads fetch just the volume's bytes, converted from the response into `out`.
+        """
+        spans, wholes = [], []
+        for f, r in zip(files, rows):
+            index, row = self.indexes[int(f)], int(r)
+            start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+            whole = not index.verified[row]
+            first = start if whole else start + _HEADER + at
+            spans.append((index.path, first, start + _HEADER + length + _FOOTER if whole else first + self.nbytes))
+            wholes.append(whole)
+        read = 0
+        for i, (data, whole, (f, r)) in enumerate(zip(store.read_many(spans), wholes, zip(files, rows))):
+            index, row = self.indexes[int(f)], int(r)
+            start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+            where = f"{redact.url(index.path)}: the record at byte {start}"
+            want = _HEADER + length + _FOOTER if whole else self.nbytes
+            if len(data) != want:
+                raise ValueError(f"{where} could not be read whole ({len(data)} of {want} bytes): the shard changed "
+                                 f"since it was indexed. {self.verify}")
+            view = memoryview(data)
+            if whole:
+                if int.from_bytes(view[:8], "little") != length or _mask(crc32c_extend(
+                        0, view[_HEADER:_HEADER + length])) != int.from_bytes(view[-_FOOTER:], "little"):
+                    raise ValueError(f"{where} is corrupted (its length or CRC32C does not match). {self.verify}")
+                index.verified[row] = True
+                view = view[_HEADER + at:_HEADER + at + self.nbytes]
+            np.copyto(out[i].reshape(-1), np.frombuffer(view, self.out), casting="unsafe")
+            read += len(data)
+        return read
+
+    def _read_converted(self, target: np.ndarray, file: int, row: int, path: str | None = None) -> int:
         """One volume into a float32 `target`, a cache-sized chunk at a time (bytes read)."""
         index = self.indexes[file]
+        path = path or index.path
         if not index.verified[row]:  # the first read in this process: the whole record, its CRC32C checked
             whole = self._scratch_of((0,) + self.shape)
-            read = self._read_one(whole, file, row)
+            read = self._read_one(whole, file, row, path)
             np.copyto(target, whole, casting="unsafe")
             return read
         step = self.chunk_bytes // 2
         scratch = self._scratch_of((1, step))
         view, flat = memoryview(scratch).cast("B"), target.reshape(-1)
         base = int(index.starts[row]) + _HEADER + int(index.data_at[row])
-        fd = os.open(index.path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
         try:
             for at in range(0, self.count, step):
                 n = min(step, self.count - at)
@@ -231,13 +321,16 @@ class VolumeReads(host_calls.HostCall):
             os.close(fd)
         return self.nbytes
 
-    def _read_one(self, target: np.ndarray, file: int, row: int) -> int:
-        """One volume into `target` (bytes read); the record's length and CRC32C checked on its first read."""
+    def _read_one(self, target: np.ndarray, file: int, row: int, path: str | None = None) -> int:
+        """One volume into `target` (bytes read); the record's length and CRC32C checked on its first read.
+
+        `path`: where the shard's bytes are (a bucket shard's cached copy), else its index's path.
+        """
         index = self.indexes[file]
         start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
         check = not index.verified[row]
         view = memoryview(target.reshape(-1)).cast("B")
-        fd = os.open(index.path, os.O_RDONLY)
+        fd = os.open(path or index.path, os.O_RDONLY)
         try:
             if check:
                 header, before, after = bytearray(_HEADER), bytearray(at), bytearray(length - at - self.nbytes + _FOOTER)
@@ -364,14 +457,17 @@ def _volume(builder: tfds.core.DatasetBuilder, names: Sequence[str]) -> str | No
     return volumes[0] if len(volumes) == 1 else None
 
 
-def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords, names: Sequence[str]
-                ) -> tuple[str, list[ShardIndex]] | None:
+def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords, names: Sequence[str],
+                *, buckets: bool = True) -> tuple[str, list[ShardIndex]] | None:
     """(volume feature, index of every shard file of the split) when direct reads apply, else None (logged).
 
     Integrity: the first time a record is read in a process its whole record is read and its length
     and CRC32C checked, as TensorFlow's reader does on every read (a mismatch names the file and the
     `verify` command); later epochs read only the volume bytes (the index is kept while the file's
-    size, mtime and inode stay the same: `cached_index`). Anything else (remote files, float32-stored
+    size, mtime and inode stay the same: `cached_index`). Shards of a dataset in a bucket (`readers.bucket`,
+    `buckets`) are indexed by small ranged GETs (`bucket_index`, kept by SHA-256), and a batch's volumes
+    fetched as concurrent ranged GETs of just their bytes, or read from the shard cache. Anything else (other
+    remote files, float32-stored
     volumes, videos, variable shapes, per-example parsing, a file whose records do not walk) reads
     whole records (`readers.records`) and parses them with TFDS's specs, which gives the same tensors.
 
@@ -384,13 +480,15 @@ def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords,
       (volume feature name, one `ShardIndex` per shard file), or None where direct reads do not apply.
     """
     volume = _volume(builder, names)
-    if volume is None or not all(tfrecord.is_local(p) for p in source.paths):
+    local = all(tfrecord.is_local(p) for p in source.paths)
+    remote = buckets and all(bucket.shard_of_url(p) is not None for p in source.paths)
+    if volume is None or not (local or remote):
         return None
     indexes = []
     for file in source.files:
         path = file.path
         try:
-            index = cached_index(path, volume)
+            index = cached_index(path, volume) if local else bucket_index(path, volume)
         except (IndexError_, OSError) as e:
             logger.info("%s: direct volume reads off (%s); reading whole records", path, e)
             return None
@@ -444,11 +542,11 @@ class DirectParser:
 
     def __init__(self, builder: tfds.core.DatasetBuilder, source: records.SplitRecords, volume: str,
                  indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None,
-                 augment: augment_volume.VolumePlan | None = None):
+                 augment: augment_volume.VolumePlan | None = None, cache_limit: int | None = None):
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
         self.augment = augment
-        self.reads = (VolumeReads(indexes, shape, verify_hint(builder), dtype) if augment is None
+        self.reads = (VolumeReads(indexes, shape, verify_hint(builder), dtype, cache_limit) if augment is None
                       else PatchReads(indexes, shape, verify_hint(builder), augment, dtype))
         self.small = [index.small[int(row)] for index, row in
                       zip((indexes[f] for f in source.file_of), source.row_of)]  # storage order

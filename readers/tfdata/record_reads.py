@@ -53,22 +53,30 @@ class RecordReads(host_calls.HostCall):
                 wanted.setdefault(file, []).append(k)
             else:
                 out[k] = self.record(int(i))
+        fetched: list[tuple[int, int, tuple[int, int, bool]]] = []  # (file, k, span) of the ranged GETs
         for file, ks in wanted.items():
             spans = [self._span(file, int(self.source.row_of[int(flat[k])])) for k in ks]
+            if self.cache_limit is None:
+                fetched += [(file, k, span) for k, span in zip(ks, spans)]
+                continue
             remote, name = self._buckets[file]
-            if self.cache_limit is not None:
-                path = bucket.ensure_cached(remote, name, self.cache_limit)
-                fd = os.open(path, os.O_RDONLY)  # opened per batch: an evicted shard's space is freed at once
-                try:
-                    chunks = [os.pread(fd, n, start) for start, n, _ in spans]
-                finally:
-                    os.close(fd)
-            else:
-                chunks = store.read_ranges(self.source.files[file].path, [(start, start + n) for start, n, _ in spans])
-            for k, (start, n, whole), data in zip(ks, spans, chunks):
-                row = int(self.source.row_of[int(flat[k])])
-                out[k] = self._checked(file, row, data) if whole else self._data(file, start, n, data)
+            path = bucket.ensure_cached(remote, name, self.cache_limit)
+            fd = os.open(path, os.O_RDONLY)  # opened per batch: an evicted shard's space is freed at once
+            try:
+                chunks = [os.pread(fd, n, start) for start, n, _ in spans]
+            finally:
+                os.close(fd)
+            for k, span, data in zip(ks, spans, chunks):
+                out[k] = self._finish(file, int(self.source.row_of[int(flat[k])]), span, data)
+        # Every shard's records of the batch at once: a shuffled batch spreads over many shards.
+        chunks = store.read_many([(self.source.files[file].path, start, start + n) for file, _, (start, n, _) in fetched])
+        for (file, k, span), data in zip(fetched, chunks):
+            out[k] = self._finish(file, int(self.source.row_of[int(flat[k])]), span, data)
         return out
+
+    def _finish(self, file: int, row: int, span: tuple[int, int, bool], data: bytes) -> bytes:
+        start, n, whole = span
+        return self._checked(file, row, data) if whole else self._data(file, start, n, data)
 
     def _span(self, file: int, row: int) -> tuple[int, int, bool]:
         """(offset, bytes, whole frame?) of one record's read: just its data once its frame was checked."""

@@ -51,13 +51,15 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
     Python call (`record_reads.RecordReads`), parsed per batch by `BatchParser` when the plan has one.
     """
     names, decoders = plan.read.names, plan.read.feature_decoders
-    direct = direct_volumes.plan_direct(builder, source, names) if plan.direct_reads else None
+    # Bucket shards read directly only whole (patches read rows from a local file: whole records there).
+    direct = (direct_volumes.plan_direct(builder, source, names, buckets=plan.augment is None)
+              if plan.direct_reads else None)
     if direct is not None:
         volume, indexes = direct
         others = [n for n in names if n != volume]
         small = BatchParser.for_features(builder.info.features, others, (), decoders) if others else None
         parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
-                                             plan.static_batch, plan.augment)
+                                             plan.static_batch, plan.augment, plan.cache_limit)
         return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
     reads = record_reads.RecordReads(source, plan.cache_limit)
     fetch = lambda draw: record_reads.read_records(reads, draw["index"])
