@@ -261,6 +261,19 @@ def verify(data_path: str, *, dataset: str, data_dir: str,
     except Exception as e:  # a damaged dataset_info.json or features.json
         report.problems.append(Problem(info_path, f"unreadable: {type(e).__name__}: {first_line(e)}"))
         return report
+    # What it says it is must be what this folder holds (a hand edit, a copy of another config's metadata); a
+    # missing name would fail to make the shards' names (both found by the fuzz lane, tests/test_fuzz.py).
+    said = f"{info.name}/{info.config_name}" if info.config_name else str(info.name)
+    folder_version = os.path.basename(data_path.rstrip("/"))
+    if said != dataset or str(info.version) != folder_version:
+        report.problems.append(Problem(info_path, f"describes {said} {info.version}, but this folder holds {dataset} "
+                                                  f"{folder_version} (dataset_info.json was edited or copied here)"))
+        return report
+    try:
+        shard_names = {name: list(split.filenames) for name, split in info.splits.items()}
+    except (ValueError, KeyError, TypeError) as e:
+        report.problems.append(Problem(info_path, f"its splits name no shard files: {first_line(e)}"))
+        return report
     array_record = info.file_format is tfds.core.FileFormat.ARRAY_RECORD
     if info.file_format not in (None, tfds.core.FileFormat.TFRECORD) and not array_record:
         report.notes.append(f"{info.file_format} shards: only their checksums and sizes are checked")
@@ -271,7 +284,7 @@ def verify(data_path: str, *, dataset: str, data_dir: str,
     parse = _record_parser(info.features)
     listed = set()
     for _, split in sorted(info.splits.items()):
-        for filename, length in zip(split.filenames, split.shard_lengths):
+        for filename, length in zip(shard_names[split.name], split.shard_lengths):
             listed.add(filename)
             report.files += 1
             entry = recorded.get(filename)
@@ -286,6 +299,10 @@ def verify(data_path: str, *, dataset: str, data_dir: str,
             if problem is not None and problem.file != shown:
                 problem.file = shown
             report.records += records
+            if problem is None and entry is not None and entry.get("split") != split.name:
+                # The two files disagree on which split the shard holds (found by the fuzz lane, tests/test_fuzz.py).
+                problem = Problem(shown, f"{artifacts.SHARDS_NAME} files it under split {entry.get('split')!r}, "
+                                         f"dataset_info.json under {split.name!r}")
             if problem is not None:
                 report.problems.append(problem)
     for name in sorted(set(recorded) - listed):

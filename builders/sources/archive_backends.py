@@ -11,6 +11,7 @@ import contextlib
 import functools
 import re
 import shutil
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -104,6 +105,10 @@ def _open_rar(path: str) -> rarfile.RarFile:
                              f"({e})", need="tool") from e
     except rarfile.Error as e:
         raise BackendFailed(f"not a readable RAR archive ({type(e).__name__}: {e})") from e
+    except (ValueError, OverflowError, IndexError, KeyError, TypeError, struct.error) as e:
+        # rarfile's header parser lets these out on damaged headers (e.g. a RAR5 time field past a second's
+        # nanoseconds: "microsecond must be in 0..999999"; found by the fuzz lane, tests/test_fuzz.py)
+        raise BackendFailed(f"not a readable RAR archive: damaged headers ({type(e).__name__}: {e})") from e
 
 
 def _checked_infos(archive: str, rf: rarfile.RarFile) -> list[rarfile.RarInfo]:

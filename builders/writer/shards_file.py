@@ -125,7 +125,8 @@ def shards_doc_problems(doc: Any) -> list[str]:
             name = entry.get("file") if isinstance(entry, dict) else None
             if isinstance(name, str) and name in names:
                 out.append(f"shards[{i}]: {name} is listed twice")
-            names.add(name)
+            if isinstance(name, str):  # a `file` that is an array or object is reported above (and is unhashable)
+                names.add(name)
     return out
 
 

@@ -100,6 +100,40 @@ class Resumable(grain.MapDataset):
         return "vidvol.grain_dataset"
 
 
+_MALFORMED = "vidvol.grain_dataset: this iterator state is malformed"
+_MALFORMED_FIX = ("restore a state that `it.get_state()` returned, unchanged, or start a new pass without one "
+                  "(docs/reading.md, section Stopping and resuming)")
+
+
+def _check_state(state: Any) -> None:
+    """ValueError saying what is wrong with a state that `get_state` cannot have returned (found by the fuzz lane)."""
+    def whole(value: Any, least: int = 0) -> bool:
+        return type(value) is int and value >= least
+
+    if not isinstance(state, dict):
+        raise ValueError(f"{_MALFORMED}: it is a {type(state).__name__}, expected a dict; {_MALFORMED_FIX}")
+    problems = [f"no `{key}`" for key in ("iterator", "seed", "data") if key not in state]
+    if "data" in state and not isinstance(state["data"], str):
+        problems.append(f"`data` is {state['data']!r}, expected a string")
+    if "iterator" in state and not isinstance(state["iterator"], dict):
+        problems.append(f"`iterator` is {type(state['iterator']).__name__}, expected a dict")
+    elif "next_index" in state.get("iterator", {}) and not whole(state["iterator"]["next_index"]):
+        # Grain takes any number here and fails only at the next batch (a float, NaN): refused at the restore.
+        problems.append(f"`iterator.next_index` is {state['iterator']['next_index']!r}, expected a whole number >= 0")
+    if "seed" in state and not (type(state["seed"]) is int and -(2**63) <= state["seed"] < 2**63):
+        problems.append(f"`seed` is {state['seed']!r}, expected a whole number of 64 bits")
+    for key, least in (("shards", 1), ("global_batch", 1), ("epoch", 0), ("frontier", 0)):
+        if key in state and not whole(state[key], least):
+            problems.append(f"`{key}` is {state[key]!r}, expected a whole number >= {least}")
+    start = state.get("start", [0, 0])
+    if not (isinstance(start, (list, tuple)) and len(start) == 2 and all(whole(v) for v in start)):
+        problems.append(f"`start` is {start!r}, expected [epoch, frontier]")
+    if ("epoch" in state) != ("frontier" in state):
+        problems.append("`epoch` and `frontier` come together")
+    if problems:
+        raise ValueError(f"{_MALFORMED}: {'; '.join(problems)}; {_MALFORMED_FIX}")
+
+
 class _SeededIterDataset(grain.IterDataset):
     def __init__(self, parent: grain.IterDataset, owner: Resumable, how: tuple):
         super().__init__(parent)
@@ -144,6 +178,7 @@ class _SeededIterator(grain.DatasetIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         chain = self.owner.chain
+        _check_state(state)
         if state["data"] != self.owner.data:
             raise refusal(state["data"], self.owner.data)
         if state.get("global_batch", chain.global_batch) != chain.global_batch:
@@ -171,7 +206,11 @@ class _SeededIterator(grain.DatasetIterator):
             source.set_slice(*sliced)
         parent = source.__iter__()
         if not moved:
-            parent.set_state(state["iterator"])
+            try:
+                parent.set_state(state["iterator"])
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+                raise ValueError(f"{_MALFORMED}: Grain refused its `iterator` part ({type(e).__name__}: {e}); "
+                                 f"{_MALFORMED_FIX}") from None
         self._parents, self.owner = (parent,), owner  # what Grain's constructor does, for the new parent tree
         to_visit = [parent]
         while to_visit:
