@@ -17,11 +17,14 @@ up to 30 % between runs here). A job over MRI volumes names its shards in `volum
 instead: its limit is the stored int16 bytes read from the page cache and converted to a float32
 volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` /
 `mask_dtype` choose the loader's mode, `augment` its volume augmentation (`vidvol.VolumeAugment` fields).
+A JPEG job with `float_ceiling` is also paired with the float32 ceiling (`baselines.float32_decode_rate`:
+the decode loop plus each frame written as float32 / 255 into a ring of a batch's frames).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import statistics
@@ -67,6 +70,7 @@ class ReadJob:
     volume_limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored volumes set the limit
     seed: int | None = None  # loader: vidvol.load(seed=...)
     augment: dict[str, Any] | None = None  # loader: ReadSpec(augment=vidvol.VolumeAugment(**augment))
+    float_ceiling: bool = False  # JPEG jobs: also pair each run with the float32 ceiling (`baselines.float32_decode_rate`)
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -145,13 +149,21 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         runs, limits = [], []
         rate_fn = baselines.volume_rate if job.volume_limit_files else baselines.decode_rate
 
-        def limit() -> dict[str, float]:  # every core at once, half a run's time
-            return baselines.on_every_core(rate_fn, frames, cores, min_seconds=job.min_seconds / 2)
+        def limit(fn=rate_fn) -> dict[str, float]:  # every core at once, half a run's time
+            return baselines.on_every_core(fn, frames, cores, min_seconds=job.min_seconds / 2)
 
+        ring = job.batch_size * job.frames_per_example
+        ceiling_fn = functools.partial(baselines.float32_decode_rate, ring_frames=ring)
+        with_ceiling = job.float_ceiling and job.limit_files and not job.volume_limit_files
+        ceilings = []
         for _ in range(job.runs):
             before = limit() if frames is not None else None
+            ceiling_before = limit(ceiling_fn) if with_ceiling else None
             runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores))
+            if ceiling_before is not None:
+                after = limit(ceiling_fn)
+                ceilings.append({k: (ceiling_before[k] + after[k]) / 2 for k in ceiling_before})
             if before is not None:  # the run's limit: the mean of the limit timed right before and right after it
                 after = limit()
                 limits.append({k: (before[k] + after[k]) / 2 for k in before})
@@ -167,6 +179,8 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         "peak_rss_mib": round(max(monitor.total_peak, rss_before) / MIB, 1),
         "hwm_rss_mib": round(measure.peak_rss_mib(), 1),  # cross-check: VmHWM (ru_maxrss would carry run.py's peak)
         **(paired_limit(runs, limits, frames, job.frames_per_example, cores) if frames is not None else {}),
+        **({"ceiling": {**paired_limit(runs, ceilings, frames, job.frames_per_example, cores)["limit"],
+                        "kind": f"JPEG decode + float32 / 255 into a ring of {ring} frames"}} if ceilings else {}),
         **({"output_dtype": job.output_dtype, "mask_dtype": job.mask_dtype}
            if (job.output_dtype, job.mask_dtype) != ("float32", "float32") else {}),
         **({"augment": job.augment} if job.augment else {}),
