@@ -218,6 +218,9 @@ while True:
 """
 
 
+_FS_UTF8 = sys.getfilesystemencoding() == "utf-8" and sys.getfilesystemencodeerrors() == "surrogateescape"
+
+
 class _StatChild:
     """A Python child process that stats local paths while this one hashes records (the check uses both cores).
 
@@ -247,11 +250,13 @@ class _StatChild:
                 return
             self.replies.append(out.read(int.from_bytes(head, "little")))
 
-    def submit(self, paths: list[str]) -> None:
+    def submit(self, paths: list[str], data: bytes | None = None) -> None:
+        """Sends `paths` (`data`: their `_encode("\\0".join(paths))`, as the files digest hashed them)."""
         self.sent.append(paths)
         if self.proc is None:
             return
-        data = b"\0".join(map(os.fsencode, paths))
+        if data is None or not _FS_UTF8:
+            data = b"\0".join(map(os.fsencode, paths))
         try:
             if data.count(b"\0") != len(paths) - 1:  # a path holding a NUL: the rest is stat'ed here
                 raise BrokenPipeError
@@ -308,7 +313,8 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _column(values: list, h: Any, out: list[str], arrays: list[Any], firsts: list[str] | None) -> None:
+def _column(values: list, h: Any, out: list[str], arrays: list[Any], firsts: list[str] | None,
+            relative: bool = True) -> None:
     """Hashes a column of like values (one field of every record of a shard) into `h`, collecting paths.
 
     One comprehension or C call per column, not one Python call per value: strings by their lengths
@@ -320,12 +326,22 @@ def _column(values: list, h: Any, out: list[str], arrays: list[Any], firsts: lis
     kind = next(iter(kinds)) if len(kinds) == 1 else None
     h.update(b"%d:" % len(values))
     if kind is str:
+        joined = "\0".join(values)
         h.update(b"s" + array.array("q", map(len, values)).tobytes())
-        h.update(_encode("".join(values)))
-        found = [v for v in values if "/" in v]
-        out.extend(found)
-        if firsts is not None:
-            firsts.extend([v for v in found[:4 * _PROBES] if not _is_absolute(v)][:_PROBES])
+        h.update(_encode(joined))
+        if firsts is not None or relative:
+            found = [v for v in values if "/" in v]
+            out.extend(found if relative else [v for v in found if v[:1] == "/" or "://" in v])
+            if firsts is not None:
+                firsts.extend([v for v in found[:4 * _PROBES] if not _is_absolute(v)][:_PROBES])
+        elif joined.count("\0") == len(values) - 1 and "://" not in joined:  # told by C scans of the column
+            absolute = (joined[:1] == "/") + joined.count("\0/")
+            if absolute == len(values):
+                out.extend(values)  # all absolute paths (the path field)
+            elif absolute:
+                out.extend([v for v in values if v[:1] == "/"])
+        else:  # only absolute paths and URLs count
+            out.extend([v for v in values if v[:1] == "/" or "://" in v])
         return
     if kind is int:
         try:
@@ -342,19 +358,19 @@ def _column(values: list, h: Any, out: list[str], arrays: list[Any], firsts: lis
             keys = next(iter(shapes))
             h.update(b"d" + _encode(repr(keys)))
             for k in keys:
-                _column(list(map(operator.itemgetter(k), values)), h, out, arrays, firsts)
+                _column(list(map(operator.itemgetter(k), values)), h, out, arrays, firsts, relative)
             return
     elif kind is tuple or kind is list:
         if len(set(map(len, values))) == 1:
             h.update(b"t" if kind is tuple else b"l")
             for c in zip(*values):
-                _column(list(c), h, out, arrays, firsts)
+                _column(list(c), h, out, arrays, firsts, relative)
             return
     elif kind is not None and _fields_of(kind):
         names = _fields_of(kind)
         h.update(b"c" + _encode(repr((kind.__module__, kind.__qualname__, names))))
         for n in names:
-            _column(list(map(operator.attrgetter(n), values)), h, out, arrays, firsts)
+            _column(list(map(operator.attrgetter(n), values)), h, out, arrays, firsts, relative)
         return
     elif kind is not None and hasattr(kind, "__array__") and hasattr(kind, "tobytes"):
         h.update(b"a")
@@ -365,24 +381,29 @@ def _column(values: list, h: Any, out: list[str], arrays: list[Any], firsts: lis
         return
     elif kind is not None and issubclass(kind, os.PathLike):
         h.update(b"p" + _encode(repr(kind)))
-        _column([os.fspath(v) for v in values], h, out, arrays, firsts)
+        _column([os.fspath(v) for v in values], h, out, arrays, firsts, relative)
         return
     h.update(b"r" + _encode(repr(values)))  # mixed kinds (None or a path, ...), sets, other objects
     more: list[Any] = []
-    _collect(values, out, more, firsts)
+    found: list[str] = []
+    _collect(values, found, more, firsts)
+    out.extend(found if relative else [v for v in found if v[:1] == "/" or "://" in v])
     for a in more:  # arrays in it (their repr is shortened)
         h.update(_encode(f"{getattr(a, 'dtype', '')}{getattr(a, 'shape', '')}"))
         h.update(a.tobytes())
     arrays.extend(more)
 
 
-def _task_inputs(task: ShardTask, firsts: list[str] | None = None) -> _Inputs:
-    """The ids and paths a shard's sources name, and the digest of its records (by columns, see `_column`)."""
+def _task_inputs(task: ShardTask, firsts: list[str] | None = None, relative: bool = True) -> _Inputs:
+    """The ids and paths a shard's sources name, and the digest of its records (by columns, see `_column`).
+
+    `relative=False` leaves out the relative strings (only absolute paths and URLs are `paths` then).
+    """
     sources = list(task.sources)
     paths: list[str] = []
     arrays: list[Any] = []
     h = hashlib.sha256()
-    _column(sources, h, paths, arrays, firsts)
+    _column(sources, h, paths, arrays, firsts, relative)
     keys = [s[0] for s in sources]
     return _Inputs(keys if set(map(type, keys)) <= {str} else [str(k) for k in keys], paths, h.digest())
 
@@ -465,11 +486,13 @@ def fingerprint(
         pending: list[tuple[Any, Any]] = []  # (files digest, its values' bytes or None: the child's answer, in order)
         with concurrent.futures.ThreadPoolExecutor(_THREADS) as pool:  # bucket and gs:// inputs only
             def shard(task: ShardTask) -> _Inputs:
-                i = _task_inputs(task)
-                ps = list(dict.fromkeys(i.paths if relative else [p for p in i.paths if p[:1] == "/" or "://" in p]))
-                h = hashlib.sha256(_encode("\0".join(ps)))
-                if child is not None and ps and not any("://" in p and p[:7] != "file://" for p in ps):
-                    child.submit(ps)
+                i = _task_inputs(task, relative=relative)
+                ps = list(dict.fromkeys(i.paths))
+                names = _encode("\0".join(ps))
+                h = hashlib.sha256(names)
+                if child is not None and ps and (b"://" not in names or
+                                                 not any("://" in p and p[:7] != "file://" for p in ps)):
+                    child.submit(ps, names)
                     pending.append((h, None))
                 else:
                     pending.append((h, array.array("q", itertools.chain.from_iterable(_stat_all(ps, pool))).tobytes()))

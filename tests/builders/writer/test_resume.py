@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import logging
 import os
@@ -255,3 +256,44 @@ def test_cli_flags_reach_the_build():
     assert args.no_resume and args.hash_inputs
     args, _ = build.parse_args(["toy/c", "--data_dir", "/d"])
     assert not args.no_resume and not args.hash_inputs
+
+
+def test_records_of_one_class_are_hashed_by_columns_and_stat_by_a_child_alike(tmp_path, monkeypatch):
+    """A plan of dataclass records: the stat child (from `_CHILD_MIN` sources) gives the in-process fingerprint,
+    and each change (a field of one record, an mtime, a relative path whose file exists) is seen where it is."""
+    from vidvol.builders.transforms import clips
+
+    def plan_of(records):
+        sources = [(r.key, r) for r in records]
+        return plan.plan_shards("train", sources, 4, lambda i, n: f"/out/s-{i}-of-{n}")
+
+    paths = []
+    for i in range(12):
+        p = tmp_path / f"c{i % 3}" / f"v{i}.avi"
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(bytes([i]) * 10)
+        paths.append(str(p))
+    records = [clips.ClipSource(path=p, key=f"k{i % 3}/v{i}.avi", features={"label": i % 2, "video_id": f"v{i}"},
+                                origin=None if i % 2 else f"a.csv line {i}") for i, p in enumerate(paths)]
+    tasks = plan_of(records)
+    monkeypatch.setattr(resume, "_CHILD_MIN", 10**9)
+    inline = _doc(tasks)
+    monkeypatch.setattr(resume, "_CHILD_MIN", 1)
+    child = _doc(tasks)
+    assert resume.canonical(inline) == resume.canonical(child)
+    relabelled = plan_of([dataclasses.replace(r, features={**r.features, "label": 7}) if r is records[5] else r
+                          for r in records])
+    where = next(t.index for t in tasks if any(s[1] is records[5] for s in t.sources))
+    assert resume.differences(child, _doc(relabelled)) == [
+        f"split train: the inputs' records changed (labels, paths, times; shard {where} of 4)"]
+    st = os.stat(paths[5])
+    os.utime(paths[5], ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    assert resume.differences(child, _doc(tasks)) == [
+        f"split train: input files changed size or modification time (the inputs of shard {where} of 4)"]
+    # Relative paths (a manual_dir given as one) count once the first of their column exist here.
+    monkeypatch.chdir(tmp_path)
+    rel = plan_of([dataclasses.replace(r, path=os.path.relpath(r.path)) for r in records])
+    before = _doc(rel)
+    os.utime(paths[5], ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert resume.differences(before, _doc(rel)) == [
+        f"split train: input files changed size or modification time (the inputs of shard {where} of 4)"]
