@@ -64,7 +64,15 @@ def _at(point: str) -> None:
             time.sleep(1)
     dest = GATE["snapshots"].get(point)
     if dest:
-        shutil.copytree(incomplete_folder(GATE["data_dir"]), dest)
+        local = incomplete_folder(GATE["data_dir"])
+        shutil.copytree(local, dest)
+        target = GATE.get("target")
+        if target is not None:  # a bucket build: its workers' files are under the incomplete prefix in the bucket
+            from vidvol.core import store
+
+            remote = target.remote(local)
+            for obj in store.find(remote):
+                store.copy(obj, f"{GATE['remote_snapshots'][point]}{obj[len(remote):]}")
 
 
 def toy_example(record):
@@ -99,10 +107,22 @@ class ResumeToy(ToyFeatures, dataset_builder.StreamingBeamBuilder, skip_registra
         _at("published")
 
 
-def build(data_dir: str, manual_dir: str, *, resume: bool | None = None, num_shards: int | None = None) -> ResumeToy:
-    """Builds the toy dataset in this process (one in-memory worker); the prepared builder."""
-    GATE["count"], GATE["data_dir"] = 0, data_dir
+def build(data_dir: str, manual_dir: str, *, resume: bool | None = None, num_shards: int | None = None,
+          bucket_url: str | None = None) -> ResumeToy:
+    """Builds the toy dataset in this process (one in-memory worker); the prepared builder.
+
+    `bucket_url`: build into that bucket data_dir as `python -m vidvol build` does (the builder rooted at the
+    local staging folder `data_dir`, the shards written to the bucket, the dataset published there).
+    """
+    from vidvol.builders.writer import bucket
+
+    target = bucket.BucketTarget(bucket_url.rstrip("/"), data_dir) if bucket_url else None
+    GATE["count"], GATE["data_dir"], GATE["target"] = 0, data_dir, target
     builder = ResumeToy(data_dir=data_dir)
+    if target is not None:
+        bucket.clear_staging(os.fspath(builder.data_path))
+        builder = ResumeToy(data_dir=data_dir)
+        builder.bucket = target
     builder.resume = resume
     opts = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
