@@ -43,6 +43,8 @@ Measured, each against its baseline in the same run on the same files (benchmark
     setup.cfg's `bench` extra in a full run; a quick run without it records why they are missing).
   - volume memory (`volume_memory.py`): `tfds build mri_volumes` peak RSS (process tree) against the size a
     .nii.gz source inflates to (64 MiB ... 1.5 GiB), a 1.4 KB header bomb in every build.
+  - fuzz (`fuzz.py`): the fuzz lane's long budget (tests/fuzz_targets.py: NIfTI, video, CSV and split lists,
+    verify's metadata, Grain states, RAR entries): inputs tried, crashes, hangs and peak RSS per target.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ import bucket
 import build_resume
 import build_sections
 import cluster
+import fuzz
 import inputs
 import peers
 import random_access
@@ -210,6 +213,7 @@ SECTIONS: tuple[section.Section, ...] = (
     video_augment.SECTION,  # before peers: its augmented row joins the peers' table
     peers.SECTION,
     volume_memory.SECTION,
+    fuzz.SECTION,
 )
 
 

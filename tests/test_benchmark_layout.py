@@ -127,7 +127,7 @@ def test_registered_sections_implement_the_skeleton():
     headline, *sections = json.loads(proc.stdout)
     assert headline["key"] == "headline" and headline["module"] == "run"
     assert [s["key"] for s in sections] == ["cluster", "random_access", "resume", "build_resume", "bucket", "video_augment", "peers",
-                                                "volume_memory"]
+                                                "volume_memory", "fuzz"]
     keys = [headline["key"]] + [s["key"] for s in sections]
     assert len(set(keys)) == len(keys), f"duplicate section keys: {keys}"
     for s in [headline] + sections:

@@ -125,7 +125,10 @@ def test_quick_run_writes_every_section(quick):
     assert "every read path, batch size and seed" in (out / "RESULTS.md").read_text()
     assert results["inputs"]["hmdb51"]["stored_frame_kib"] > 0 and results["inputs"]["hmdb51"]["decode_frames_per_s_per_core"] > 0
     names = [t["name"] for t in results["targets"]]
-    assert len(names) == 27 and any("augmentation cost" in n for n in names) and all(isinstance(t["pass"], bool) for t in results["targets"])
+    fz = results["fuzz"]  # the fuzz lane's budget: every target, no bad outcome
+    assert len(fz["rows"]) == 11 and all(r["inputs"] == 20 for r in fz["rows"]) and fz["bad"] == 0, fz["targets"]
+    assert "## Fuzzing" in (out / "RESULTS.md").read_text()
+    assert len(names) == 28 and any("augmentation cost" in n for n in names) and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
     assert stdout.count("[bench] PASS") + stdout.count("[bench] MISS") == len(names)
