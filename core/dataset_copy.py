@@ -118,7 +118,7 @@ def push(local: str, url: str, *, overwrite: bool = False) -> int:
     if store.exists(f"{url}/{INFO_NAME}"):
         if not overwrite:
             raise CopyError(f"{redact.url(url)}: a dataset is there already (--overwrite replaces it)")
-        store.remove(f"{url}/{INFO_NAME}")  # first: the old dataset stops being readable
+        unpublish(url)  # first: the old dataset stops being readable
     with open(shards_path) as f:
         doc = json.load(f)
     for entry in doc["shards"]:
@@ -127,13 +127,24 @@ def push(local: str, url: str, *, overwrite: bool = False) -> int:
     for entry in doc["shards"]:
         store.upload(os.path.join(local, entry["file"]), f"{url}/{entry['file']}")
         count += 1
-    shard_names = {e["file"] for e in doc["shards"]}
-    metadata = [n for n in os.listdir(local) if os.path.isfile(os.path.join(local, n)) and n not in shard_names
-                and not n.startswith(".")]
-    for name in sorted(metadata, key=lambda n: n == INFO_NAME):
+    return count + upload_metadata(local, url, skip={e["file"] for e in doc["shards"]})
+
+
+def upload_metadata(local: str, url: str, *, skip: set[str] = frozenset()) -> int:
+    """Uploads the files of the version folder `local` (but `skip` and dot files) to `url`, `dataset_info.json`
+    last: a reader sees the dataset only once everything else is in. Returns the number uploaded."""
+    names = [n for n in os.listdir(local) if os.path.isfile(os.path.join(local, n)) and n not in skip
+             and not n.startswith(".")]
+    for name in sorted(names, key=lambda n: (n == INFO_NAME, n)):
         store.upload(os.path.join(local, name), f"{url}/{name}")
-        count += 1
-    return count
+    return len(names)
+
+
+def unpublish(url: str, *, tree: bool = False) -> None:
+    """Makes the dataset at `url` unreadable (its `dataset_info.json` removed first); `tree`: then every object."""
+    store.remove(f"{url}/{INFO_NAME}")
+    if tree:
+        store.remove_tree(url)
 
 
 def cache_dir(url: str) -> str:

@@ -20,12 +20,12 @@ import tempfile
 import time
 import uuid
 
-from vidvol.core import redact, store
+from vidvol.core import dataset_copy, redact, store
 
 logger = logging.getLogger(__name__)
 
 STAGING_ENV = "VIDVOL_STAGING_DIR"  # where the driver keeps a bucket build's local TFDS folder
-INFO_NAME = "dataset_info.json"
+INFO_NAME = dataset_copy.INFO_NAME
 PUBLISH_LOCK_SUFFIX = ".publishing"  # beside the version prefix while one build publishes into it
 
 
@@ -97,16 +97,12 @@ class BucketTarget:
                     raise PublishConflictError(
                         f"{redact.url(version)}: another build published this dataset version while this one ran; "
                         f"nothing was replaced (pass --overwrite to replace it)")
-                store.remove(f"{version}/{INFO_NAME}")  # first: the old dataset stops being readable
-                store.remove_tree(version)
+                dataset_copy.unpublish(version, tree=True)  # its dataset_info.json first: unreadable at once
             count = 0
             for obj in store.find(remote_incomplete):
                 store.copy(obj, f"{version}/{obj[len(remote_incomplete) + 1:]}")
                 count += 1
-            metadata = sorted(n for n in os.listdir(local_version_dir) if os.path.isfile(os.path.join(local_version_dir, n)))
-            for name in sorted(metadata, key=lambda n: n == INFO_NAME):  # dataset_info.json last
-                store.upload(os.path.join(local_version_dir, name), f"{version}/{name}")
-                count += 1
+            count += dataset_copy.upload_metadata(local_version_dir, version)  # dataset_info.json last
             store.remove_tree(remote_incomplete)
         finally:
             store.remove(lock)
