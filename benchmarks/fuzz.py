@@ -61,7 +61,8 @@ def run_targets(names: list[str], work: str, settings: FuzzSettings) -> list[dic
     it did not finish."""
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _TARGETS, ",".join(names), work, str(settings.inputs), TESTS, HERE,
-                           str(settings.seed)], capture_output=True, text=True, timeout=settings.timeout_s * len(names),
+                           str(settings.seed)], capture_output=True, encoding="utf-8", errors="replace",
+                          timeout=settings.timeout_s * len(names),
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"target"')]
     for name in names[len(rows):]:
@@ -98,15 +99,21 @@ class Fuzz(section.Section):
         import fuzz_targets
 
         names = sorted(fuzz_targets.TARGETS)
-        rows = [row for name in names for row in run_targets([name], work, settings)] if settings.isolate else \
-            run_targets(names, work, settings)
-        for row in rows:
-            name = row["target"]
-            print(f"[fuzz] {name}: {row['inputs']} inputs in {row['seconds']} s, "
-                  + ", ".join(f"{k} {row[k]}" for k in ("example", "skip", "error") + BAD)
-                  + f"; peak RSS {row['peak_rss_mib']} MiB (children {row['children_peak_rss_mib']} MiB)", flush=True)
+        rows = []
+        for batch in ([[n] for n in names] if settings.isolate else [names]):
+            done = run_targets(batch, work, settings)
+            rows += done
+            for row in done:
+                self._say(row)
         return {"mode": settings.mode, "inputs_per_target": settings.inputs, "seed": settings.seed,
                 "isolated": settings.isolate, "rows": rows}
+
+    @staticmethod
+    def _say(row: dict[str, Any]) -> None:
+        name = row["target"]
+        print(f"[fuzz] {name}: {row['inputs']} inputs in {row['seconds']} s, "
+              + ", ".join(f"{k} {row[k]}" for k in ("example", "skip", "error") + BAD)
+              + f"; peak RSS {row['peak_rss_mib']} MiB (children {row['children_peak_rss_mib']} MiB)", flush=True)
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
         doc["inputs"] = sum(r["inputs"] for r in doc["rows"])
