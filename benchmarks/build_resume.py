@@ -18,6 +18,7 @@ import glob
 import hashlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -35,14 +36,16 @@ KILL_AT = 0.7
 METHOD = (
     "Full build: `python -m vidvol.beam_jobs.build NAME/CONFIG --num_shards N --direct_num_workers=2 "
     "--direct_running_mode=multi_threading` into a fresh data_dir, timed from the command's start to its exit "
-    "(imports included).",
+    "(imports included); the command (run as `python -c` that imports and calls the same main) notes when its "
+    "imports are done and when main returns, so the build alone (main) is told apart from the start-up and exit.",
     "Killed build: the same command into another data_dir, SIGKILLed (its whole process group: driver, "
     "worker threads, their decoding children) once the shards with a sidecar (`*.partial.info.json`) reach 70 % of the full build's shards.",
     "Resumed run: the same command again, timed likewise; it keeps the whole shards and builds the rest. Its "
     "shards.json must equal the full build's (the same bytes, checked by SHA-256).",
     "Resume check: a plan of N sources (clip records naming N real files: 1,000 per folder, hard links of one "
     "file), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
-    "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed).",
+    "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed); "
+    "wall time, with the CPU of this process and of the fingerprint's stat process beside it.",
 )
 
 
@@ -62,22 +65,49 @@ class BuildResumeSettings(section.Settings):
 WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
 
 
+# `python -m vidvol.beam_jobs.build ARGS`, noting when the interpreter is up, when the imports are done and when
+# main returns (wall clock, into $PHASES_ENV): the command's start-up and exit are told apart from the build.
+_PHASES = (
+    "import json, os, sys, time; up = time.time(); import vidvol.beam_jobs.build as b; imported = time.time(); "
+    "sys.argv[0] = b.__file__; rc = b.main(sys.argv[1:]); done = time.time(); "
+    "f = open(os.environ['VIDVOL_BENCH_PHASES'], 'w'); json.dump({'up': up, 'imported': imported, 'main_done': done}, f); "
+    "f.close(); sys.exit(rc)"
+)
+PHASES_ENV = "VIDVOL_BENCH_PHASES"
+
+
 def _cli(name: str, manual: str, data_dir: str, num_shards: int) -> list[str]:
-    return [sys.executable, "-m", "vidvol.beam_jobs.build", name, "--manual_dir", manual, "--data_dir", data_dir,
+    return [sys.executable, "-c", _PHASES, name, "--manual_dir", manual, "--data_dir", data_dir,
             "--num_shards", str(num_shards), *WORKERS]
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def _env(phases: str | None = None) -> dict[str, str]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env[PHASES_ENV] = phases or os.devnull
+    return env
 
 
-def _timed(cmd: list[str], log: str) -> float:
-    start = time.monotonic()
+def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
+    """The command's wall time, and its phases: start-up (interpreter and imports), build (its main), exit."""
+    phases = log + ".phases.json"
+    spawned, start = time.time(), time.monotonic()
     with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), timeout=3600)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(phases), timeout=3600)
+    total, ended = time.monotonic() - start, time.time()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
-    return time.monotonic() - start
+    with open(phases, encoding="utf-8") as f:
+        t = json.load(f)
+    return total, {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
+                   "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
+
+
+def startup_cost() -> float:
+    """Seconds for `python -c "import vidvol.beam_jobs.build"` to start and exit: what every build command pays."""
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import vidvol.beam_jobs.build"], env=_env(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    return round(time.monotonic() - start, 2)
 
 
 def _shards_json(data_dir: str, name: str) -> Any:
@@ -129,25 +159,33 @@ def resumed_build(label: str, name: str, manual: str, work: str, num_shards: int
     for d in (full_dir, killed_dir):
         shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(work, label), exist_ok=True)
-    full_s = _timed(_cli(name, manual, full_dir, num_shards), full_dir + ".log")
+    full_s, full_phases = _timed(_cli(name, manual, full_dir, num_shards), full_dir + ".log")
     full = _shards_json(full_dir, name)
     shards = len(full["shards"])
     done = _kill_at(_cli(name, manual, killed_dir, num_shards), os.path.join(killed_dir, *name.split("/")), shards,
                     killed_dir + "-killed.log")
-    resumed_s = _timed(_cli(name, manual, killed_dir, num_shards), killed_dir + "-resumed.log")
+    resumed_s, resumed_phases = _timed(_cli(name, manual, killed_dir, num_shards), killed_dir + "-resumed.log")
     with open(killed_dir + "-resumed.log", encoding="utf-8") as f:
         line = next((x.strip() for x in f if "resuming:" in x), "")
     same = _shards_json(killed_dir, name) == full
-    full_build, resumed_build_s = _build_span(full_dir, name), _build_span(killed_dir, name)
+    full_build, resumed_build_s = full_phases["build_s"], resumed_phases["build_s"]
     out = {"label": label, "dataset": name, "shards": shards, "shards_done_when_killed": done,
            "full_s": round(full_s, 2), "resumed_s": round(resumed_s, 2), "ratio": round(resumed_s / full_s, 3),
-           # the same from the build logs: the command's start (Python, TensorFlow, Beam imports) left out
+           # the command's main alone: its start-up (interpreter, TensorFlow, TFDS, Beam imports) and exit left out
            "full_build_s": full_build, "resumed_build_s": resumed_build_s,
            "build_ratio": round(resumed_build_s / full_build, 3) if full_build and resumed_build_s else None,
+           "full_phases": full_phases, "resumed_phases": resumed_phases,
+           "log_span_s": {"full": _build_span(full_dir, name), "resumed": _build_span(killed_dir, name)},
            "resume_line": line, "identical": same}
-    print(f"[build_resume] {label}: full {full_s:.1f} s, resumed {resumed_s:.1f} s after a kill at {done}/{shards} "
-          f"shards ({resumed_s / full_s:.0%}); {line}; identical: {same}", flush=True)
+    print(f"[build_resume] {label}: full {full_s:.1f} s {full_phases}, resumed {resumed_s:.1f} s {resumed_phases} after "
+          f"a kill at {done}/{shards} shards ({resumed_s / full_s:.0%}, build alone {out['build_ratio']}); {line}; "
+          f"identical: {same}", flush=True)
     return out
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]:
@@ -192,9 +230,10 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
         with open(name + ".info.json", "w", encoding="utf-8") as f:
             json.dump({"split": "train", "index": t.index, "keys": [s[0] for s in t.sources], "skips": [],
                        "num_bytes": size, "file_bytes": size, "sha256": digest}, f)
-    start, cpu = time.monotonic(), time.process_time()
+    start, cpu, child = time.monotonic(), time.process_time(), _children_cpu()
     doc = resume.fingerprint(**kwargs)
     fingerprint_s, fingerprint_cpu = time.monotonic() - start, time.process_time() - cpu
+    child_cpu = _children_cpu() - child  # its stat process (`resume._StatChild`)
     start, cpu = time.monotonic(), time.process_time()
     same = resume.canonical(resume.read_fingerprint(old)) == resume.canonical(doc)
     kept = resume.keep_shards(tasks, [old]) if same else None
@@ -204,11 +243,19 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
     out = {"sources": num_sources, "shards": len(tasks), "files_made_s": round(made_s, 1), "plan_s": round(plan_s, 2),
            "fingerprint_s": round(fingerprint_s, 2), "compare_and_keep_s": round(keep_s, 2), "check_s": round(total, 2),
            "check_cpu_s": round(fingerprint_cpu + keep_cpu, 2),  # this process's CPU (a busy machine stretches wall time)
+           "check_child_cpu_s": round(child_cpu, 2),  # its stat child's, beside it
            "kept": kept.count if kept else 0, "fingerprint_bytes": len(json.dumps(doc)),
            "digest": hashlib.sha256(resume.canonical(doc).encode()).hexdigest()[:16]}
     print(f"[build_resume] check on {num_sources} sources: fingerprint {fingerprint_s:.2f} s, compare + keep "
           f"{out['kept']} shards {keep_s:.2f} s (planning itself {plan_s:.2f} s)", flush=True)
     return out
+
+
+def _fixed(b: dict[str, Any]) -> str:
+    """A build row's start-up and exit seconds (interpreter, imports, exit), full / resumed; '-' for older results."""
+    def one(p: dict[str, float] | None) -> str:
+        return f"{p['interpreter_s'] + p['imports_s'] + p['exit_s']:.1f} s" if p else "?"
+    return f"{one(b.get('full_phases'))} / {one(b.get('resumed_phases'))}" if b.get("full_phases") else "-"
 
 
 class BuildResume(section.Section):
@@ -229,7 +276,7 @@ class BuildResume(section.Section):
         builds = [resumed_build("fire_hrr", f"fire_hrr/{settings.fire_config}", fire_manual, work, settings.num_shards),
                   resumed_build("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings.num_shards)]
         return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "builds": builds,
-                "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
+                "startup_s": startup_cost(), "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows = [section.target(f"{b['label']}: resumed run after a kill at {b['shards_done_when_killed']}/{b['shards']} "
@@ -237,12 +284,14 @@ class BuildResume(section.Section):
                                note=("" if b["identical"] else "its shards.json differs from the full build's; ")
                                + ("the build finished before it could be killed; " if b["shards_done_when_killed"] < 0
                                   else "")
-                               + (f"from the build logs (the command's start left out): {b['resumed_build_s']:.0f} s vs "
-                                  f"{b['full_build_s']:.0f} s, {b['build_ratio']:.0%}" if b.get("build_ratio") else ""))
+                               + (f"the build alone (the command's start-up and exit left out): {b['resumed_build_s']:.1f} s "
+                                  f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}" if b.get("build_ratio") else ""))
                 for b in doc["builds"]]
         c = doc["check"]
+        cpu = (f"{c['check_cpu_s']:.1f} s of CPU" + (f" (and its stat process's {c['check_child_cpu_s']:.1f} s beside it)"
+                                                       if c.get("check_child_cpu_s") else "")) if "check_cpu_s" in c else ""
         rows.append(section.target(f"resume check on a {c['sources']:,}-source plan", c["check_s"], TARGET_CHECK_S,
-                                   op="<=", unit="s", note=f"{c['check_cpu_s']:.1f} s of CPU" if "check_cpu_s" in c else ""))
+                                   op="<=", unit="s", note=cpu))
         return rows
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
@@ -252,11 +301,15 @@ class BuildResume(section.Section):
                f"`benchmarks/build_resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores).", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
         out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
-                             "the same without the command's start", "identical"],
+                             "start-up + exit (full / resumed)", "the build alone", "identical"],
                             [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
                               f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}",
-                              f"{b['resumed_build_s']:.0f} s / {b['full_build_s']:.0f} s = {b['build_ratio']:.0%}"
+                              _fixed(b), f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
                               if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
+        if doc.get("startup_s"):
+            out += [f"Starting and ending `python -c \"import vidvol.beam_jobs.build\"` alone takes {doc['startup_s']:.1f} s "
+                    "here (interpreter, TensorFlow, TFDS, Beam): every build command pays it, the resumed run as much "
+                    "as the full build.", ""]
         c = doc["check"]
         out += report.table(["plan", "fingerprint", "compare + keep", "check", "planning itself", "fingerprint size"],
                             [[f"{c['sources']:,} sources / {c['shards']} shards", f"{c['fingerprint_s']:.2f} s",
