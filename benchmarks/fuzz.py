@@ -1,6 +1,6 @@
 """The fuzz lane's long budget: seeded mutations of every target, counted by outcome, with peak RSS per target.
 
-    python benchmarks/fuzz.py --out DIR             # full: 1000 inputs per target
+    python benchmarks/fuzz.py --out DIR             # full: 3000 inputs per target
     python benchmarks/fuzz.py --quick --out DIR     # 20 per target (smoke)
 
 The targets are tests/fuzz_targets.py's (the same as `make test`'s short budget in tests/test_fuzz.py): each runs in
@@ -50,7 +50,7 @@ for name in names:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FuzzSettings(section.Settings):
-    inputs: int = 1000  # per target (the first ones are its seeds, unmutated)
+    inputs: int = 3000  # per target (the first ones are its seeds, unmutated)
     seed: int = 0
     timeout_s: float = 1800.0  # per target
     isolate: bool = True  # a process per target (its own peak RSS); quick: all in one (plumbing, not memory)

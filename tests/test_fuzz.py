@@ -143,3 +143,23 @@ def test_a_malformed_grain_state_is_a_value_error_at_the_restore(workdir):
     fresh = iter(ds)
     fresh.set_state(state)
     assert [b[1].tolist() for b in fresh] == [b[1].tolist() for b in it]
+
+
+def test_a_nifti_whose_affine_has_no_orientation_is_a_skip_naming_it(tmp_path):
+    """A header whose sform sends two voxel axes along one world axis: nibabel finds no orientation; the ValueError
+    ("cannot determine orientation of affine") did not name the file."""
+    import functools
+
+    import numpy as np
+
+    from vidvol.builders import example_io
+    from vidvol.builders.transforms import volume_examples as ve
+    from vidvol.datasets.mri_volumes import make_dummy_data as dummy
+
+    affine = np.diag([1.0, 1.2, 1.5, 1.0])
+    affine[1, 2] = 1.5e23  # as the fuzz lane's input had it: voxel axes 1 and 2 both along world y
+    path = dummy.write_nifti(str(tmp_path / "skew.nii"), np.ones((8, 9, 10), np.int16), affine)
+    source = ve.VolumeSource(path=path, key="skew", features={"label": 0}, origin="labels.csv:2")
+    fn = functools.partial(ve.volume_example, spec=ve.VolumeSpec(spatial_size=(8, 8, 8)))
+    (skip,) = list(example_io.run_example_fn(fn, ("skew", source), "train"))
+    assert path in skip.reason and "cannot determine the orientation" in skip.reason, skip.reason

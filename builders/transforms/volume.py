@@ -61,6 +61,10 @@ def _checked_affine(opened: volume_io.OpenedImage) -> np.ndarray:
     affine = np.asarray(affine, dtype=np.float64)
     if not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
         raise VolumeError(f"{opened.path}: affine is singular or not finite:\n{affine}")
+    if np.any(np.isnan(nib.orientations.io_orientation(affine))):  # e.g. two voxel axes along one world axis
+        # found by the fuzz lane (tests/test_fuzz.py): it was a ValueError that did not name the file
+        raise VolumeError(f"{opened.path}: cannot determine the orientation of its affine (no voxel axis is "
+                          f"closest to each world axis); fix the header's sform/qform or leave the file out:\n{affine}")
     return affine
 
 
