@@ -275,6 +275,7 @@ class _StatChild:
         self.proc = None
 
     def results(self) -> list[bytes]:
+        """Ends the child; each submission's (size, mtime) int64s as bytes, in order."""
         self._stop()
         got = self.replies[: len(self.sent)]
         for paths in self.sent[len(got):]:
@@ -498,7 +499,12 @@ def fingerprint(
                     pending.append((h, array.array("q", itertools.chain.from_iterable(_stat_all(ps, pool))).tobytes()))
                 return i
 
-            inputs = {split: [shard(t) for t in ts] for split, ts in tasks.items()}
+            try:
+                inputs = {split: [shard(t) for t in ts] for split, ts in tasks.items()}
+            except BaseException:
+                if child is not None:
+                    child._stop()  # the child ends with this check (whatever stopped it)
+                raise
         answers = iter(child.results() if child is not None else ())
         digests = iter([h for h, _ in pending])
         for h, values in pending:
