@@ -36,17 +36,19 @@ KILL_AT = 0.7
 METHOD = (
     "Full build: `python -m vidvol.beam_jobs.build NAME/CONFIG --num_shards N --direct_num_workers=2 "
     "--direct_running_mode=multi_threading` into a fresh data_dir, timed from the command's start to its exit "
-    "(imports included); the command (run as `python -c` that imports and calls the same main) notes when its "
-    "imports are done and when main returns, so the build alone (main) is told apart from the start-up and exit.",
+    "(imports included).",
     "Killed build: the same command into another data_dir, SIGKILLed (its whole process group: driver, "
     "worker threads, their decoding children) once the shards with a sidecar (`*.partial.info.json`) reach 70 % of the full build's shards.",
     "Resumed run: the same command again, timed likewise; it keeps the whole shards and builds the rest. Its "
     "shards.json must equal the full build's (the same bytes, checked by SHA-256).",
     "Resume check: a plan of N sources (clip records naming N real files: 1,000 per folder, hard links of one "
     "file), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
-    "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed); "
-    "wall time, with the CPU of this process and of the fingerprint's stat process beside it.",
+    "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed).",
 )
+PHASES_NOTE = ("Each build command runs as `python -c` importing and calling `vidvol.beam_jobs.build`'s main; it notes "
+               "when its imports are done and when main returns, so the build alone (main) is told apart from the "
+               "start-up (interpreter, imports) and the exit. The check's CPU is this process's, with the fingerprint's "
+               "stat process's beside it.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -251,6 +253,17 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
     return out
 
 
+def _alone_note(b: dict[str, Any]) -> str:
+    """A build row's note: its main alone (or, in results from before the phases, the build logs' span)."""
+    if not b.get("build_ratio"):
+        return ""
+    if "full_phases" not in b:
+        return (f"from the build logs (the command's start left out): {b['resumed_build_s']:.0f} s vs "
+                f"{b['full_build_s']:.0f} s, {b['build_ratio']:.0%}")
+    return (f"the build alone (the command's start-up and exit left out): {b['resumed_build_s']:.1f} s "
+            f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}")
+
+
 def _fixed(b: dict[str, Any]) -> str:
     """A build row's start-up and exit seconds (interpreter, imports, exit), full / resumed; '-' for older results."""
     def one(p: dict[str, float] | None) -> str:
@@ -284,8 +297,7 @@ class BuildResume(section.Section):
                                note=("" if b["identical"] else "its shards.json differs from the full build's; ")
                                + ("the build finished before it could be killed; " if b["shards_done_when_killed"] < 0
                                   else "")
-                               + (f"the build alone (the command's start-up and exit left out): {b['resumed_build_s']:.1f} s "
-                                  f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}" if b.get("build_ratio") else ""))
+                               + _alone_note(b))
                 for b in doc["builds"]]
         c = doc["check"]
         cpu = (f"{c['check_cpu_s']:.1f} s of CPU" + (f" (and its stat process's {c['check_child_cpu_s']:.1f} s beside it)"
@@ -300,12 +312,22 @@ class BuildResume(section.Section):
         out = ["## Resuming a killed build", "",
                f"`benchmarks/build_resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores).", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
-        out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
-                             "start-up + exit (full / resumed)", "the build alone", "identical"],
-                            [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
-                              f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}",
-                              _fixed(b), f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
-                              if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
+        if all("full_phases" in b for b in doc["builds"]):
+            out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
+                                 "start-up + exit (full / resumed)", "the build alone", "identical"],
+                                [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
+                                  f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}", _fixed(b),
+                                  f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
+                                  if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
+        else:  # results from before the phases were noted: the build logs' spans, to the second
+            out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
+                                 "the same without the command's start", "identical"],
+                                [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
+                                  f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}",
+                                  f"{b['resumed_build_s']:.0f} s / {b['full_build_s']:.0f} s = {b['build_ratio']:.0%}"
+                                  if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
+        if all("full_phases" in b for b in doc["builds"]):
+            out += [PHASES_NOTE, ""]
         if doc.get("startup_s"):
             out += [f"Starting and ending `python -c \"import vidvol.beam_jobs.build\"` alone takes {doc['startup_s']:.1f} s "
                     "here (interpreter, TensorFlow, TFDS, Beam): every build command pays it, the resumed run as much "
