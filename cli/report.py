@@ -26,7 +26,7 @@ from vidvol.builders.writer.shards_file import load_shards_file
 from vidvol.cli import verify
 from vidvol.cli.report_parts import gather, media, svg
 from vidvol.cli.report_parts.page import definitions, document, esc, figure, human_bytes, raw_figure, skips_html, table
-from vidvol.core import artifacts, redact
+from vidvol.core import artifacts, redact, store
 from vidvol.core.version import VERSION
 
 REPORT_NAME = "report.html"
@@ -167,12 +167,16 @@ def _previews(kind: str, sample: gather.SplitSample | None, builder, limits: gat
     return head + "</p>" + gallery + "".join(out) + "</div>", used
 
 
-def shard_status(data_path: str, spec: str, data_dir: str, total_bytes: int, limits: gather.Limits) -> tuple[str, list[str]]:
+def shard_status(data_path: str, spec: str, data_dir: str, total_bytes: int, limits: gather.Limits,
+                 remote=None) -> tuple[str, list[str]]:
     """`verify`'s verdict on the shards (`OK`, `BROKEN`, `NOT VERIFIED`), or, past `verify_bytes`, a check of each
-    shard's size and example count against `shards.json` (`SIZES MATCH`); with the lines that explain it."""
+    shard's size and example count against `shards.json` (`SIZES MATCH`); with the lines that explain it.
+
+    `remote`: `(fetch, bucket version)` of a dataset in a bucket (`data_path` holds its metadata only).
+    """
     if total_bytes <= limits.verify_bytes:
         try:
-            found = verify.verify(data_path, dataset=spec, data_dir=data_dir)
+            found = verify.verify(data_path, dataset=spec, data_dir=data_dir, fetch=remote[0] if remote else None)
         except Exception as e:  # verify itself stopped on a damaged file: the page says so rather than failing
             return "BROKEN", [f"the check stopped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                               "run it alone for the details: " + artifacts.verify_command(spec, data_dir)]
@@ -185,7 +189,10 @@ def shard_status(data_path: str, spec: str, data_dir: str, total_bytes: int, lim
     for _, split in sorted(info.splits.items()):
         for name, length in zip(split.filenames, split.shard_lengths):
             path, entry = os.path.join(data_path, name), recorded.pop(name, None)
-            size = tf.io.gfile.stat(path).length if tf.io.gfile.exists(path) else None
+            if remote:
+                size = store.size(remote[1].url_of(name)) if name in remote[1].present else None
+            else:
+                size = tf.io.gfile.stat(path).length if tf.io.gfile.exists(path) else None
             if entry is None:
                 lines.append(f"{name}: not in {artifacts.SHARDS_NAME}")
             elif size is None:
@@ -232,8 +239,19 @@ def write_report(name: str, *, data_dir: str | None = None, out: str | None = No
     """
     start = time.perf_counter()
     limits = limits or gather.Limits()
-    data_dir = os.path.expanduser(os.fspath(data_dir)) if data_dir else tfds.core.constants.DATA_DIR
-    data_path, spec = verify.resolve(name, data_dir)
+    data_dir = os.fspath(data_dir) if data_dir else tfds.core.constants.DATA_DIR
+    remote, fetch = None, None
+    if store.is_bucket(data_dir):  # its metadata copied into the reader cache; the sampled shards into its shard cache
+        from vidvol.readers import bucket
+
+        data_path, spec, verify_fetch, _ = verify._in_bucket(name, data_dir)
+        opened = tfds.builder_from_directory(data_path)
+        remote = (verify_fetch, bucket.version_of(opened))
+        fetch = lambda paths: bucket.localize(opened, paths)
+        out = out or os.path.abspath(f"report-{spec.replace('/', '-')}-{os.path.basename(data_path)}.html")
+    else:
+        data_dir = os.path.expanduser(data_dir)
+        data_path, spec = verify.resolve(name, data_dir)
     if not tf.io.gfile.exists(os.path.join(data_path, verify.DATASET_INFO)):
         base = os.path.join(data_dir, spec.split("/")[0])
         built = sorted(d for d in (os.listdir(base) if os.path.isdir(base) else []) if verify._versions(os.path.join(base, d)))
@@ -241,11 +259,11 @@ def write_report(name: str, *, data_dir: str | None = None, out: str | None = No
                          "--data_dir it was built into" + (f"; prepared configs there: {built}" if built else ""))
     builder = tfds.builder_from_directory(data_path)
     kind = gather.kind_of(builder.info.features)
-    samples, preview_split = gather.read_dataset(builder, limits)
+    samples, preview_split = gather.read_dataset(builder, limits, fetch)
     skips = gather.read_skips(data_path)
     names = gather.class_names(builder.info.features)
     total = sum(s.num_bytes for s in samples)
-    verdict, verify_lines = shard_status(data_path, spec, data_dir, total, limits)
+    verdict, verify_lines = shard_status(data_path, spec, data_dir, total, limits, remote)
     preview_sample = next((s for s in samples if s.name == preview_split), None)
     previews, image_bytes = _previews(kind, preview_sample, builder, limits)
     sections = [("card", "Card", _card(builder, gather.build_facts(data_path), data_path)),
@@ -286,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vidvol report", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("dataset", help="NAME, NAME/CONFIG or NAME/CONFIG:VERSION, e.g. hmdb51/split1_20x64x64")
     parser.add_argument("--data_dir", required=True, help="the TFDS data_dir the dataset was built into")
-    parser.add_argument("--out", default=None, help=f"the HTML file to write (default: {REPORT_NAME} beside the shards)")
+    parser.add_argument("--out", default=None, help=f"the HTML file to write (default: {REPORT_NAME} beside the shards; for a bucket data_dir, report-NAME-CONFIG-VERSION.html in the current folder)")
     defaults = gather.Limits()
     parser.add_argument("--per_class", type=int, default=defaults.per_class, help="examples previewed per class")
     parser.add_argument("--max_previews", type=int, default=defaults.max_previews, help="examples previewed in all")

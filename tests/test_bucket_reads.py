@@ -295,3 +295,22 @@ def test_any_fsspec_scheme_reads_alike(world, env):
     _, root = world
     dataset_copy.push(str(root / "local" / VERSION), f"memory://vidvol-mem/tf/{VERSION}")
     _assert_equal(_batches(str(root / "local"), seed=9), _batches("memory://vidvol-mem/tf", seed=9))
+
+
+def test_the_report_page_of_a_bucket_dataset_is_the_local_ones(world, env, tmp_path, monkeypatch):
+    """`vidvol.report` on the bucket data_dir: the sampled shards come through the shard cache, `verify` checks the
+    bucket's own bytes, and the page says what the local dataset's page says (counts, verdict)."""
+    import re
+
+    _, root = world
+    monkeypatch.chdir(tmp_path)
+    local = open(vidvol.report(NAME, data_dir=str(root / "local"), out=str(tmp_path / "local.html"))).read()
+    path = vidvol.report(NAME, data_dir=f"s3://{BUCKET}/tf")
+    assert os.path.dirname(path) == str(tmp_path) and path.endswith(".html")  # a local file, in the current folder
+    page = open(path).read()
+    def counts(html: str) -> tuple[str, ...]:
+        return re.search(r"<p>(\d+) examples in (\d+) shards", html).groups()
+
+    assert counts(page) == counts(local) and int(counts(page)[0]) > 0
+    assert 'Verdict: <span class="ok">OK</span>' in page and 'Verdict: <span class="ok">OK</span>' in local
+    assert env.secret_key not in page and env.access_key not in page

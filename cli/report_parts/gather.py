@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -245,8 +245,12 @@ def decode_chosen(sample: SplitSample, paths: Sequence[str], features, positions
         sample.chosen[int(i)] = ex
 
 
-def read_dataset(builder: tfds.core.DatasetBuilder, limits: Limits) -> tuple[list[SplitSample], str]:
+def read_dataset(builder: tfds.core.DatasetBuilder, limits: Limits,
+                 fetch: Callable[[list[str]], None] | None = None) -> tuple[list[SplitSample], str]:
     """Every split of a prepared dataset with the sample the report shows of it, and the split previewed.
+
+    `fetch`: called with the shard paths a split's sample reads, before it reads them (a dataset in a bucket:
+    they are put into the reader's shard cache).
 
     Returns:
       (one `SplitSample` per split, in dataset_info.json's order; the name of the split whose examples are previewed).
@@ -266,6 +270,8 @@ def read_dataset(builder: tfds.core.DatasetBuilder, limits: Limits) -> tuple[lis
         paths = [os.path.join(data_path, split.filenames[i]) for i in chosen]
         sample.read_shards = len(chosen)
         try:
+            if fetch is not None and paths:
+                fetch(paths)
             _read_split(sample, paths, info.features, kind, info.file_format, limits, name == preview_split)
         except (tf.errors.OpError, ValueError) as e:  # a damaged shard: the page says so and goes on
             sample.error = f"{type(e).__name__}: {str(getattr(e, 'message', e)).splitlines()[0][:300]}"
