@@ -272,6 +272,23 @@ def read_many(spans: list[tuple[str, int, int]]) -> list[bytes]:
                  what=f"read {len(spans)} byte ranges")
 
 
+def digest(url: str, chunk: int = 8 << 20) -> tuple[str, int]:
+    """(SHA-256 hex digest, size) of the object, streamed `chunk` bytes at a time (never the whole object in memory)."""
+    fs, p = _fs(url)
+
+    def run() -> tuple[str, int]:
+        h, n = hashlib.sha256(), 0
+        with fs.open(p, "rb", block_size=chunk, cache_type="none") as f:
+            while True:
+                data = f.read(chunk)
+                if not data:
+                    return h.hexdigest(), n
+                h.update(data)
+                n += len(data)
+
+    return _call(url, run, what="read")
+
+
 def write_bytes(url: str, data: bytes, *, exclusive: bool = False) -> None:
     """Writes a small object whole (one PUT: it appears complete or not at all).
 

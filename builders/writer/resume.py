@@ -630,8 +630,7 @@ def _check(task: ShardTask, old_path: str) -> tuple[dict[str, Any] | None, str]:
         return None, "its sidecar is incomplete"
     try:
         if outputs.is_bucket(old_path):
-            data = store.read_bytes(old_path)
-            actual, actual_size = hashlib.sha256(data).hexdigest(), len(data)
+            actual, actual_size = store.digest(old_path)  # streamed: never a whole shard in memory
         else:
             actual, actual_size = shards_file.file_digest(old_path)
     except Exception as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -11,8 +12,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from vidvol.readers import bucket
 from vidvol.readers import keywords
 from vidvol.readers.tfdata import allocator
+from vidvol.readers.tfdata import sizing
 from vidvol.readers import order
 from vidvol.readers import output
 from vidvol.readers import records
@@ -126,6 +129,10 @@ def load(
                      tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
                      input_context=input_context)
     source = records.open_split(builder, split)
+    if plan.cache_limit is None and not (tuning and tuning.cycle_length) and source.files and all(
+            bucket.shard_of_url(f.path) is not None for f in source.files):  # ranged GETs: latency to hide
+        plan = dataclasses.replace(plan, read_parallelism=sizing.bucket_read_parallelism(
+            plan.float_batch_bytes, plan.memory_budget))
     if seed is None:  # over input pipelines every host must compute the same order: a shared seed
         seed = order.SHARED_SEED if plan.layout.pipelines > 1 else order.fresh_seed()
     draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,

@@ -44,3 +44,13 @@ def lean_decode_parallelism(element_bytes: int, budget: int) -> int:
     if element_bytes <= 0:
         return AUTOTUNE
     return max(1, min(system.num_cpus(), int((budget // 4) // (2 * element_bytes))))
+
+
+BUCKET_READS_AHEAD = 16  # at most this many batches read at once from a bucket by ranged GETs
+
+
+def bucket_read_parallelism(float_batch_bytes: int, budget: int) -> int:
+    """Batches read at once from a bucket by ranged GETs: each waits on the network, not a core (tf.data's AUTOTUNE
+    stops at one per core), so up to `BUCKET_READS_AHEAD`, with 8 float32 batches' room each in the budget."""
+    return int(max(2, min(BUCKET_READS_AHEAD, budget // max(1, 8 * float_batch_bytes))))
+
