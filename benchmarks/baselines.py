@@ -146,39 +146,23 @@ def stored_jpeg_frames(files: Sequence[str], *, feature: str = "video", max_fram
     return frames
 
 
-def decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0) -> dict[str, float]:
-    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time)."""
+def decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0, ring_frames: int | None = None
+                ) -> dict[str, float]:
+    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time).
+
+    `ring_frames`: the float32 ceiling instead, the same loop plus the one pass a float32 loader cannot skip, each
+    decoded frame written as float32 / 255 into a ring of that many frames (a batch's worth: what stays alive
+    while the consumer holds a batch).
+    """
     buffers = [np.frombuffer(b, np.uint8) for b in encoded]
     for buf in buffers[: min(len(buffers), 8)]:  # warm up
         cv2.imdecode(buf, cv2.IMREAD_COLOR)
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        decoded = 0
-        start, cpu_start = time.perf_counter(), time.thread_time()
-        while True:
-            for buf in buffers:
-                if cv2.imdecode(buf, cv2.IMREAD_COLOR) is None:
-                    raise ValueError(f"cv2.imdecode failed on a stored frame of {len(buf)} bytes")
-            decoded += len(buffers)
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_seconds:
-                cpu = max(time.thread_time() - cpu_start, 1e-9)
-                return {"frames_per_s": decoded / elapsed, "cpu_frames_per_s": decoded / cpu, "frames": decoded}
-    finally:
-        cv2.setNumThreads(previous)
-
-
-def float32_decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0, ring_frames: int = 160
-                        ) -> dict[str, float]:
-    """The float32 ceiling: `decode_rate`'s loop plus the one pass a float32 loader cannot skip, each decoded frame
-    written as float32 / 255 into a ring of `ring_frames` frames (a batch's worth: what stays alive while the
-    consumer holds a batch), on one core (wall and CPU time)."""
-    buffers = [np.frombuffer(b, np.uint8) for b in encoded]
-    first = cv2.imdecode(buffers[0], cv2.IMREAD_COLOR)
-    if first is None:
-        raise ValueError(f"cv2.imdecode failed on a stored frame of {len(buffers[0])} bytes")
-    ring = np.empty((max(1, ring_frames),) + first.shape, np.float32)
+    ring, first = None, None
+    if ring_frames is not None:
+        first = cv2.imdecode(buffers[0], cv2.IMREAD_COLOR)
+        if first is None:
+            raise ValueError(f"cv2.imdecode failed on a stored frame of {len(buffers[0])} bytes")
+        ring = np.empty((max(1, ring_frames),) + first.shape, np.float32)
     scale = np.float32(1 / 255)
     previous = cv2.getNumThreads()
     cv2.setNumThreads(1)
@@ -190,7 +174,7 @@ def float32_decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0, r
                 frame = cv2.imdecode(buf, cv2.IMREAD_COLOR)
                 if frame is None:
                     raise ValueError(f"cv2.imdecode failed on a stored frame of {len(buf)} bytes")
-                if frame.shape == first.shape:
+                if ring is not None and frame.shape == first.shape:
                     np.multiply(frame, scale, out=ring[slot], dtype=np.float32)
                     slot = (slot + 1) % len(ring)
             decoded += len(buffers)

@@ -17,7 +17,7 @@ up to 30 % between runs here). A job over MRI volumes names its shards in `volum
 instead: its limit is the stored int16 bytes read from the page cache and converted to a float32
 volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` /
 `mask_dtype` choose the loader's mode, `augment` its volume augmentation (`vidvol.VolumeAugment` fields).
-A JPEG job with `float_ceiling` is also paired with the float32 ceiling (`baselines.float32_decode_rate`:
+A JPEG job with `float_ceiling` is also paired with the float32 ceiling (`baselines.decode_rate` with `ring_frames`:
 the decode loop plus each frame written as float32 / 255 into a ring of a batch's frames).
 """
 
@@ -70,7 +70,7 @@ class ReadJob:
     volume_limit_files: list[str] = dataclasses.field(default_factory=list)  # shards whose stored volumes set the limit
     seed: int | None = None  # loader: vidvol.load(seed=...)
     augment: dict[str, Any] | None = None  # loader: ReadSpec(augment=vidvol.VolumeAugment(**augment))
-    float_ceiling: bool = False  # JPEG jobs: also pair each run with the float32 ceiling (`baselines.float32_decode_rate`)
+    float_ceiling: bool = False  # JPEG jobs: also pair each run with the float32 ceiling (`baselines.decode_rate` with `ring_frames`)
 
     def __post_init__(self):
         if self.pipeline not in PIPELINES:
@@ -153,7 +153,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
             return baselines.on_every_core(fn, frames, cores, min_seconds=job.min_seconds / 2)
 
         ring = job.batch_size * job.frames_per_example
-        ceiling_fn = functools.partial(baselines.float32_decode_rate, ring_frames=ring)
+        ceiling_fn = functools.partial(baselines.decode_rate, ring_frames=ring)
         with_ceiling = job.float_ceiling and job.limit_files and not job.volume_limit_files
         ceilings = []
         for _ in range(job.runs):

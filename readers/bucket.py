@@ -155,6 +155,14 @@ def saved_index_path(remote: Remote, name: str, kind: str) -> str:
     return _index_path(remote, name, "." + kind)
 
 
+def save_index(saved: str, **arrays: np.ndarray) -> None:
+    """Writes a shard index (`saved_index_path`) whole: a reader in another process sees all of it or none."""
+    os.makedirs(os.path.dirname(saved), exist_ok=True)
+    tmp = f"{saved}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, saved)
+
+
 def reader(remote: Remote, name: str, window: int = INDEX_WINDOW):
     """A `tfrecord.Window` over one shard: the cached file when the cache holds it, else ranged GETs of `window`."""
     f = open(os.path.join(remote.local, name), "rb", buffering=0) if _cached(remote, name) else _RangeFile(remote.url_of(name))
@@ -191,10 +199,7 @@ def index(remote: Remote, name: str) -> FileIndex:
                 reader.close()
         found = FileIndex(url, np.asarray(starts, np.int64), np.asarray(lengths, np.int64), broken)
         if broken is None:
-            os.makedirs(os.path.dirname(saved), exist_ok=True)
-            tmp = f"{saved}.{os.getpid()}.tmp.npz"
-            np.savez(tmp, starts=found.starts, lengths=found.lengths)
-            os.replace(tmp, saved)
+            save_index(saved, starts=found.starts, lengths=found.lengths)
     with _LOCK:
         _INDEXES[key] = found
     return found

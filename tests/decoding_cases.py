@@ -80,3 +80,14 @@ def stall_volume_reads() -> None:
         return builtins.open(path, *args, **kwargs)
 
     volume_io.open = stalling_open  # the module's own name for the builtin: only its reads are hooked
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+

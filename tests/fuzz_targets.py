@@ -162,6 +162,18 @@ def _through_child(name: str, fn, key: str, record: Any, path: str) -> list[Any]
     return items
 
 
+def _examples(name: str, items: list[Any], path: str) -> list[dict]:
+    """The examples among a decode's items; a Finding when a skip does not name the file it skipped."""
+    out = []
+    for item in items:
+        if isinstance(item, example_io.Skip):
+            if path not in item.reason and not item.example:
+                raise Finding("unclear", name, f"the skip does not name the file: {item.reason}")
+            continue
+        out.append(item[1])
+    return out
+
+
 def _outcome(items: list[Any]) -> str:
     if any(isinstance(i, example_io.Skip) and not i.example for i in items):
         return "skip"
@@ -185,12 +197,7 @@ def _volume_target(name: str, workdir: str, suffix: str, region: int | None) -> 
         _write(path, data)
         source = ve.VolumeSource(path=path, key="input", features={"label": 0}, origin="labels.csv:2")
         items = _through_child(name, fn, "input", source, path)
-        for item in items:
-            if isinstance(item, example_io.Skip):
-                if path not in item.reason and not item.example:
-                    raise Finding("unclear", name, f"the skip does not name the file: {item.reason}")
-                continue
-            _, ex = item
+        for ex in _examples(name, items, path):
             vol, mask = ex["volume"], ex["mask"]
             if vol.shape != (8, 8, 8) or vol.dtype != np.float32 or mask.shape != (8, 8, 8):
                 raise Finding("wrong", name, f"volume {vol.shape} {vol.dtype}, mask {mask.shape}")
@@ -224,12 +231,7 @@ def _video_target(name: str, workdir: str, suffix: str, fourcc: str) -> Target:
         _write(path, data)
         source = clips.ClipSource(path=path, key="input", features={"label": 0}, origin="videos.csv:2")
         items = _through_child(name, fn, "input", source, path)
-        for item in items:
-            if isinstance(item, example_io.Skip):
-                if path not in item.reason and not item.example:
-                    raise Finding("unclear", name, f"the skip does not name the file: {item.reason}")
-                continue
-            _, ex = item
+        for ex in _examples(name, items, path):
             frames, mask, count = ex["video"], np.asarray(ex["mask"]), int(ex["num_frames"])
             if len(frames) != 4 or mask.shape != (4,) or not 1 <= mask.sum() <= min(4, count):
                 raise Finding("wrong", name, f"{len(frames)} frames, mask {mask.tolist()}, num_frames {count}")

@@ -116,12 +116,9 @@ def _walk_bucket_shard(remote: bucket.Remote, name: str, path: str, volume: str,
         index = walk_examples(path, win, size, volume)
     finally:
         win.f.close()
-    os.makedirs(os.path.dirname(saved), exist_ok=True)
-    tmp = f"{saved}.{os.getpid()}.tmp.npz"
-    np.savez(tmp, small=np.frombuffer(b"".join(index.small), np.uint8),
-             small_len=np.asarray([len(b) for b in index.small], np.int64), starts=index.starts, lengths=index.lengths,
-             data_at=index.data_at, data_len=index.data_len, int16=index.int16)
-    os.replace(tmp, saved)
+    bucket.save_index(saved, small=np.frombuffer(b"".join(index.small), np.uint8),
+                      small_len=np.asarray([len(b) for b in index.small], np.int64), starts=index.starts,
+                      lengths=index.lengths, data_at=index.data_at, data_len=index.data_len, int16=index.int16)
     return index
 
 
@@ -266,18 +263,16 @@ class VolumeReads(host_calls.HostCall):
         A record's first read in the process fetches its whole frame, whose length and CRC32C are
         checked; later reads fetch just the volume's bytes, converted from the response into `out`.
         """
-        spans, wholes = [], []
+        spans, places = [], []
         for f, r in zip(files, rows):
             index, row = self.indexes[int(f)], int(r)
             start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
             whole = not index.verified[row]
             first = start if whole else start + _HEADER + at
             spans.append((index.path, first, start + _HEADER + length + _FOOTER if whole else first + self.nbytes))
-            wholes.append(whole)
+            places.append((index, row, start, length, at, whole))
         read = 0
-        for i, (data, whole, (f, r)) in enumerate(zip(store.read_many(spans), wholes, zip(files, rows))):
-            index, row = self.indexes[int(f)], int(r)
-            start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+        for i, (data, (index, row, start, length, at, whole)) in enumerate(zip(store.read_many(spans), places)):
             where = f"{redact.url(index.path)}: the record at byte {start}"
             want = _HEADER + length + _FOOTER if whole else self.nbytes
             if len(data) != want:

@@ -20,7 +20,7 @@ from vidvol.builders import isolation
 from vidvol.builders.writer import skip_report
 from vidvol.testing import samples
 
-from decoding_cases import LATIN1, Rec, behaving, hangs, opencv_directly
+from decoding_cases import LATIN1, Rec, behaving, gone as _gone, hangs, opencv_directly
 from toy_features import ToyFeatures
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -164,15 +164,6 @@ def _wait_for(what, timeout_s: float = 30.0):
     while not what():
         assert time.monotonic() < deadline, f"timed out waiting for {what.__doc__ or what}"
         time.sleep(0.05)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as f:  # a zombie nobody reaped yet is gone too
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_a_hung_decoder_is_killed_at_its_deadline_and_is_one_skip(tmp_path):

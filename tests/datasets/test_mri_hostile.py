@@ -176,15 +176,6 @@ def test_a_build_over_hostile_scans_succeeds_with_bounded_memory(tmp_path):
     assert grown < 256, f"peak RSS grew by {grown:.0f} MiB over the warm-up build"
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat") as f:  # a zombie nobody reaped yet is gone too
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def test_a_volume_read_stalled_in_the_kernel_meets_its_deadline_and_is_one_skip(tmp_path, monkeypatch):
     """mri_volumes reads each scan in a decoding child (as videos are decoded): a read that never returns is killed
     at VIDVOL_DECODE_TIMEOUT_S and is that scan's skip; the next read of the same file, unstalled, is its example."""
@@ -204,7 +195,7 @@ def test_a_volume_read_stalled_in_the_kernel_meets_its_deadline_and_is_one_skip(
     pid, scratch = open(path + ".pid").read().split()
     assert skip.reason.startswith(f"DecoderTimeout: {path}: the decoder gave no answer within 1.5 s"), skip.reason
     assert isolation.TIMEOUT_ENV in skip.reason and 1.5 <= took < 60, took
-    assert _gone(int(pid)) and not os.path.exists(scratch)  # killed, its scratch folder gone
+    assert decoding_cases.gone(int(pid)) and not os.path.exists(scratch)  # killed, its scratch folder gone
     os.remove(path + ".fifo")
     ((key, example),) = list(example_io.run_example_fn(read, (source.key, source), "train"))
     assert key == "stalled.nii.gz" and example["volume"].shape == (32, 32, 32) and example["mask"].sum() == 8 * 9 * 10
