@@ -128,8 +128,13 @@ def scrub(text: str) -> str:
 
 
 def _describe(e: BaseException) -> str:
-    """`Type: message`, secrets scrubbed."""
-    return scrub(f"{type(e).__name__}: {e}")
+    """`Type: message`, secrets scrubbed (an obstore error: its first line, the store's error code kept)."""
+    text = str(e)
+    if type(e).__module__.startswith("obstore"):
+        text = text.split("\n\nDebug source", 1)[0]
+        text = re.sub(r"Error performing (\w+) \S+ in [^ ]+ - ", r"\1: ", text)
+        text = re.sub(r": <\?xml.*?<Code>([^<]*)</Code>.*", r" (\1)", text, flags=re.DOTALL)
+    return scrub(f"{type(e).__name__}: {text}")
 
 
 def _http_status(e: BaseException) -> int | None:
@@ -140,7 +145,12 @@ def _http_status(e: BaseException) -> int | None:
         if isinstance(status, int):
             return status
     status = getattr(e, "status", None)
-    return status if isinstance(status, int) else None
+    if isinstance(status, int):
+        return status
+    if type(e).__module__.startswith("obstore"):
+        found = _OBSTORE_STATUS_RE.search(str(e))
+        return int(found.group(1)) if found else None
+    return None
 
 
 def is_transient(e: BaseException) -> bool:
@@ -154,6 +164,8 @@ def is_transient(e: BaseException) -> bool:
         return status >= 500 or status == 429
     if isinstance(e, OSError):
         return e.errno in _TRANSIENT_ERRNOS  # s3fs turns 5xx and unknown error codes into EIO/EREMOTEIO
+    if type(e).__module__.startswith("obstore"):
+        return bool(_OBSTORE_TRANSIENT_RE.search(str(e)))
     return bool({c.__name__ for c in type(e).__mro__} & _TRANSIENT_NAMES)
 
 
@@ -248,28 +260,119 @@ def read_range(url: str, start: int, end: int) -> bytes:
 
 
 def read_ranges(url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
-    """Bytes `[start, end)` of each range of one object, fetched concurrently (s3fs: one ranged GET each, at once)."""
-    if not ranges:
-        return []
-    fs, p = _fs(url)
-    starts, ends = [int(a) for a, _ in ranges], [int(b) for _, b in ranges]
-    return _call(url, lambda: fs.cat_ranges([p] * len(ranges), starts, ends, on_error="raise"), what=f"read {len(ranges)} byte ranges")
+    """Bytes `[start, end)` of each range of one object, fetched concurrently (one ranged GET each, at once)."""
+    return read_many([(url, int(a), int(b)) for a, b in ranges])
 
 
 def read_many(spans: list[tuple[str, int, int]]) -> list[bytes]:
     """Bytes `[start, end)` of each `(url, start, end)`, all fetched at once (one ranged GET each, concurrently).
 
     The URLs share one file system (one split's shards); a batch's records spread over many shards are then
-    fetched together instead of shard after shard.
+    fetched together instead of shard after shard. `s3://` goes through obstore where it can (`_ranged`), else
+    through the URL's fsspec file system (`cat_ranges`).
     """
     if not spans:
         return []
+    where = spans[0][0] if len({url for url, _, _ in spans}) == 1 else spans[0][0].rsplit("/", 1)[0] + "/"
+    what = f"read {len(spans)} byte ranges"
+    ranged = _ranged(spans[0][0])
+    if ranged is not None:
+        client, _ = ranged
+        keys = [_ranged(url)[1] for url, _, _ in spans]
+        return _call(where, lambda: _get_ranges(client, keys, spans), what=what)
     fs, _ = _fs(spans[0][0])
     paths = [_fs(url)[1] for url, _, _ in spans]
     starts, ends = [int(a) for _, a, _ in spans], [int(b) for _, _, b in spans]
-    where = spans[0][0] if len({url for url, _, _ in spans}) == 1 else spans[0][0].rsplit("/", 1)[0] + "/"
-    return _call(where, lambda: fs.cat_ranges(paths, starts, ends, on_error="raise"),
-                 what=f"read {len(spans)} byte ranges")
+    return _call(where, lambda: fs.cat_ranges(paths, starts, ends, on_error="raise"), what=what)
+
+
+# Ranged GETs of s3:// records through obstore (Rust's object_store): measured on SeaweedFS over loopback, 65 KB
+# ranges cost the client 0.27 ms of CPU each against s3fs's 0.98 ms (and the server 0.35 ms against 0.63-0.92),
+# which decides the read rate of small records. The client is configured from the URL's s3fs file system
+# (URL or fsspec-config credentials, endpoint, region, anon), else from the AWS_* variables; credentials that
+# only botocore's chain finds (profiles, SSO, instance roles) leave the reads to s3fs. Its own retries are off:
+# `_call` retries, as for every store operation. VIDVOL_RANGED_GETS=fsspec sends every ranged read through s3fs.
+RANGED_GETS_ENV = "VIDVOL_RANGED_GETS"
+_RANGED: dict[tuple, Any] = {}
+_OBSTORE_STATUS_RE = re.compile(r"\bstatus(?: code)?:? (\d{3})\b", re.IGNORECASE)
+_OBSTORE_TRANSIENT_RE = re.compile(
+    r"error sending request|connection (?:reset|refused|closed)|timed? ?out|broken pipe|incomplete|"
+    r"error decoding response body|unexpected eof", re.IGNORECASE)
+
+
+def _ranged(url: str) -> tuple[Any, str] | None:
+    """(obstore S3Store of the URL's bucket, the object's key), or None where s3fs does the ranged reads."""
+    if scheme(url) not in ("s3", "s3a") or os.environ.get(RANGED_GETS_ENV, "").lower() == "fsspec":
+        return None
+    try:
+        from obstore.store import S3Store
+    except ImportError:
+        return None
+    fs, path = _fs(url)
+    bucket_name, _, key = path.partition("/")
+    cache_key = (id(fs), bucket_name)
+    with _FS_LOCK:
+        if cache_key in _RANGED:
+            client = _RANGED[cache_key]
+            return None if client is None else (client, key)
+    client = _make_ranged(S3Store, fs, bucket_name)
+    with _FS_LOCK:
+        _RANGED[cache_key] = client  # the fs objects are cached (`_filesystem`): ids stay theirs
+    return None if client is None else (client, key)
+
+
+def _make_ranged(S3Store, fs, bucket_name: str):
+    env = os.environ.get
+    kwargs = dict(getattr(fs, "client_kwargs", None) or {})
+    endpoint = kwargs.get("endpoint_url") or getattr(fs, "endpoint_url", None) or env("AWS_ENDPOINT_URL_S3") \
+        or env("AWS_ENDPOINT_URL")
+    region = kwargs.get("region_name") or env("AWS_REGION") or env("AWS_DEFAULT_REGION") or "us-east-1"
+    config: dict[str, Any] = {"region": region}
+    if getattr(fs, "anon", False):
+        config["skip_signature"] = True
+    else:
+        key_id, secret = getattr(fs, "key", None), getattr(fs, "secret", None)
+        token = getattr(fs, "token", None)
+        if not (key_id and secret):
+            key_id, secret, token = env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")
+        if not (key_id and secret):
+            return None
+        config.update(access_key_id=key_id, secret_access_key=secret)
+        if token:
+            config["session_token"] = token
+    if endpoint:
+        config["endpoint"] = endpoint
+    import datetime
+    try:
+        return S3Store(bucket_name, config=config,
+                       client_options={"allow_http": bool(endpoint and endpoint.startswith("http://")),
+                                       "timeout": "120s", "connect_timeout": "10s"},
+                       retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=1),
+                                     "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
+                                                 "max_backoff": datetime.timedelta(seconds=1), "base": 2.0}})
+    except Exception as e:  # a configuration obstore refuses: s3fs reads instead
+        logger.debug("ranged reads of s3://%s through s3fs: obstore refused the configuration (%s)", bucket_name,
+                     type(e).__name__)
+        return None
+
+
+def _get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]]) -> list[bytes]:
+    """One concurrent ranged GET per span (not coalesced: a shuffled batch's records are far apart)."""
+    import asyncio
+
+    import obstore
+    from obstore import exceptions
+
+    async def fetch():
+        return await asyncio.gather(*[obstore.get_range_async(client, key, start=int(a), end=int(b))
+                                      for key, (_, a, b) in zip(keys, spans)])
+
+    try:
+        return [bytes(b) for b in asyncio.run(fetch())]
+    except exceptions.NotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory") from None
+    except (exceptions.PermissionDeniedError, exceptions.UnauthenticatedError) as e:
+        raise PermissionError(errno.EACCES, scrub(str(e))) from None
 
 
 def digest(url: str, chunk: int = 8 << 20) -> tuple[str, int]:

@@ -113,6 +113,13 @@ class SeaweedS3:
             "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"},
         }
 
+    @property
+    def pid(self) -> int:
+        """The `weed mini` process id (the bench pins it to a core of its own)."""
+        if self._proc is None:
+            raise RuntimeError("the server is not running")
+        return self._proc.pid
+
     def env(self) -> dict[str, str]:
         """AWS_* variables with which botocore/s3fs clients find and authenticate to this server."""
         return {
