@@ -275,11 +275,11 @@ def read_many(spans: list[tuple[str, int, int]]) -> list[bytes]:
         return []
     where = spans[0][0] if len({url for url, _, _ in spans}) == 1 else spans[0][0].rsplit("/", 1)[0] + "/"
     what = f"read {len(spans)} byte ranges"
-    ranged = _ranged(spans[0][0])
-    if ranged is not None:
-        client, _ = ranged
-        keys = [_ranged(url)[1] for url, _, _ in spans]
-        return _call(where, lambda: _get_ranges(client, keys, spans), what=what)
+    urls = {url: None for url, _, _ in spans}
+    ranged = {url: _ranged(url) for url in urls}
+    if all(r is not None and r[0] is ranged[spans[0][0]][0] for r in ranged.values()):
+        client = ranged[spans[0][0]][0]
+        return _call(where, lambda: _get_ranges(client, [ranged[url][1] for url, _, _ in spans], spans), what=what)
     fs, _ = _fs(spans[0][0])
     paths = [_fs(url)[1] for url, _, _ in spans]
     starts, ends = [int(a) for _, a, _ in spans], [int(b) for _, _, b in spans]
