@@ -126,6 +126,18 @@ def test_ranged_gets_go_through_obstore_and_equal_s3fs_and_the_local_bytes(world
         store.read_many([(urls[0] + "-gone", 0, 4)])
 
 
+def test_a_bucket_pipeline_has_threads_of_its_own_for_the_waiting_reads(world, env):
+    """Ranged GETs block their tf.data thread: a bucket pipeline gets a private pool larger than the cores; a local
+    one keeps tf.data's shared pool."""
+    from vidvol.readers.tfdata import sizing
+
+    _, root = world
+    remote = vidvol.load(NAME, "train", 2, data_dir=f"s3://{BUCKET}/tf", repeat=False)
+    local = vidvol.load(NAME, "train", 2, data_dir=str(root / "local"), repeat=False)
+    assert remote.options().threading.private_threadpool_size == sizing.bucket_threadpool_size() > os.cpu_count()
+    assert not local.options().threading.private_threadpool_size
+
+
 @pytest.fixture(scope="module")
 def int16_world(world, tmp_path_factory):
     """root: MRI scans of whole int16 values (slope 1, as scanners write them: volumes stored int16, read by the

@@ -104,6 +104,7 @@ class LoadPlan:
     decode_parallelism: int  # examples decoded at once per example (AUTOTUNE unless lean)
     float_batch_bytes: int  # one output batch as float32
     cache_limit: int | None = None  # bytes of the bucket shard cache (`readers.bucket`); None: ranged GETs
+    threadpool_size: int | None = None  # the pipeline's own tf.data thread pool (bucket reads); None: the shared one
 
     @property
     def static_batch(self) -> int | None:
@@ -148,6 +149,8 @@ class LoadPlan:
         options.deterministic = self.deterministic
         options.autotune.ram_budget = int(self.memory_budget)
         options.experimental_symbolic_checkpoint = True
+        if self.threadpool_size:
+            options.threading.private_threadpool_size = int(self.threadpool_size)
         if self.lean:
             options.experimental_optimization.apply_default_optimizations = False
             options.experimental_optimization.map_parallelization = False

@@ -54,3 +54,11 @@ def bucket_read_parallelism(float_batch_bytes: int, budget: int) -> int:
     stops at one per core), so up to `BUCKET_READS_AHEAD`, with 8 float32 batches' room each in the budget."""
     return int(max(2, min(BUCKET_READS_AHEAD, budget // max(1, 8 * float_batch_bytes))))
 
+
+
+def bucket_threadpool_size() -> int:
+    """Threads of a pipeline that reads a bucket by ranged GETs: a read waits on the network in its tf.data thread
+    (the Python call blocks it), and tf.data's shared pool has one thread per core, so waiting reads would leave
+    cores idle. Two per core and two more keep every core decoding: measured on hmdb51 from a loopback SeaweedFS,
+    the reader on one core went from 82 % busy to 99 % (650 -> 716 examples/s), on two cores 835 -> 940."""
+    return 2 * system.num_cpus() + 2
