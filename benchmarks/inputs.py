@@ -275,6 +275,75 @@ def fire_plan(root: str, *, experiments: int, frames: int, height: int = 540, wi
     return InputPlan(root, spec, jobs, finish)
 
 
+def _link(src: str, dst: str) -> None:
+    """A hard link (a copy across file systems)."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _source_spec(root: str) -> dict[str, Any]:
+    with open(os.path.join(root, STAMP), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _link_hmdb51(source: str, root: str, times: int) -> None:
+    """Hard links of every clip of `source`'s HMDB51 layout, `times` copies each (`NAME_rK.avi`), with the split lines."""
+    videos, splits = os.path.join(source, samples.HMDB51_ORG_DIR), os.path.join(source, samples.HMDB51_SPLITS_DIR)
+    os.makedirs(os.path.join(root, samples.HMDB51_SPLITS_DIR), exist_ok=True)
+    for class_name in sorted(os.listdir(videos)):
+        os.makedirs(os.path.join(root, samples.HMDB51_ORG_DIR, class_name), exist_ok=True)
+        for name in sorted(os.listdir(os.path.join(videos, class_name))):
+            for k in range(times):
+                _link(os.path.join(videos, class_name, name),
+                      os.path.join(root, samples.HMDB51_ORG_DIR, class_name, f"{name[:-4]}_r{k}.avi"))
+    for split_file in sorted(os.listdir(splits)):
+        with open(os.path.join(splits, split_file), encoding="utf-8") as f:
+            lines = [line.split() for line in f if line.strip()]
+        with open(os.path.join(root, samples.HMDB51_SPLITS_DIR, split_file), "w", encoding="utf-8") as f:
+            f.writelines(f"{name[:-4]}_r{k}.avi {split_id} \n" for name, split_id in lines for k in range(times))
+
+
+def hmdb51_replicated_plan(root: str, source: str, times: int) -> InputPlan:
+    """`source`'s HMDB51 clips, each hard-linked `times` times under new names (a larger build, decoded for real,
+    without writing `times` as many files); `source` must be written first."""
+    spec = {"kind": "hmdb51", "replicated_from": _source_spec(source), "times": times}
+    return InputPlan(root, spec, [(_link_hmdb51, dict(source=source, root=root, times=times))])
+
+
+def _link_fire(source: str, root: str, experiments: int) -> list[list[Any]]:
+    """`experiments` experiments whose frames are hard links of `source`'s, in turn; their labels.csv rows."""
+    rows: dict[str, list[list[Any]]] = {}
+    with open(os.path.join(source, "labels.csv"), newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        next(reader)
+        for row in reader:
+            rows.setdefault(row[0], []).append(row)
+    names, out = sorted(rows), []
+    for e in range(experiments):
+        experiment = f"exp_{e:03d}"
+        os.makedirs(os.path.join(root, "frames", experiment))
+        for _, rel, hrr, t in rows[names[e % len(names)]]:
+            new = f"frames/{experiment}/{rel.rsplit('/', 1)[1]}"
+            _link(os.path.join(source, *rel.split("/")), os.path.join(root, *new.split("/")))
+            out.append([experiment, new, hrr, t])
+    return out
+
+
+def fire_replicated_plan(root: str, source: str, experiments: int) -> InputPlan:
+    """`experiments` fire_hrr experiments made of hard links of `source`'s frames (its experiments in turn)."""
+    spec = {"kind": "fire_hrr", "replicated_from": _source_spec(source), "experiments": experiments}
+
+    def finish(results: list[Any]) -> None:
+        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["experiment", "frame", "hrr", "time"])
+            writer.writerows(results[0])
+
+    return InputPlan(root, spec, [(_link_fire, dict(source=source, root=root, experiments=experiments))], finish)
+
+
 def describe_fire(root: str) -> dict[str, Any]:
     """Frame count and mean JPEG size of a fire_hrr input set."""
     rows = fire_frame_rows(os.path.join(root, "labels.csv"))
