@@ -264,12 +264,13 @@ def read_ranges(url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
     return read_many([(url, int(a), int(b)) for a, b in ranges])
 
 
-def read_many(spans: list[tuple[str, int, int]]) -> list[bytes]:
+def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[bytes]:
     """Bytes `[start, end)` of each `(url, start, end)`, all fetched at once (one ranged GET each, concurrently).
 
     The URLs share one file system (one split's shards); a batch's records spread over many shards are then
     fetched together instead of shard after shard. `s3://` goes through obstore where it can (`_ranged`), else
-    through the URL's fsspec file system (`cat_ranges`).
+    through the URL's fsspec file system (`cat_ranges`). `copy=False`: obstore's responses as they are (objects
+    with the buffer protocol, for `memoryview`/`np.frombuffer`), not copied into `bytes`.
     """
     if not spans:
         return []
@@ -279,7 +280,8 @@ def read_many(spans: list[tuple[str, int, int]]) -> list[bytes]:
     ranged = {url: _ranged(url) for url in urls}
     if all(r is not None and r[0] is ranged[spans[0][0]][0] for r in ranged.values()):
         client = ranged[spans[0][0]][0]
-        return _call(where, lambda: _get_ranges(client, [ranged[url][1] for url, _, _ in spans], spans), what=what)
+        return _call(where, lambda: _get_ranges(client, [ranged[url][1] for url, _, _ in spans], spans, copy),
+                     what=what)
     fs, _ = _fs(spans[0][0])
     paths = [_fs(url)[1] for url, _, _ in spans]
     starts, ends = [int(a) for _, a, _ in spans], [int(b) for _, _, b in spans]
@@ -356,7 +358,7 @@ def _make_ranged(S3Store, fs, bucket_name: str):
         return None
 
 
-def _get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]]) -> list[bytes]:
+def _get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy: bool = True) -> list:
     """One concurrent ranged GET per span (not coalesced: a shuffled batch's records are far apart)."""
     import asyncio
 
@@ -368,7 +370,8 @@ def _get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]]) -> l
                                       for key, (_, a, b) in zip(keys, spans)])
 
     try:
-        return [bytes(b) for b in asyncio.run(fetch())]
+        got = asyncio.run(fetch())
+        return [bytes(b) for b in got] if copy else got
     except exceptions.NotFoundError:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory") from None
     except (exceptions.PermissionDeniedError, exceptions.UnauthenticatedError) as e:

@@ -272,7 +272,7 @@ class VolumeReads(host_calls.HostCall):
             spans.append((index.path, first, start + _HEADER + length + _FOOTER if whole else first + self.nbytes))
             places.append((index, row, start, length, at, whole))
         read = 0
-        for i, (data, (index, row, start, length, at, whole)) in enumerate(zip(store.read_many(spans), places)):
+        for i, (data, (index, row, start, length, at, whole)) in enumerate(zip(store.read_many(spans, copy=False), places)):
             where = f"{redact.url(index.path)}: the record at byte {start}"
             want = _HEADER + length + _FOOTER if whole else self.nbytes
             if len(data) != want:

@@ -47,12 +47,17 @@ def lean_decode_parallelism(element_bytes: int, budget: int) -> int:
 
 
 BUCKET_READS_AHEAD = 16  # at most this many batches read at once from a bucket by ranged GETs
+BUCKET_BYTES_AHEAD = 64 << 20  # and at most about this many stored bytes of them in flight
 
 
-def bucket_read_parallelism(float_batch_bytes: int, budget: int) -> int:
+def bucket_read_parallelism(float_batch_bytes: int, budget: int, stored_batch_bytes: int = 0) -> int:
     """Batches read at once from a bucket by ranged GETs: each waits on the network, not a core (tf.data's AUTOTUNE
-    stops at one per core), so up to `BUCKET_READS_AHEAD`, with 8 float32 batches' room each in the budget."""
-    return int(max(2, min(BUCKET_READS_AHEAD, budget // max(1, 8 * float_batch_bytes))))
+    stops at one per core), so up to `BUCKET_READS_AHEAD`, with 8 float32 batches' room each in the budget and
+    about `BUCKET_BYTES_AHEAD` of records in flight (at least 2 batches). Small records need many GETs in flight
+    to hide their latency; large ones fill the link with few: measured on MRI 128^3 (34 MB of records a batch of
+    8) from a loopback SeaweedFS, 2 batches in flight read 48 volumes/s at 1.5 GiB peak RSS, 16 read 50 at 2.7 GiB."""
+    by_bytes = BUCKET_BYTES_AHEAD // max(1, stored_batch_bytes) if stored_batch_bytes else BUCKET_READS_AHEAD
+    return int(max(2, min(BUCKET_READS_AHEAD, by_bytes, budget // max(1, 8 * float_batch_bytes))))
 
 
 

@@ -170,3 +170,14 @@ def test_the_log_line_names_the_decisions(infos):
     assert "pipeline 3 of 3: 3 examples per epoch (1 of the split left out per epoch)" in _plan(
         infos["mri"], input_context=context).describe(direct=False)
     assert line.endswith(", training") and np.isfinite(float(line.split("(")[-1].split(" MiB")[0]))
+
+
+def test_bucket_reads_in_flight_are_bounded_by_batches_and_by_bytes():
+    from vidvol.readers.tfdata import sizing
+
+    budget, small_float = 8 << 30, 1 << 20
+    assert sizing.bucket_read_parallelism(small_float, budget, 8 * 65_000) == sizing.BUCKET_READS_AHEAD  # hmdb51 clips
+    assert sizing.bucket_read_parallelism(small_float, budget, 8 * 4_200_000) == 2  # MRI 128^3 volumes: 2 at least
+    assert sizing.bucket_read_parallelism(small_float, budget, 10 << 20) == 6
+    assert sizing.bucket_read_parallelism(small_float, budget) == sizing.BUCKET_READS_AHEAD  # stored size unknown
+    assert sizing.bucket_read_parallelism(budget // 24, budget, 1 << 10) == 3  # the memory budget's bound
