@@ -288,9 +288,8 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
     return _call(where, lambda: fs.cat_ranges(paths, starts, ends, on_error="raise"), what=what)
 
 
-# Ranged GETs of s3:// records through obstore (Rust's object_store): measured on SeaweedFS over loopback, 65 KB
-# ranges cost the client 0.27 ms of CPU each against s3fs's 0.98 ms (and the server 0.35 ms against 0.63-0.92),
-# which decides the read rate of small records. The client is configured from the URL's s3fs file system
+# Ranged GETs of s3:// records through obstore (Rust's object_store): a fraction of s3fs's client CPU per GET, which
+# decides the read rate of small records (docs/clusters.md, "Datasets in a bucket"). The client is configured from the URL's s3fs file system
 # (URL or fsspec-config credentials, endpoint, region, anon), else from the AWS_* variables; credentials that
 # only botocore's chain finds (profiles, SSO, instance roles) leave the reads to s3fs. Its own retries are off:
 # `_call` retries, as for every store operation. VIDVOL_RANGED_GETS=fsspec sends every ranged read through s3fs.

@@ -54,8 +54,8 @@ def bucket_read_parallelism(float_batch_bytes: int, budget: int, stored_batch_by
     """Batches read at once from a bucket by ranged GETs: each waits on the network, not a core (tf.data's AUTOTUNE
     stops at one per core), so up to `BUCKET_READS_AHEAD`, with 8 float32 batches' room each in the budget and
     about `BUCKET_BYTES_AHEAD` of records in flight (at least 2 batches). Small records need many GETs in flight
-    to hide their latency; large ones fill the link with few: measured on MRI 128^3 (34 MB of records a batch of
-    8) from a loopback SeaweedFS, 2 batches in flight read 48 volumes/s at 1.5 GiB peak RSS, 16 read 50 at 2.7 GiB."""
+    to hide their latency; large ones fill the link with few, and more in flight only hold more memory (MRI 128^3
+    from the bucket: benchmarks/RESULTS.md, "Datasets in a bucket")."""
     by_bytes = BUCKET_BYTES_AHEAD // max(1, stored_batch_bytes) if stored_batch_bytes else BUCKET_READS_AHEAD
     return int(max(2, min(BUCKET_READS_AHEAD, by_bytes, budget // max(1, 8 * float_batch_bytes))))
 
@@ -64,6 +64,6 @@ def bucket_read_parallelism(float_batch_bytes: int, budget: int, stored_batch_by
 def bucket_threadpool_size() -> int:
     """Threads of a pipeline that reads a bucket by ranged GETs: a read waits on the network in its tf.data thread
     (the Python call blocks it), and tf.data's shared pool has one thread per core, so waiting reads would leave
-    cores idle. Two per core and two more keep every core decoding: measured on hmdb51 from a loopback SeaweedFS,
-    the reader on one core went from 82 % busy to 99 % (650 -> 716 examples/s), on two cores 835 -> 940."""
+    cores idle. Two per core and two more keep every core decoding (hmdb51 from the bucket: benchmarks/RESULTS.md,
+    "Datasets in a bucket")."""
     return 2 * system.num_cpus() + 2
