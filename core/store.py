@@ -291,7 +291,7 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
 # Ranged GETs of s3:// records through obstore (Rust's object_store): a fraction of s3fs's client CPU per GET, which
 # decides the read rate of small records (docs/clusters.md, "Datasets in a bucket"). The client is configured from the URL's s3fs file system
 # (URL or fsspec-config credentials, endpoint, region, anon), else from the AWS_* variables; credentials that
-# only botocore's chain finds (profiles, SSO, instance roles) leave the reads to s3fs. Its own retries are off:
+# only botocore's chain finds (profiles, SSO, instance roles), or AWS with no region named, leave the reads to s3fs. Its own retries are off:
 # `_call` retries, as for every store operation. VIDVOL_RANGED_GETS=fsspec sends every ranged read through s3fs.
 RANGED_GETS_ENV = "VIDVOL_RANGED_GETS"
 _RANGED: dict[tuple, Any] = {}
@@ -327,8 +327,10 @@ def _make_ranged(S3Store, fs, bucket_name: str):
     kwargs = dict(getattr(fs, "client_kwargs", None) or {})
     endpoint = kwargs.get("endpoint_url") or getattr(fs, "endpoint_url", None) or env("AWS_ENDPOINT_URL_S3") \
         or env("AWS_ENDPOINT_URL")
-    region = kwargs.get("region_name") or env("AWS_REGION") or env("AWS_DEFAULT_REGION") or "us-east-1"
-    config: dict[str, Any] = {"region": region}
+    region = kwargs.get("region_name") or env("AWS_REGION") or env("AWS_DEFAULT_REGION")
+    if not (region or endpoint):
+        return None  # AWS with no region named: botocore (s3fs) finds the bucket's region, object_store would not
+    config: dict[str, Any] = {"region": region or "us-east-1"}
     if getattr(fs, "anon", False):
         config["skip_signature"] = True
     else:

@@ -124,6 +124,9 @@ def test_ranged_gets_go_through_obstore_and_equal_s3fs_and_the_local_bytes(world
     monkeypatch.delenv(store.RANGED_GETS_ENV)
     with pytest.raises(FileNotFoundError):
         store.read_many([(urls[0] + "-gone", 0, 4)])
+    for name in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_REGION"):  # AWS itself, its region not named
+        monkeypatch.delenv(name, raising=False)
+    assert store._ranged(urls[0]) is None
 
 
 def test_a_bucket_pipeline_has_threads_of_its_own_for_the_waiting_reads(world, env):
