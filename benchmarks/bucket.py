@@ -168,10 +168,14 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
     out["build_bucket_s"] = round(_timed_build(name, manual, remote, settings.num_shards, env,
                                                os.path.join(work, label, "bucket.log")), 1)
     reads = {}
-    for mode, data_dir, limit in (("local", local, "-"), ("bucket", remote, "-"), ("bucket+cache", remote, "100GB")):
-        env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, f"cache-{mode}")
-        r = _child(_READ, [name, data_dir, str(settings.batch), limit, HERE, str(settings.read_seconds)], env)
+
+    def read(mode: str, data_dir: str, limit: str, cpus: set[int] | None = None) -> None:
+        env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, f"cache-{mode}".replace(", ", "-").replace(" ", "-"))
+        r = _child(_READ, [name, data_dir, str(settings.batch), limit, HERE, str(settings.read_seconds)], env, cpus)
         reads[mode] = {**r, "examples_per_s": round(r["examples"] / r["second_s"], 2)}
+
+    for mode, data_dir, limit in (("local", local, "-"), ("bucket", remote, "-"), ("bucket+cache", remote, "100GB")):
+        read(mode, data_dir, limit)
     cores = sorted(os.sched_getaffinity(0))
     if label == "hmdb51" and len(cores) >= 2:
         # A store off the reader's cores, as a real bucket is: the reader on one core, the server on another; the
@@ -179,11 +183,8 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
         reader, other = {cores[0]}, {cores[1]}
         try:
             _pin(server.pid, other)
-            for mode, data_dir in (("local, 1 core", local), ("bucket, 1 core", remote)):
-                env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, f"cache-{mode.split(',')[0]}-1")
-                r = _child(_READ, [name, data_dir, str(settings.batch), "-", HERE, str(settings.read_seconds)], env,
-                           cpus=reader)
-                reads[mode] = {**r, "examples_per_s": round(r["examples"] / r["second_s"], 2)}
+            read("local, 1 core", local, "-", reader)
+            read("bucket, 1 core", remote, "-", reader)
         finally:
             _pin(server.pid, set(cores))
     env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, "cache-gets")

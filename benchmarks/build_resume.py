@@ -306,7 +306,7 @@ class BuildResume(section.Section):
                                                      settings.fire_experiments))
             fire_manual = plans[-1].root
         inputs.write_inputs(plans)
-        clips = sum(len(files) for _, _, files in os.walk(hmdb51_manual) if any(f.endswith(".avi") for f in files))
+        clips = sum(f.endswith(".avi") for _, _, files in os.walk(hmdb51_manual) for f in files)
         counts = {"hmdb51_clips": clips if settings.hmdb51_times else None,
                   "fire_experiments": settings.fire_experiments or None}
         builds = [resumed_build("fire_hrr", f"fire_hrr/{settings.fire_config}", fire_manual, work, settings.num_shards),

@@ -49,11 +49,7 @@ HMDB51_FPS = 30.0
 
 def _cached(root: str, spec: dict[str, Any]) -> bool:
     """True when root already holds inputs written with exactly `spec`."""
-    path = os.path.join(root, STAMP)
-    if not os.path.isfile(path):
-        return False
-    with open(path, encoding="utf-8") as f:
-        return json.load(f) == spec
+    return os.path.isfile(os.path.join(root, STAMP)) and _source_spec(root) == spec
 
 
 def _stamp(root: str, spec: dict[str, Any]) -> None:
@@ -284,6 +280,7 @@ def _link(src: str, dst: str) -> None:
 
 
 def _source_spec(root: str) -> dict[str, Any]:
+    """The spec root's inputs were written with (its stamp)."""
     with open(os.path.join(root, STAMP), encoding="utf-8") as f:
         return json.load(f)
 

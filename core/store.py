@@ -8,6 +8,8 @@ error (reset, timeout, 5xx, 429) is retried with backoff; no message carries a s
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import errno
 import hashlib
 import logging
@@ -127,10 +129,15 @@ def scrub(text: str) -> str:
     return redact.text(text)
 
 
+def _is_obstore(e: BaseException) -> bool:
+    """An obstore error: its HTTP status and S3 code are only in its message."""
+    return type(e).__module__.startswith("obstore")
+
+
 def _describe(e: BaseException) -> str:
     """`Type: message`, secrets scrubbed (an obstore error: its first line, the store's error code kept)."""
     text = str(e)
-    if type(e).__module__.startswith("obstore"):
+    if _is_obstore(e):
         text = text.split("\n\nDebug source", 1)[0]
         text = re.sub(r"Error performing (\w+) \S+ in [^ ]+ - ", r"\1: ", text)
         text = re.sub(r": <\?xml.*?<Code>([^<]*)</Code>.*", r" (\1)", text, flags=re.DOTALL)
@@ -147,7 +154,7 @@ def _http_status(e: BaseException) -> int | None:
     status = getattr(e, "status", None)
     if isinstance(status, int):
         return status
-    if type(e).__module__.startswith("obstore"):
+    if _is_obstore(e):
         found = _OBSTORE_STATUS_RE.search(str(e))
         return int(found.group(1)) if found else None
     return None
@@ -164,7 +171,7 @@ def is_transient(e: BaseException) -> bool:
         return status >= 500 or status == 429
     if isinstance(e, OSError):
         return e.errno in _TRANSIENT_ERRNOS  # s3fs turns 5xx and unknown error codes into EIO/EREMOTEIO
-    if type(e).__module__.startswith("obstore"):
+    if _is_obstore(e):
         return bool(_OBSTORE_TRANSIENT_RE.search(str(e)))
     return bool({c.__name__ for c in type(e).__mro__} & _TRANSIENT_NAMES)
 
@@ -274,10 +281,9 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
     """
     if not spans:
         return []
-    where = spans[0][0] if len({url for url, _, _ in spans}) == 1 else spans[0][0].rsplit("/", 1)[0] + "/"
+    ranged = {url: _ranged(url) for url in dict.fromkeys(url for url, _, _ in spans)}
+    where = spans[0][0] if len(ranged) == 1 else spans[0][0].rsplit("/", 1)[0] + "/"
     what = f"read {len(spans)} byte ranges"
-    urls = {url: None for url, _, _ in spans}
-    ranged = {url: _ranged(url) for url in urls}
     if all(r is not None and r[0] is ranged[spans[0][0]][0] for r in ranged.values()):
         client = ranged[spans[0][0]][0]
         return _call(where, lambda: _get_ranges(client, [ranged[url][1] for url, _, _ in spans], spans, copy),
@@ -345,7 +351,6 @@ def _make_ranged(S3Store, fs, bucket_name: str):
             config["session_token"] = token
     if endpoint:
         config["endpoint"] = endpoint
-    import datetime
     try:
         return S3Store(bucket_name, config=config,
                        client_options={"allow_http": bool(endpoint and endpoint.startswith("http://")),
@@ -361,8 +366,6 @@ def _make_ranged(S3Store, fs, bucket_name: str):
 
 def _get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy: bool = True) -> list:
     """One concurrent ranged GET per span (not coalesced: a shuffled batch's records are far apart)."""
-    import asyncio
-
     import obstore
     from obstore import exceptions
 

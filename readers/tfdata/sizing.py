@@ -60,7 +60,6 @@ def bucket_read_parallelism(float_batch_bytes: int, budget: int, stored_batch_by
     return int(max(2, min(BUCKET_READS_AHEAD, by_bytes, budget // max(1, 8 * float_batch_bytes))))
 
 
-
 def bucket_threadpool_size() -> int:
     """Threads of a pipeline that reads a bucket by ranged GETs: a read waits on the network in its tf.data thread
     (the Python call blocks it), and tf.data's shared pool has one thread per core, so waiting reads would leave
