@@ -2,8 +2,10 @@
 
 `write_corpus(folder)` writes one file per case into `folder` and returns `{file name: Case}`. The
 OpenCV cases need nothing else; the ffmpeg cases (10-bit HEVC, rotation metadata, VP9/WebM, VFR,
-audio-only, a truncated MP4) use `ffmpeg` from PATH, else the static binary of the `imageio-ffmpeg`
-wheel (the `test` extra), so they are always made (`FFMPEG` says which). Names are `os.fsdecode`d.
+audio-only, a truncated MP4) use the encoder named by `write_corpus(..., ffmpeg=)`: `ENCODERS` has the
+`ffmpeg` on PATH (a distribution's, such as Debian 12's 5.1) and the static binary of the `imageio-ffmpeg`
+wheel (the `test` extra), and `FFMPEG` is the first of them. What a file holds is read back from the file
+(`ffmpeg_autorotated_frame`), never assumed from the flags that wrote it. Names are `os.fsdecode`d.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ import struct
 import subprocess
 
 import cv2
+import numpy as np
 
 from vidvol.testing import samples
 
 
-def find_ffmpeg() -> str | None:
-    """`ffmpeg` on PATH, else imageio-ffmpeg's bundled static binary (libx264, libx265, libvpx-vp9, aac); None if neither."""
-    on_path = shutil.which("ffmpeg")
-    if on_path:
-        return on_path
+def imageio_ffmpeg_exe() -> str | None:
+    """imageio-ffmpeg's bundled static binary (libx264, libx265, libvpx-vp9, aac); None without the wheel or a binary."""
     try:
         import imageio_ffmpeg
     except ImportError:
@@ -32,6 +32,15 @@ def find_ffmpeg() -> str | None:
         return imageio_ffmpeg.get_ffmpeg_exe()
     except RuntimeError:  # the wheel has no binary for this platform
         return None
+
+
+# Each encoder the corpus can be written with: "system" (`ffmpeg` on PATH) and "imageio" (the wheel's); None if absent.
+ENCODERS: dict[str, str | None] = {"system": shutil.which("ffmpeg"), "imageio": imageio_ffmpeg_exe()}
+
+
+def find_ffmpeg() -> str | None:
+    """`ffmpeg` on PATH, else imageio-ffmpeg's bundled static binary; None if neither."""
+    return ENCODERS["system"] or ENCODERS["imageio"]
 
 
 FFMPEG = find_ffmpeg()
@@ -78,13 +87,52 @@ def claim_frames(path: str, claimed: int) -> None:
         f.write(data)
 
 
-def _ffmpeg(*args: str) -> None:
-    subprocess.run([FFMPEG, "-hide_banner", "-loglevel", "error", "-y", *args], check=True, timeout=120)
+def _run_ffmpeg(exe: str, *args: str) -> bytes:
+    return subprocess.run([exe, "-hide_banner", "-loglevel", "error", "-y", *args], check=True, timeout=120,
+                          capture_output=True).stdout
 
 
-def write_corpus(folder: str) -> dict[str, Case]:
-    """Writes every case this machine can make into `folder`; returns `{file name: Case}`."""
+def ffmpeg_version(exe: str) -> str:
+    """The first line of `exe -version` (say, "ffmpeg version 5.1.6-0+deb12u1 ...")."""
+    out = subprocess.run([exe, "-version"], capture_output=True, text=True, timeout=30, check=True).stdout
+    return out.splitlines()[0] if out else exe
+
+
+def ffmpeg_autorotated_frame(exe: str, path: str, width: int, height: int) -> np.ndarray:
+    """Frame 0 of `path` as ffmpeg itself shows it (display matrix applied, as players do): (height, width, 3) RGB."""
+    raw = _run_ffmpeg(exe, "-i", path, "-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "rgb24", "-")
+    assert len(raw) == width * height * 3, f"{path}: ffmpeg gave {len(raw)} bytes, not {width}x{height}x3"
+    return np.frombuffer(raw, np.uint8).reshape(height, width, 3)
+
+
+def display_rotation(exe: str, path: str, upright: np.ndarray) -> int:
+    """How many times np.rot90 turns `upright` (frame 0 without rotation) into ffmpeg's autorotated frame 0 of `path`.
+
+    Read from the file, whatever wrote it: ffmpeg 5.1's `rotate=270` tag and ffmpeg 7's `-display_rotation 90`
+    give display matrices of opposite sign, and both are shown as ffmpeg (and any player) shows them.
+    """
+    height, width = upright.shape[:2]
+    best = None
+    for k in range(4):
+        turned = np.rot90(upright, k)
+        try:
+            shown = ffmpeg_autorotated_frame(exe, path, turned.shape[1], turned.shape[0])
+        except AssertionError:
+            continue
+        error = float(np.abs(shown.astype(np.int16) - turned).mean())
+        if best is None or error < best[0]:
+            best = (error, k)
+    assert best is not None and best[0] < 8.0, f"{path}: ffmpeg's autorotated frame 0 is no turn of the upright one ({best})"
+    return best[1]
+
+
+def write_corpus(folder: str, ffmpeg: str | None = FFMPEG) -> dict[str, Case]:
+    """Writes every case this machine can make into `folder`, the ffmpeg cases with `ffmpeg`; returns `{file name: Case}`."""
     os.makedirs(folder, exist_ok=True)
+
+    def _ffmpeg(*args: str) -> None:
+        _run_ffmpeg(ffmpeg, *args)
+
     cases: dict[str, Case] = {}
 
     def at(name: str) -> str:
@@ -107,7 +155,7 @@ def write_corpus(folder: str) -> dict[str, Case]:
     with open(at("text.mp4"), "w", encoding="utf-8") as f:
         f.write("this is a text file, not a video\n" * 20)
     cases["text.mp4"] = Case("skip", "cannot open")
-    if not FFMPEG:
+    if not ffmpeg:
         return cases
 
     # High quality (CRF 12) both: the HEVC and H.264 twins differ by little more than their decoders would.
@@ -116,8 +164,9 @@ def write_corpus(folder: str) -> dict[str, Case]:
     _ffmpeg("-i", at("plain.avi"), "-c:v", "libx265", "-crf", "12", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=error",
             at("hevc_main10.mp4"))
     cases["hevc_main10.mp4"] = Case("example", frames=30)
-    # A display matrix turning the picture 90 degrees counter-clockwise (np.rot90). FFmpeg >= 6.1 writes it from
-    # -display_rotation (7 and later ignore the old `rotate` tag); older ones from the tag, clockwise degrees.
+    # A display matrix turning the picture by a quarter turn. FFmpeg >= 6.1 writes it from -display_rotation (7 and
+    # later ignore the old `rotate` tag); older ones (Debian 12's 5.1) from the tag. Which way the file turns is read
+    # back from the file (display_rotation), not from these flags: the two spellings give opposite signs.
     try:
         _ffmpeg("-display_rotation:v:0", "90", "-i", at("h264.mp4"), "-c", "copy", at("rotated.mp4"))
     except subprocess.CalledProcessError:

@@ -1,7 +1,9 @@
 """A hostile video corpus (`tests/hostile_videos.py`: 10-bit HEVC, rotation, grayscale, VP9/WebM, VFR, one frame,
 audio-only, truncated, empty, text named .mp4, a Latin-1 name, a header claiming a million frames) in one
 in-process video_folder build per config: the build succeeds, every input is an example or a skip with its
-reason, the Latin-1 name is there with a readable name, the frames held stay the sampled ones."""
+reason, the Latin-1 name is there with a readable name, the frames held stay the sampled ones. The corpus is written
+once with each encoder (`hv.ENCODERS`: the `ffmpeg` on PATH, such as Debian 12's 5.1, and imageio-ffmpeg's binary);
+CI installs Debian's ffmpeg, so both run there."""
 
 from __future__ import annotations
 
@@ -30,11 +32,22 @@ PEAK_RSS_MIB = 1500
 CHILD_PEAK_RSS_MIB = 400
 
 
+@pytest.fixture(scope="module", params=sorted(hv.ENCODERS))
+def encoder(request):
+    """The ffmpeg binary that writes the corpus's ffmpeg cases; skips, naming why, where that encoder is absent."""
+    exe = hv.ENCODERS[request.param]
+    if exe is None:
+        why = ("no ffmpeg on PATH (apt-get install ffmpeg; .ci/run installs Debian's)" if request.param == "system" else
+               "imageio-ffmpeg has no binary here (pip install -e '.[test]')")
+        pytest.skip(f"the {request.param} encoder is absent: {why}")
+    return exe
+
+
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, encoder):
     """manual_dir with class folders `clips/` (every case) and `r\\xe9sum\\xe9/` (the Latin-1 video); {video_id: Case}."""
     manual = str(tmp_path_factory.mktemp("hostile") / "manual")
-    cases = hv.write_corpus(os.path.join(manual, CLASS))
+    cases = hv.write_corpus(os.path.join(manual, CLASS), ffmpeg=encoder)
     os.makedirs(os.path.join(manual, LATIN1_CLASS))
     os.rename(os.path.join(manual, CLASS, hv.LATIN1_NAME), os.path.join(manual, LATIN1_CLASS, hv.LATIN1_NAME))
     ids = {f"{shown(LATIN1_CLASS if name == hv.LATIN1_NAME else CLASS)}/{shown(name)}": case for name, case in cases.items()}
@@ -78,10 +91,9 @@ def test_every_hostile_input_is_an_example_or_a_skip_with_its_reason(corpus, tmp
 
 
 @pytest.mark.slow
-def test_ffmpeg_cases_decode_as_before(corpus):
-    """Kept working: 10-bit HEVC decodes to the H.264 twin's 8-bit frames, rotation is applied, grayscale is RGB."""
-    assert hv.FFMPEG, ("no ffmpeg: neither on PATH nor imageio-ffmpeg's binary; install the test extra "
-                       "(pip install -e '.[test]') so the 10-bit HEVC, rotation, VP9, VFR, audio-only and truncated cases are made")
+def test_ffmpeg_cases_decode_as_before(corpus, encoder):
+    """Kept working: 10-bit HEVC decodes to the H.264 twin's 8-bit frames, rotation is applied as the file's display
+    matrix says (read back through ffmpeg's own autorotated decode), grayscale is RGB."""
     folder = os.path.join(corpus[0], CLASS)
     h264 = video.decode_frames(os.path.join(folder, "h264.mp4"))
     hevc = video.decode_frames(os.path.join(folder, "hevc_main10.mp4"))
@@ -92,8 +104,13 @@ def test_ffmpeg_cases_decode_as_before(corpus):
     luma = [np.stack([cv2.cvtColor(f, cv2.COLOR_RGB2GRAY) for f in v.frames]).astype(np.int16) for v in (hevc, h264)]
     assert np.abs(luma[0] - luma[1]).mean() < 3.0
     assert np.abs(hevc.frames.astype(np.int16) - h264.frames).mean() < 8.0
+    # Which way the file turns is the file's: ffmpeg's autorotated frame 0 against the unturned stream's.
+    upright = hv.ffmpeg_autorotated_frame(encoder, os.path.join(folder, "h264.mp4"), 160, 120)
+    turns = hv.display_rotation(encoder, os.path.join(folder, "rotated.mp4"), upright)
+    assert turns in (1, 3), f"{hv.ffmpeg_version(encoder)} wrote rotated.mp4 with {turns} quarter turns, not one"
     rotated = video.decode_frames(os.path.join(folder, "rotated.mp4"), [0])
-    assert rotated.frames.shape == (1, 160, 120, 3)  # 90 degrees: height and width swapped
-    assert np.array_equal(rotated.frames[0], np.rot90(h264.frames[0]))  # the same stream, turned as its metadata says
+    assert rotated.frames.shape == (1, 160, 120, 3)  # a quarter turn: height and width swapped
+    assert np.array_equal(rotated.frames[0], np.rot90(h264.frames[0], turns)), (
+        f"vidvol's decode is not turned as ffmpeg ({hv.ffmpeg_version(encoder)}) shows rotated.mp4: np.rot90(frame, {turns})")
     gray = video.decode_frames(os.path.join(folder, "gray.avi"), [0]).frames[0]
     assert np.array_equal(gray[..., 0], gray[..., 1]) and np.array_equal(gray[..., 1], gray[..., 2])
