@@ -4,32 +4,62 @@
 the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
 """
 
+from typing import TYPE_CHECKING
+
 from vidvol.core.version import VERSION as __version__
 
 from vidvol.readers.tfdata import allocator as _allocator
 
-_allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must precede TF's first op
+_allocator.prefer_pool()  # TF's reusing CPU allocator for big batches; must precede TF's first op (sets a variable only)
 
 from vidvol.core import system as _system  # noqa: E402
 
-_system.import_beam_quietly()  # without the "apitools not found" warning Beam logs when its GCP extra is absent
+_system.quiet_beam_import()  # drops the "apitools not found" warning Beam logs when its GCP extra is absent, whenever Beam is imported
 
-from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders)
-from vidvol.beam_jobs import runners as _runners  # noqa: E402
+from vidvol import datasets as _datasets  # noqa: E402,F401  (registers the TFDS builders; imports TFDS, not TF/Beam/OpenCV)
 from vidvol.builders.writer import runner as _writer_runner  # noqa: E402
 
-_writer_runner.set_runner_resolver(_runners.resolve)  # `tfds build` runs offline on the FnApiRunner by default
 
-from vidvol.readers import Tuning, distribute, load, load_labels  # noqa: E402  (model-ready tf.data reads)
-from vidvol.readers import check_resumable  # noqa: E402  (stopping and resuming: docs/reading.md)
-# What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).
-from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402
-from vidvol.readers import VideoAugment  # noqa: E402  (ReadSpec(augment=...): crops and flips of the uint8 frames)
-from vidvol.readers import VolumeAugment  # noqa: E402  (ReadSpec(augment=...): MONAI's Rand* on volumes)
-from vidvol.readers import dequantize_params  # noqa: E402  (output_dtype: scale/offset for the device)
+def _resolve_runner(runner=None, options=None, num_tasks=None, num_sources=None, manual_dir=None):
+    """`vidvol.beam_jobs.runners.resolve`, imported when a build asks (it imports Beam)."""
+    from vidvol.beam_jobs import runners
 
-# Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.
-from vidvol.readers import data_source, grain_dataset, torch_dataset  # noqa: E402
+    return runners.resolve(runner, options, num_tasks, num_sources=num_sources, manual_dir=manual_dir)
+
+
+_writer_runner.set_runner_resolver(_resolve_runner)  # `tfds build` runs offline on the FnApiRunner by default
+
+# The read side, imported on first use (`__getattr__` below): public name -> the module that defines it. Every one
+# of them imports TensorFlow (and `VideoAugment`, through its crops, OpenCV); `import vidvol` itself imports neither.
+_LAZY = {
+    # model-ready tf.data reads
+    "load": "vidvol.readers.tfdata.load",
+    "load_labels": "vidvol.readers.tfdata.load",
+    "distribute": "vidvol.readers.tfdata.load",
+    "dequantize_params": "vidvol.readers.tfdata.load",  # output_dtype: scale/offset for the device
+    "Tuning": "vidvol.readers.spec",
+    "check_resumable": "vidvol.readers.order",  # stopping and resuming: docs/reading.md
+    # What every reader reads and hands out: spec=vidvol.ReadSpec(clips=Clips(...), normalize=Normalize(...), output=Output(...)).
+    "ReadSpec": "vidvol.readers.spec",
+    "Clips": "vidvol.readers.spec",
+    "Normalize": "vidvol.readers.spec",
+    "Output": "vidvol.readers.spec",
+    "VideoAugment": "vidvol.readers.augment_video",  # ReadSpec(augment=...): crops and flips of the uint8 frames
+    "VolumeAugment": "vidvol.readers.augment_volume",  # ReadSpec(augment=...): MONAI's Rand* on volumes
+    # Random access (ArrayRecord shards, `--file_format array_record`): by index, for JAX/Grain and PyTorch.
+    "data_source": "vidvol.readers.random_access.data_source",
+    "grain_dataset": "vidvol.readers.random_access.grain",
+    "torch_dataset": "vidvol.readers.random_access.torch",
+}
+
+if TYPE_CHECKING:  # what the names are, for type checkers and readers of this file (bound at run time by __getattr__)
+    from vidvol.readers import Tuning, distribute, load, load_labels
+    from vidvol.readers import check_resumable
+    from vidvol.readers import Clips, Normalize, Output, ReadSpec
+    from vidvol.readers import VideoAugment
+    from vidvol.readers import VolumeAugment
+    from vidvol.readers import dequantize_params
+    from vidvol.readers import data_source, grain_dataset, torch_dataset
 
 # The public API: `from vidvol import *` and the documentation checks (tests/test_public_api.py) take it from here.
 __all__ = [
@@ -76,9 +106,22 @@ def report(name: str, *, data_dir: str | None = None, out: str | None = None, li
 
 
 def __getattr__(name: str):
-    """`vidvol.layers` (Keras layers such as `vidvol.layers.Dequantize`), imported on first use: Keras only when asked for."""
-    if name == "layers":
-        import importlib
+    """The read side and `vidvol.layers`, imported on first use, so that `import vidvol` imports neither TF nor Keras.
 
+    `vidvol.layers` (Keras layers such as `vidvol.layers.Dequantize`) imports Keras; each name of `_LAZY`
+    imports its reader module (TensorFlow). The value is then bound here: the next access costs nothing.
+    """
+    import importlib
+
+    if name == "layers":
         return importlib.import_module("vidvol.layers")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'vidvol' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names with the read side's, which `__getattr__` binds on first use."""
+    return sorted(set(globals()) | set(__all__))

@@ -18,19 +18,18 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import apache_beam as beam
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import apache_beam as beam  # imported on first use
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
-from apache_beam.runners.runner import PipelineState
 from tensorflow_datasets.core import file_adapters
 
-from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import bucket as bucket_target
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
-from vidvol.builders.writer import json_files, outputs
+from vidvol.builders.writer import outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import resume as resume_lib
 from vidvol.builders.writer import shards_file
@@ -39,81 +38,18 @@ from vidvol.builders.writer.plan import DEFAULT_MAX_SHARD_SIZE, DEFAULT_MIN_SHAR
 from vidvol.builders.writer.plan import num_shards_for, plan_shards, stable_order, write_plan
 from vidvol.builders.writer.results import SplitResult, build_summary, collect_split
 from vidvol.builders.writer.runner import resolve_runner
-from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, WriteShardFn
-from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
 from vidvol.core import artifacts
 from vidvol.core import redact, store
 from vidvol.core import tfds_api
 from vidvol.core.version import VERSION as VIDVOL_VERSION
 
+if TYPE_CHECKING:
+    from vidvol.builders.examples_from_sources import ExamplesFromSources
+    from vidvol.builders.writer.shard_writer import BuildWriteError
+
 logger = logging.getLogger(__name__)
 
-
-class _GenerateFn(beam.DoFn):
-    """Examples to the main output, skips to the `skips` output."""
-
-    def __init__(self, example_fn: ExampleFn, split: str, worker_setup: Sequence[WorkerSetup] = ()):
-        self._example_fn = example_fn
-        self._split = split
-        self._worker_setup = tuple(worker_setup)
-
-    def setup(self):
-        redact.install_log_redaction()  # this worker's log lines name inputs, which may be URLs with credentials
-        for fn in self._worker_setup:
-            fn()
-
-    def process(self, source: Source):
-        try:
-            for item in run_example_fn(self._example_fn, source, self._split):
-                if isinstance(item, Skip):
-                    yield beam.pvalue.TaggedOutput("skips", item.as_dict())
-                else:
-                    yield item
-        except Exception as e:
-            raise naming_source(e, source, self._split) from e
-
-
-class ExamplesFromSources(beam.PTransform):
-    """TFDS `_generate_examples` transform: one source per element, `(key, example)` out.
-
-    `worker_setup` functions run once in each Beam worker before its first example (a video
-    builder passes `video.single_threaded_opencv`: Beam's workers are the parallelism).
-    A builder may return a split with no source, with `empty_reason` saying why: the streaming
-    builder leaves it out of the dataset's splits and its summary says why.
-
-    Being a regular TFDS `_generate_examples` PTransform, it lets the same builders be written by
-    TFDS's stock writer (the benchmark compares the two).
-    """
-
-    def __init__(
-        self, sources: Sequence[Source], example_fn: ExampleFn, *, split: str = "", worker_setup: Sequence[WorkerSetup] = (),
-        empty_reason: str = "",
-    ):
-        super().__init__()
-        self.sources = list(sources)
-        self.example_fn = example_fn
-        self.split = split
-        self.worker_setup = tuple(worker_setup)
-        # Why a split has no source at all (e.g. "7 subjects; hashing put none in test"), for the build's
-        # summary: a split that ends without an example is not registered.
-        self.empty_reason = empty_reason
-        self.skip_report_path: str | None = None  # set by the builder for the stock TFDS writer
-
-    def expand(self, pbegin):
-        tagged = (
-            pbegin
-            | "Sources" >> beam.Create(self.sources, reshuffle=False)
-            | "Distribute" >> beam.Reshuffle()
-            | "Examples" >> beam.ParDo(_GenerateFn(self.example_fn, self.split, self.worker_setup)).with_outputs("skips", main="examples")
-        )
-        if self.skip_report_path:
-            _ = (
-                tagged.skips
-                | "CollectSkips" >> beam.combiners.ToList()
-                | "WriteSkips" >> beam.Map(json_files.write_json, path=self.skip_report_path)
-            )
-        return tagged.examples
 
 @dataclasses.dataclass
 class ResumeReport:
@@ -259,6 +195,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
+        from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, write_failure
+
         log_dir = os.fspath(self.data_path.parent)
         with build_log.session(name, log_dir, version=str(self.version)) as session:
             self._summary_results = None
@@ -283,6 +221,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     def _write_error(self, failure: Mapping[str, str]) -> BuildWriteError:
         """One clear error for a build whose writes failed, once TFDS removed its `incomplete.*` folder."""
+        from vidvol.builders.writer.shard_writer import BuildWriteError, write_hint
+
         data_dir = artifacts.data_dir_of(self.data_path, self.builder_config is not None)
         path = failure.get("path") or ""
         shard = os.path.basename(path[: -len(".partial")] if path.endswith(".partial") else path)
@@ -312,6 +252,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     def _generators(self, dl_manager, download_config) -> dict[str, ExamplesFromSources]:
         """Calls `_split_generators` and checks every split is an `ExamplesFromSources`."""
+        from vidvol.builders.examples_from_sources import ExamplesFromSources
+
         generators = self._split_generators(dl_manager)
         for split, gen in generators.items():
             if not isinstance(gen, ExamplesFromSources):
@@ -480,6 +422,10 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         (or plain line) per split; `kept` (shard path -> sidecar) are shards a dead build finished,
         counted as done.
         """
+        from apache_beam.runners.runner import PipelineState
+
+        from vidvol.builders.writer.shard_writer import WriteShardFn, shard_pipeline
+
         fns = {split: gen.example_fn for split, gen in generators.items()}
         setup = [fn for gen in generators.values() for fn in gen.worker_setup]
         plan = self._out(os.path.join(os.fspath(self.data_dir), PLAN_NAME))
@@ -512,6 +458,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         Inside a build session (`download_and_prepare`) they are the last lines the user sees,
         with the skip report's final path; called otherwise, they are logged at WARNING.
         """
+        from vidvol.builders.writer.shard_writer import writing
+
         report_path = os.path.join(data_dir, SKIP_REPORT_NAME)
         with writing(report_path):
             write_skip_report(report_path, self.name, results)
@@ -530,3 +478,12 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             self._summary_results = list(results)
         else:
             build_log.summary(build_summary(self._display_name(), results, data_dir))
+
+
+def __getattr__(name: str):
+    """`ExamplesFromSources` (a Beam `PTransform`, in `vidvol.builders.examples_from_sources`), imported on first use: Beam only when asked for."""
+    if name == "ExamplesFromSources":
+        from vidvol.builders.examples_from_sources import ExamplesFromSources
+
+        return ExamplesFromSources
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

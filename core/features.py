@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
 
 from vidvol.core import tfds_api
@@ -286,12 +286,14 @@ class VideoFrames(tfds.features.Video):
 
     def __init__(self, shape=None, encoding_format: str = "png", ffmpeg_extra_args: Sequence[str] = (),
                  use_colormap: bool = False, dtype: Any = np.uint8, doc: Any = None):
-        super().__init__(shape, encoding_format=encoding_format, ffmpeg_extra_args=ffmpeg_extra_args,
-                         use_colormap=use_colormap, dtype=dtype, doc=doc)
-        image = self.feature  # TFDS's Image, replaced by the same Image with the fast sequence decode
-        tfds_api.replace_sequence_feature(self, _Frame(shape=image.shape, dtype=image.np_dtype,
-                                                       encoding_format=image.encoding_format,
-                                                       use_colormap=image.use_colormap))
+        shape = tuple(shape) if shape else None
+        if shape is not None and len(shape) != 4:
+            raise ValueError(f"Video shape should be of rank 4 (frames, height, width, channels), got {shape}")
+        # TFDS's Image with the fast sequence decode, made as TFDS's Video makes its Image (without TF's dtype)
+        frame = _Frame(shape=shape[1:] if shape else None, dtype=dtype, encoding_format=encoding_format,
+                       use_colormap=use_colormap)
+        tfds_api.init_video(self, frame, length=shape[0] if shape else None, encoding_format=encoding_format,
+                            ffmpeg_extra_args=ffmpeg_extra_args, doc=doc)
 
     @classmethod
     def from_video(cls, video: tfds.features.Video) -> VideoFrames:

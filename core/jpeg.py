@@ -10,7 +10,7 @@ the random-access readers).
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 
 try:
     import simplejpeg

@@ -23,16 +23,17 @@ class _DropMessage(logging.Filter):
         return self.text not in record.getMessage()
 
 
-def import_beam_quietly() -> None:
-    """Imports Apache Beam without its root-logger warning that the GCP client libraries are absent.
+_BEAM_GCP_WARNING = _DropMessage("apitools not found")
 
-    `import apache_beam` logs "apitools not found, and bigquery client libraries are not available"
-    whenever Beam's `[gcp]` extra is not installed, which vidvol does not need (only
-    `--runner dataflow` and `gs://` do: the `vidvol[gcp]` extra); every `import vidvol` would print it.
+
+def quiet_beam_import() -> None:
+    """Drops, from the root logger, the one warning `import apache_beam` logs when Beam's GCP extra is absent.
+
+    Beam logs "apitools not found, and bigquery client libraries are not available" whenever its `[gcp]`
+    extra is not installed, which vidvol does not need (only `--runner dataflow` and `gs://` do: the
+    `vidvol[gcp]` extra). `import vidvol` does not import Beam (a build, a `tfds build` or the reader of
+    a bucket does, later), so the filter stays on the root logger: it drops that message and nothing else.
     """
-    root, drop = logging.getLogger(), _DropMessage("apitools not found")
-    root.addFilter(drop)
-    try:
-        import apache_beam  # noqa: F401
-    finally:
-        root.removeFilter(drop)
+    root = logging.getLogger()
+    if _BEAM_GCP_WARNING not in root.filters:
+        root.addFilter(_BEAM_GCP_WARNING)

@@ -11,11 +11,11 @@ import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,11 @@ def _check() -> dict[str, bool]:
         found["ffmpeg_args"] = "self._extra_ffmpeg_args" in inspect.getsource(tfds.features.Video.__init__)
     except (AttributeError, OSError, TypeError):
         found["ffmpeg_args"] = False
+    try:
+        source = inspect.getsource(tfds.features.Video.__init__)
+        found["video_init"] = all(f"self.{n} =" in source for n in ("_encoding_format", "_extra_ffmpeg_args"))
+    except (AttributeError, OSError, TypeError):
+        found["video_init"] = False
     return found
 
 
@@ -299,6 +304,35 @@ def ffmpeg_args(video: tfds.features.Video) -> list[str]:
     if not available("ffmpeg_args"):
         return []
     return list(getattr(video, "_extra_ffmpeg_args", ()))
+
+
+def init_video(video: tfds.features.Video, frame: tfds.features.Image, *, length: int | None, encoding_format: str,
+               ffmpeg_extra_args: Sequence[str], doc: Any) -> None:
+    """Makes `video` what TFDS's `Video.__init__` makes, around the given frame feature, without importing TF.
+
+    `Video.__init__` turns its `dtype` into a `tf.DType` (importing TensorFlow, seconds) only to hand it to
+    the `Image` it makes; `vidvol.core.features.VideoFrames` makes its own frame feature (NumPy dtype) and
+    sets `Video._encoding_format` and `Video._extra_ffmpeg_args` as `Video.__init__` does, so that
+    `tfds.builder(...)` and its `info` need no TensorFlow. Fallback: `Video.__init__` (which imports
+    TensorFlow), then the frame feature put in its place.
+
+    Args:
+      video: the `Video` being made (`self` in a subclass's `__init__`).
+      frame: its per-frame feature (a `tfds.features.Image`).
+      length: the number of frames (None: variable).
+      encoding_format: the frames' image format, as `Video` takes it.
+      ffmpeg_extra_args: as `Video` takes them.
+      doc: as `Video` takes it.
+    """
+    if not available("video_init"):
+        shape = None if frame.shape is None else (length, *frame.shape)
+        tfds.features.Video.__init__(video, shape, encoding_format=encoding_format, ffmpeg_extra_args=ffmpeg_extra_args,
+                                     use_colormap=frame.use_colormap, dtype=frame.np_dtype, doc=doc)
+        replace_sequence_feature(video, frame)
+        return
+    tfds.features.Sequence.__init__(video, frame, length=length, doc=doc)
+    video._encoding_format = encoding_format
+    video._extra_ffmpeg_args = list(ffmpeg_extra_args or [])
 
 
 class _DropDtypeDeprecation(logging.Filter):

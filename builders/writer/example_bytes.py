@@ -13,7 +13,7 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 import numpy as np
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
 
 from vidvol.core import protowire

@@ -17,7 +17,7 @@ import pickle
 from collections.abc import Callable, Sequence
 
 import cloudpickle
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 
 from vidvol.builders.example_io import Source
 from vidvol.builders.writer import outputs

@@ -20,7 +20,7 @@ import time
 from typing import Any, Protocol, TextIO
 from collections.abc import Callable, Mapping, Sequence
 
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 
 from vidvol.builders.writer import outputs
 

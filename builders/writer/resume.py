@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 
 from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import shards_file

@@ -10,8 +10,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from apache_beam.options.pipeline_options import PipelineOptions
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 # (beam_runner, beam_options, number of work items, **facts) -> (runner, options); the facts about the
 # build (`num_sources`: inputs planned; `manual_dir`: where the workers read them) let a runner split
@@ -23,6 +25,8 @@ RunnerResolver = Callable[..., "tuple[Any, PipelineOptions]"]
 
 def _as_given(runner: Any, options: PipelineOptions | None, num_tasks: int | None = None, **facts: Any) -> tuple[Any, PipelineOptions]:
     """The default resolver: Beam's own choice for the runner and options given."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     del num_tasks, facts
     return runner, options or PipelineOptions([])
 
