@@ -4,7 +4,7 @@
 the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
 """
 
-from typing import TYPE_CHECKING
+import typing as _typing
 
 from vidvol.core.version import VERSION as __version__
 
@@ -52,7 +52,7 @@ _LAZY = {
     "torch_dataset": "vidvol.readers.random_access.torch",
 }
 
-if TYPE_CHECKING:  # what the names are, for type checkers and readers of this file (bound at run time by __getattr__)
+if _typing.TYPE_CHECKING:  # what the names are, for type checkers and readers of this file (bound at run time by __getattr__)
     from vidvol.readers import Tuning, distribute, load, load_labels
     from vidvol.readers import check_resumable
     from vidvol.readers import Clips, Normalize, Output, ReadSpec

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
 
 import vidvol  # noqa: F401  (registers the datasets and their feature classes)

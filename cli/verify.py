@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
 
 from vidvol.builders.writer.shards_file import DIGEST, file_digest, first_line, load_shards_file

@@ -70,7 +70,10 @@ def problems(obj) -> list[str]:
 def facade_bindings(path: pathlib.Path = ROOT / "__init__.py") -> set[str]:
     """The names `vidvol/__init__.py` binds at module level, public ones only (no leading underscore)."""
     names = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    body = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    # `if TYPE_CHECKING:` imports name what `__getattr__` binds on first use (the read side, imported lazily)
+    body += [n for node in body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) for n in node.body]
+    for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):

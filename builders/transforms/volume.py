@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 import nibabel as nib
 import numpy as np
-from scipy import ndimage
 
 from vidvol.builders.sources import files
 from vidvol.builders.transforms import volume_io
@@ -157,6 +156,8 @@ def resample_to_spacing(
     ``scipy.ndimage.zoom``'s interpolation with exact spacing (``affine_transform`` with a diagonal
     matrix runs the same zoom/shift kernel); ``order`` is the spline order (0 nearest, 1 linear, 3 cubic).
     """
+    from scipy import ndimage  # here, not at import: registering mri_volumes needs no SciPy
+
     if not 0 <= order <= 5:
         raise ValueError(f"order must be a spline order in 0..5, got {order}")
     grid = _resample_grid(volume.data.shape, volume.spacing, pixdim)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import nibabel as nib
 import numpy as np
-from scipy import ndimage
 
 from vidvol.builders.transforms import volume_io
 
@@ -135,6 +134,8 @@ def resample_window(reader: RasReader, ras_shape: Sequence[int], scale: Sequence
     at the same coordinates shifted by whole voxels, which is exact in floating point, so the
     weights and their sums are the same numbers.
     """
+    from scipy import ndimage  # here, not at import: registering mri_volumes needs no SciPy
+
     axis = reader.slab_axis
     coords, floors, ranges = [], [], []
     for a in range(3):

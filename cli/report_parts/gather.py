@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 import tensorflow_datasets as tfds
 
 from vidvol.builders.writer import build_record
