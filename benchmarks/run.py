@@ -20,6 +20,8 @@ Measured, each against its baseline in the same run on the same files (benchmark
   - builds (`build_sections.py`): fire_hrr full resolution with 1 vs 2 Beam workers; peak RSS of the
     driver and of every Beam worker building 4 vs 16 experiments; builds against their tight-loop limit;
 - the sections registered in `SECTIONS` (each `--no-KEY` leaves it out):
+  - imports (`imports.py`): `import vidvol`, `tfds.builder("hmdb51").info` and `python -m vidvol --help` (and
+    `verify --help`, `import tensorflow`), each a fresh interpreter, against `import tensorflow_datasets`;
   - cluster (`cluster.py`): the same builds on Beam's DaskRunner (a local dask scheduler + 1 or 2
     worker processes): 1 vs 2 workers, dask worker peak RSS for 4 vs 16 experiments, and the
     driver's part of a build for 10k / 100k / 1M synthetic sources (Kinetics is ~650k videos); it
@@ -68,6 +70,7 @@ import build_resume
 import build_sections
 import cluster
 import fuzz
+import imports
 import inputs
 import peers
 import random_access
@@ -205,6 +208,7 @@ HEADLINE = Headline()
 # document goes to results.json[KEY] and renders after the build tables. A new one: a module with a
 # `section.Section` subclass, and one line here (benchmarks/README.md).
 SECTIONS: tuple[section.Section, ...] = (
+    imports.SECTION,  # first: start-up times before the sections' builds and servers
     cluster.SECTION,
     random_access.SECTION,
     resume.SECTION,

@@ -126,7 +126,7 @@ def test_registered_sections_implement_the_skeleton():
     assert proc.returncode == 0, proc.stderr[-3000:]
     headline, *sections = json.loads(proc.stdout)
     assert headline["key"] == "headline" and headline["module"] == "run"
-    assert [s["key"] for s in sections] == ["cluster", "random_access", "resume", "build_resume", "bucket", "video_augment", "peers",
+    assert [s["key"] for s in sections] == ["imports", "cluster", "random_access", "resume", "build_resume", "bucket", "video_augment", "peers",
                                                 "volume_memory", "fuzz"]
     keys = [headline["key"]] + [s["key"] for s in sections]
     assert len(set(keys)) == len(keys), f"duplicate section keys: {keys}"

@@ -128,6 +128,10 @@ def test_quick_run_writes_every_section(quick):
     fz = results["fuzz"]  # the fuzz lane's budget: every target, no bad outcome
     assert len(fz["rows"]) == 11 and all(r["inputs"] == 20 for r in fz["rows"]) and fz["bad"] == 0, fz["targets"]
     assert "## Fuzzing" in (out / "RESULTS.md").read_text()
+    im = results["imports"]  # start-up: every command timed in its own interpreter, paired with import tensorflow_datasets
+    assert set(im["results"]) == {"tfds", "vidvol", "builder", "help", "verify_help", "tensorflow"} and len(im["targets"]) == 3
+    assert all(r["wall_s"] > 0 and r["peak_rss_mib"] > 0 for r in im["results"].values()) and im["results"]["tfds"]["ratio"] == 1
+    assert "tensorflow" in im["results"]["tensorflow"]["imports"] and "## Imports" in (out / "RESULTS.md").read_text()
     assert len(names) == 28 and any("augmentation cost" in n for n in names) and all(isinstance(t["pass"], bool) for t in results["targets"])
     assert results["machine"]["cores"] >= 1 and results["machine"]["cpu_model"]
     assert {"tensorflow", "apache-beam", "opencv", "nibabel"} <= set(results["versions"])
