@@ -21,7 +21,6 @@ import urllib.parse
 from typing import Any, TypeVar
 from collections.abc import Callable
 
-import fsspec
 
 from vidvol.core import redact
 from vidvol.core.urls import is_url, scheme
@@ -85,6 +84,8 @@ def _env_fingerprint() -> str:
 def _filesystem(protocol: str, **options: str):
     """One fsspec file system per protocol, credential environment (and URL credentials) and process; listings are
     not cached."""
+    import fsspec  # here, not at import: registering the datasets needs no store client
+
     key = (protocol, _env_fingerprint(), hashlib.sha256(repr(sorted(options.items())).encode()).hexdigest(), os.getpid())
     with _FS_LOCK:
         fs = _FS_CACHE.get(key)
@@ -115,6 +116,8 @@ def _fs(url: str):
 
 def _secrets() -> list[str]:
     """Values that must never appear in a message: secret-looking environment variables and fsspec config."""
+    import fsspec
+
     values = [v for k, v in os.environ.items() if _SECRET_ENV_RE.search(k) and len(v) >= 6]
     for options in getattr(fsspec.config, "conf", {}).values():
         if isinstance(options, dict):

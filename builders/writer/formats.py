@@ -13,7 +13,6 @@ import os
 from typing import Any
 from collections.abc import Callable, Iterable
 
-import fsspec
 from tensorflow_datasets.core import file_adapters
 
 from vidvol.core import redact, store, tfds_api
@@ -119,6 +118,8 @@ def check_data_dir(path: str | os.PathLike | None, *, bucket_ok: bool = False) -
     if not s or s in DATA_DIR_SCHEMES:
         return
     if bucket_ok:
+        import fsspec
+
         try:
             fsspec.get_filesystem_class(s)
         except (ImportError, ValueError) as e:

@@ -10,7 +10,6 @@ import dataclasses
 import os
 import re
 
-from vidvol.builders.sources import archive
 from vidvol.builders.sources import files
 from vidvol.builders.sources import labels
 
@@ -74,6 +73,8 @@ def find_layout(manual_dir: str, extract_dir: str) -> Layout:
         return Layout(class_dirs, splits_dir)
     org_rar, splits_rar = files.join(manual_dir, ORG_RAR), files.join(manual_dir, SPLITS_RAR)
     if files.isfile(org_rar) and files.isfile(splits_rar):
+        from vidvol.builders.sources import archive  # here, not at import: registering hmdb51 needs no RAR backend
+
         videos_root = os.path.join(extract_dir, "hmdb51_org")
         splits_root = os.path.join(extract_dir, "test_train_splits")
         archive.extract_rar(org_rar, videos_root, nested=True)
