@@ -1,7 +1,9 @@
 """vidvol: TFDS builders for large video and MRI collections, written through Apache Beam.
 
 `import vidvol` registers the `hmdb51`, `fire_hrr`, `mri_volumes` and `video_folder` datasets with TFDS, installs
-the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`).
+the offline runner defaults for their Beam builds, and exposes the read side (`vidvol.load`). It imports neither
+TensorFlow nor Beam: each read-side name imports its module (TensorFlow) on first use (`_LAZY`, `__getattr__`);
+docs/development.md, "What an import costs", lists what each name imports.
 """
 
 import typing as _typing
