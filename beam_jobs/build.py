@@ -194,6 +194,8 @@ def build(
         logger.info("Leftovers of interrupted builds (resumed if nothing changed): %s", ", ".join(stale))
     prepared = target.is_published(os.fspath(builder.data_path)) if target else builder.is_prepared()
     if prepared and not overwrite:
+        # Never silently stale: a manual_dir that gained, changed or lost sources since the build stops here.
+        _check_up_to_date(dataset, data_dir, target, manual_dir, download_dir)
         where = target.remote(os.fspath(builder.data_path)) if target else os.fspath(builder.data_path)
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
                        builder.info.full_name, redact.url(where))
@@ -233,6 +235,23 @@ def _builder(dataset: str, data_dir: str, file_format: str | None, target: bucke
     builder = make_builder(dataset, target.staging, file_format)
     builder.bucket = target
     return builder
+
+
+def _check_up_to_date(dataset: str, data_dir: str, target: bucket.BucketTarget | None, manual_dir: str | None,
+                      download_dir: str | None) -> None:
+    """Stops when the prepared dataset's manual_dir gained, changed or lost sources (`check_up_to_date`).
+
+    Through the dataset's code (a config TFDS would read from files gives a ReadOnlyBuilder, which cannot plan).
+    """
+    name, config, version = parse_dataset(dataset)
+    kwargs = {"config": config} if config else {}
+    if version:
+        kwargs["version"] = version
+    builder = tfds.builder_cls(name)(data_dir=target.staging if target else data_dir, **kwargs)
+    if not hasattr(builder, "check_up_to_date"):
+        return  # a builder that is no vidvol builder: nothing recorded to compare with
+    builder.bucket = target
+    builder.check_up_to_date(tfds.download.DownloadConfig(manual_dir=manual_dir), download_dir)
 
 
 def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:

@@ -34,6 +34,7 @@ from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import resume as resume_lib
 from vidvol.builders.writer import shards_file
+from vidvol.builders.writer import sources_manifest
 from vidvol.builders.writer.formats import check_build_options, check_data_dir, check_file_format
 from vidvol.builders.writer.plan import DEFAULT_MAX_SHARD_SIZE, DEFAULT_MIN_SHARDS, PLAN_NAME, ShardTask
 from vidvol.builders.writer.plan import num_shards_for, plan_shards, stable_order, write_plan
@@ -210,6 +211,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         mode = download_config.download_mode if download_config else None
         overwrite = mode is not None and mode.overwrite_dataset
         if self._is_prepared() and not overwrite:
+            self.check_up_to_date(download_config, download_dir)  # a build given a manual_dir: never silently stale
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
         try:
             return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
@@ -256,6 +258,46 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     def _is_prepared(self) -> bool:
         return tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
+
+    def source_changes(self, download_config, download_dir=None) -> sources_manifest.Changes | None:
+        """How the manual_dir's sources differ from those the prepared dataset was built from.
+
+        The sources are planned again (files listed, lists and CSVs read; nothing decoded) and compared with
+        the dataset's `sources.json` (`vidvol.builders.writer.sources_manifest`). None: the dataset has no
+        manifest (built by vidvol 0.2.0 or earlier).
+        """
+        old = sources_manifest.read(self._out(os.fspath(self.data_path)))
+        if old is None:
+            return None
+        dl_manager = self._make_download_manager(download_dir=download_dir, download_config=download_config)
+        generators = self._generators(dl_manager, download_config)
+        new = sources_manifest.document({split: g.sources for split, g in generators.items()},
+                                        tfds_api.given_manual_dir(dl_manager), content=old.get("inputs") == "content")
+        return sources_manifest.compare(old, new)
+
+    def check_up_to_date(self, download_config, download_dir=None) -> None:
+        """Stops a build given a manual_dir whose sources are no longer those the prepared dataset was built from.
+
+        Raises:
+          StaleDatasetError: naming how many sources were added, changed and removed, and the fix.
+        """
+        if download_config is None or not download_config.manual_dir:
+            return  # tfds.load of a prepared dataset: no manual_dir to compare with
+        name, where = self._display_name(), redact.url(self._out(os.fspath(self.data_path)))
+        manual_dir = redact.url(os.fspath(download_config.manual_dir))
+        changes = self.source_changes(download_config, download_dir)
+        if changes is None:
+            logger.warning("%s in %s has no sources.json (built by vidvol 0.2.0 or earlier), so whether %s still "
+                           "holds what it was built from cannot be told; --overwrite rebuilds it", name, where, manual_dir)
+            return
+        if changes.any:
+            raise sources_manifest.StaleDatasetError(
+                "\n".join([f"{name} in {where} is out of date: its manual_dir {manual_dir} no longer holds what it was "
+                           f"built from: {changes.counts()} sources.", *changes.details(),
+                           "The prepared dataset was left as it is and nothing was built. To build it from the "
+                           "manual_dir as it is now, run the build again with --overwrite (every source is decoded "
+                           "again)."]))
+        logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
 
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
@@ -331,6 +373,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         check_data_dir(self.data_dir)
         self._file_format()  # before anything is written
         generators = self._generators(dl_manager, download_config)
+        manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it
+            {split: g.sources for split, g in generators.items()}, tfds_api.given_manual_dir(dl_manager),
+            content=resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs)
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         self._remote_incomplete = self._out(os.fspath(self.data_path)) if self.bucket is not None else None
         tasks = self._plan(generators, templates, download_config)
@@ -369,6 +414,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
         manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
         self._report(os.fspath(self.data_path), results, manual_dir)
+        sources_manifest.write(manifest, self._out(os.fspath(self.data_path)))
         # Every shard is in place: the fingerprint goes (it is no part of the dataset), and with it the chance
         # that a build killed from here on is resumed (its shards then have their final names).
         outputs.remove(self._out(os.path.join(os.fspath(self.data_path), resume_lib.FINGERPRINT_NAME)))
