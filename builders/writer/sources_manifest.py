@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,21 +33,38 @@ class StaleDatasetError(ValueError):
     """A prepared dataset whose manual_dir no longer holds what it was built from."""
 
 
-def _blanked(record: Any) -> Any:
-    """A source record with its message fields (`origin`: a CSV line, a class folder) blanked."""
-    if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        blank = {f.name: "" for f in dataclasses.fields(record) if f.name in _MESSAGE_FIELDS}
-        if blank:
-            return dataclasses.replace(record, **blank)
-    return record
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # a record class -> its fields but the message ones (None: no dataclass)
+# Quoted strings holding a `/` in a record's repr (paths, URLs, ids); a repr with a backslash escape is walked instead.
+_QUOTED = re.compile(r"'([^'\\]*/[^'\\]*)'|\"([^\"\\]*/[^\"\\]*)\"")
 
 
-def _record(record: Any, manual_dir: str | None) -> str:
-    """A (blanked) source record as text, the manual_dir's own path left out."""
-    text = repr(record)
-    if manual_dir:
-        text = text.replace(manual_dir.rstrip("/") + "/", "<manual_dir>/")
-    return text
+def _fields(kind: type) -> tuple[str, ...] | None:
+    names = _FIELDS.get(kind, ())
+    if names == ():
+        names = (tuple(f.name for f in dataclasses.fields(kind) if f.name not in _MESSAGE_FIELDS)
+                 if dataclasses.is_dataclass(kind) else None)
+        _FIELDS[kind] = names
+    return names
+
+
+def _record_text(record: Any) -> str:
+    """A source record as text, its message fields (`origin`: a CSV line, a class folder) left out."""
+    kind = type(record)
+    names = _fields(kind)
+    if names is None:
+        return repr(record)
+    return kind.__qualname__ + repr(tuple([getattr(record, n) for n in names]))
+
+
+def _paths(text: str, record: Any) -> list[str]:
+    """The strings holding a `/` that a record names (candidate input files), from its text when it can be read."""
+    if "\\" not in text:
+        return [a or b for a, b in _QUOTED.findall(text)]
+    kind = type(record)
+    names = _fields(kind)
+    found: list[str] = []
+    resume_lib.input_paths([getattr(record, n) for n in names] if names is not None else record, found)
+    return found
 
 
 def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
@@ -61,28 +79,29 @@ def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
     Returns:
       Per split, each source id's 24-hex-digit digest of its record and input files.
     """
-    paths: dict[str, dict[str, list[str]]] = {}
+    prefix = manual_dir.rstrip("/") + "/" if manual_dir else None
+    texts: dict[str, list[tuple[str, str, list[str]]]] = {}
     every: list[str] = []
     for split, srcs in sources.items():
-        per: dict[str, list[str]] = {}
+        per = []
         for key, record in srcs:
-            found: list[str] = []
-            resume_lib.input_paths(_blanked(record), found)
-            per[str(key)] = found
+            text = _record_text(record)
+            found = _paths(text, record)
             every.extend(found)
-        paths[split] = per
+            per.append((str(key), text if prefix is None else text.replace(prefix, "<manual_dir>/"), found))
+        texts[split] = per
     stats = resume_lib.stat_inputs(every, content=content)
     out: dict[str, dict[str, str]] = {}
-    for split, srcs in sources.items():
-        per = paths[split]
+    sha256 = hashlib.sha256
+    for split, per in texts.items():
         digest_of: dict[str, str] = {}
-        for key, record in srcs:
-            h = hashlib.sha256(_record(_blanked(record), manual_dir).encode("utf-8", "surrogateescape"))
-            for p in dict.fromkeys(per[str(key)]):
-                if p in stats:
-                    size, stamp = stats[p]
-                    h.update(b"\0%d:%d" % (size, stamp))
-            digest_of[str(key)] = h.hexdigest()[:24]
+        for key, text, found in per:
+            h = sha256(text.encode("utf-8", "surrogateescape"))
+            for p in found:
+                value = stats.get(p)
+                if value is not None:
+                    h.update(b"\0%d:%d" % value)
+            digest_of[key] = h.hexdigest()[:24]
         out[split] = digest_of
     return out
 
