@@ -27,7 +27,7 @@ from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import bucket as bucket_target
-from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import build_lock, bucket_state, lease
 from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import json_files, outputs
@@ -42,7 +42,7 @@ from vidvol.builders.writer.runner import resolve_runner
 from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, WriteShardFn
 from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
-from vidvol.core import artifacts
+from vidvol.core import artifacts, dataset_copy
 from vidvol.core import redact, store
 from vidvol.core import tfds_api
 from vidvol.core.version import VERSION as VIDVOL_VERSION
@@ -223,11 +223,13 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         check_build_options(download_config)
         name = self._display_name()
         self.reused_from = None
-        with build_lock.hold(self.data_path, what=name) as lock:
+        # A bucket build's lock is a lease in the bucket (`bucket_state`): any host may finish what a dead driver left.
+        with bucket_state.hold(self.data_path, what=name, target=self.bucket) as lock:
             self._build_lock = lock
-            if lock.waited_for is not None and self._is_prepared() and not overwrite:
+            if lock.waited_for is not None and self._waited_for_prepared() and not overwrite:
                 # The build this one waited for prepared the dataset: reuse it, as TFDS reuses a prepared one.
-                self.reused_from = build_lock.describe(lock.waited_for, lock.path)
+                self.reused_from = (lease.describe(lock.waited_for, lock.path) if isinstance(lock, lease.BucketLease)
+                                    else build_lock.describe(lock.waited_for, lock.path))
                 logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
                 self.info.read_from_directory(self.data_path)
                 return None
@@ -257,6 +259,16 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _is_prepared(self) -> bool:
         return tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
 
+    def _waited_for_prepared(self) -> bool:
+        """Whether the build waited for prepared the dataset (in a bucket: published it; its metadata then copied here)."""
+        if self.bucket is None:
+            return self._is_prepared()
+        here = os.fspath(self.data_path)
+        if not self.bucket.is_published(here):
+            return False
+        dataset_copy.pull(self.bucket.remote(here), here, splits=set())  # the metadata only, for self.info
+        return True
+
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
         log_dir = os.fspath(self.data_path.parent)
@@ -267,7 +279,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 if self.bucket is not None and self._remote_incomplete is not None:
                     mode = download_config.download_mode if download_config else None
                     self.bucket.publish(os.fspath(self.data_path), self._remote_incomplete,
-                                        overwrite=bool(mode is not None and mode.overwrite_dataset))
+                                        overwrite=bool(mode is not None and mode.overwrite_dataset),
+                                        held=self._build_lock.check_held if self._build_lock is not None else None)
             except BuildWriteError:
                 raise
             except Exception as e:
@@ -441,7 +454,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if not resume or self._build_lock is None:
             return {}
         same, changed = [], {}
-        for folder in resume_lib.previous_folders(here):
+        previous = (bucket_state.previous_folders(self.bucket, here) if bucket_state.in_bucket(self.bucket)
+                    else resume_lib.previous_folders(here))  # a bucket build: the prefixes in the bucket, from any host
+        for folder in previous:
             where = self._out(folder)
             old = resume_lib.read_fingerprint(where)
             if old is None:

@@ -19,6 +19,7 @@ import socket
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 from vidvol.core import dataset_copy, redact, store
 
@@ -64,13 +65,16 @@ class BucketTarget:
         """Whether the bucket holds this version's `dataset_info.json` (a finished dataset)."""
         return store.exists(f"{self.remote(local_version_dir)}/{INFO_NAME}")
 
-    def publish(self, local_version_dir: str, remote_incomplete: str, *, overwrite: bool) -> int:
+    def publish(self, local_version_dir: str, remote_incomplete: str, *, overwrite: bool,
+                held: Callable[[], None] | None = None) -> int:
         """Moves the shards into the version prefix, then uploads the metadata files, `dataset_info.json` last.
 
         Args:
           local_version_dir: the staging version folder TFDS finished (metadata only: the shards are remote).
           remote_incomplete: the bucket prefix the workers wrote this build's shards under.
           overwrite: replace a dataset already published there (else that is a PublishConflictError).
+          held: raises unless this build still holds its build lease (`BucketLease.check_held`), called once the
+            publish lock is taken: a build that lost its lease never publishes.
 
         Returns:
           The number of objects published.
@@ -92,6 +96,8 @@ class BucketTarget:
         try:
             if store.read_bytes(lock) != json.dumps(me).encode():  # a server that ignores If-None-Match
                 raise PublishConflictError(f"{redact.url(version)}: another build took the publish lock {redact.url(lock)}")
+            if held is not None:
+                held()  # BuildLockLostError: another build took the lease over; this one publishes nothing
             if store.exists(f"{version}/{INFO_NAME}"):
                 if not overwrite:
                     raise PublishConflictError(
