@@ -256,7 +256,8 @@ class BucketLease:
             time.sleep(min(1.0, self.renew_s / 4))
         other = (f"another build ({describe(self.lost_to, self.path)})" if self.lost_to
                  else f"nobody: {self.lost_because}" if self.lost_because
-                 else f"nobody: its lease {redact.url(self.path)} was removed")
+                 else f"nobody: its lease {redact.url(self.path)} was removed (by a build that took it over and "
+                      f"ended, or by hand)")
         raise BuildLockLostError(
             f"{self.what}: this build lost its build lease to {other} while it ran, and stops before publishing its "
             f"dataset so that two builds never both publish. A lease is taken over when it stays unrenewed for "
