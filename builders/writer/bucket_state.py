@@ -1,17 +1,10 @@
-"""Where a bucket build keeps what another host needs to finish it: its lease and its `incomplete.*` prefix, in the bucket.
+"""Where a bucket build keeps what another host needs to finish it: its lease and its `incomplete.*` prefix.
 
-A build into `s3://B/P` keeps nothing it needs on its driver. Beside the version prefix
-`s3://B/P/NAME/CONFIG/VERSION/` it keeps
-
-- `build_VERSION.lock`: the lease (`vidvol.builders.writer.lease`), removed when the build ends;
-- `incomplete.ID_VERSION/`: TFDS's build folder, as the workers wrote it: the shards (`*.partial`), each
-  finished shard's sidecar (`*.partial.info.json`, written last: the shard is whole), the workers'
-  progress records, the plan and `build_fingerprint.json` (what decides the output). Publishing moves
-  the shards into the version prefix and removes this prefix.
-
-Readers never see either: they open a version prefix only once its `dataset_info.json` is there. A build
-that holds the lease lists the `incomplete.*` prefixes in the bucket (not its local staging folder), so
-the build that a dead driver left is resumed from any host.
+Beside the version prefix `.../NAME/CONFIG/VERSION/` in the bucket: `build_VERSION.lock`, the lease
+(`vidvol.builders.writer.lease`), and `incomplete.ID_VERSION/`, the shards, their sidecars (written last),
+the progress records, the plan and `build_fingerprint.json`. Readers open a version prefix only once its
+`dataset_info.json` is there. The lease holder lists the `incomplete.*` prefixes in the bucket, not its
+local staging folder, so the build a dead driver left is resumed from any host.
 """
 
 from __future__ import annotations

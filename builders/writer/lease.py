@@ -1,15 +1,10 @@
 """The build lock of a bucket data_dir: a lease object in the bucket, renewed by conditional writes, that expires.
 
-A build into `s3://...` takes `DATA_DIR/NAME/CONFIG/build_VERSION.lock` in the bucket (the object beside the
-version prefix, where a local build keeps its lock file) with a conditional create (`If-None-Match: *`: of
-builds starting at once, exactly one creates it). The holder renews it every `VIDVOL_LEASE_RENEW_S` seconds
-(default 10) by a conditional overwrite (`If-Match:` the ETag of its last write, the renewal count in the
-body so that every renewal gets a new ETag); a renewal that finds another ETag means the lease was taken,
-and the build stops. A waiter takes the lease over when it has seen the same ETag for
-`VIDVOL_LEASE_EXPIRY_S` seconds (default 60) by its own clock (clocks of different hosts are never
-compared), with a conditional overwrite of that ETag: of many waiters, exactly one wins. A holder that
-cannot renew for `expiry - renew` seconds (the store unreachable from its host) gives the lease up
-before any waiter may take it. The holder removes the lease at its end with a conditional delete.
+A build takes `NAME/CONFIG/build_VERSION.lock` in the bucket with `If-None-Match: *` and renews it every
+`VIDVOL_LEASE_RENEW_S` seconds (default 10) with `If-Match:` its last ETag. A waiter takes it over, with
+`If-Match:` the ETag it saw, once that ETag has stayed for `VIDVOL_LEASE_EXPIRY_S` seconds (default 60) by
+its own clock; a holder that cannot renew gives it up first. docs/clusters.md, "A bucket build that any
+host can finish", says more.
 """
 
 from __future__ import annotations
