@@ -185,3 +185,31 @@ def test_a_holder_whose_lease_was_taken_stops_and_leaves_the_new_lease(s3, reque
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert lease.read(url) is None
+
+
+def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, request, tmp_path, caplog):
+    """The lease and the incomplete.* prefixes are read from the bucket, whatever the local staging folder holds."""
+    from vidvol.builders.writer import bucket, bucket_state
+
+    url = f"s3://{BUCKET}/{request.node.name}"
+    target = bucket.BucketTarget(url, str(tmp_path / "stage"))  # an empty staging folder: another host's
+    version = os.path.join(target.staging, "toy", "cfg", "1.0.0")
+    for name in ("incomplete.AAA_1.0.0", "incomplete.BBB_1.0.0", "incomplete.CCC_2.0.0", "1.0.0"):
+        store.write_bytes(f"{url}/toy/cfg/{name}/x.partial.info.json", b"{}")
+    assert bucket_state.in_bucket(target) and not bucket_state.in_bucket(bucket.BucketTarget("memory://b/p", "/x"))
+    assert bucket_state.incomplete_prefixes(target, version) == [f"{url}/toy/cfg/incomplete.AAA_1.0.0",
+                                                                   f"{url}/toy/cfg/incomplete.BBB_1.0.0"]
+    own = os.path.join(target.staging, "toy", "cfg", "incomplete.BBB_1.0.0")
+    assert bucket_state.previous_folders(target, own) == [os.path.join(target.staging, "toy", "cfg", "incomplete.AAA_1.0.0")]
+    assert bucket_state.lease_url(target, version) == f"{url}/toy/cfg/build_1.0.0.lock"
+    assert bucket_state.running_build(target, version) is None
+    with bucket_state.hold(version, what="toy/cfg", target=target) as held:
+        assert isinstance(held, lease.BucketLease) and store.exists(f"{url}/toy/cfg/build_1.0.0.lock")
+        assert not os.path.exists(build_lock.lock_path(version))  # nothing on this driver
+        assert f"pid {os.getpid()}" in bucket_state.running_build(target, version)
+    assert not store.exists(f"{url}/toy/cfg/build_1.0.0.lock")
+    other = bucket.BucketTarget("memory://vidvol-lease/p", str(tmp_path / "mem"))
+    with caplog.at_level(logging.WARNING), bucket_state.hold(os.path.join(other.staging, "t", "1.0.0"), what="t",
+                                                               target=other) as held:
+        assert isinstance(held, build_lock.BuildLock)  # no conditional writes there: the driver's lock, said so
+    assert "stay on this driver" in caplog.text
