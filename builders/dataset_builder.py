@@ -280,7 +280,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                     mode = download_config.download_mode if download_config else None
                     self.bucket.publish(os.fspath(self.data_path), self._remote_incomplete,
                                         overwrite=bool(mode is not None and mode.overwrite_dataset),
-                                        held=self._build_lock.check_held if self._build_lock is not None else None)
+                                        lease=self._build_lock if isinstance(self._build_lock, lease.BucketLease) else None)
             except BuildWriteError:
                 raise
             except Exception as e:

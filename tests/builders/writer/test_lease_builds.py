@@ -8,6 +8,7 @@ shares nothing with the first but the bucket.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -190,5 +191,24 @@ def test_a_driver_whose_lease_was_taken_over_does_not_publish(world, tmp_path):
     # The second driver ended (its lease removed) before the first woke: nobody holds the lease it lost.
     assert "lost its build lease to nobody" in first["error"] and "took it over and ended" in first["error"]
     assert "stops before publishing" in first["error"] and "the build lease was taken over" in first_err
+    assert _published(f"{url}/{NAME}/1.0.0") == world["reference"]
+    assert _leftovers(url) == []
+
+
+def test_the_publish_lock_of_a_driver_killed_while_publishing_goes_with_its_lease(world, tmp_path, monkeypatch, caplog):
+    """A driver killed while publishing leaves its lease and its publish lock: the build that takes the expired lease
+    over removes that publish lock (its owner's lease is the one it took), and publishes."""
+    url = f"s3://{BUCKET}/killedpublishing"
+    for key, value in SHORT_LEASE.items():
+        monkeypatch.setenv(key, value)
+    then = time.time() - 100
+    dead = {"host": "elsewhere", "pid": 1, "token": "dead-token", "started": then, "renewed": then, "seq": 9,
+            "renew_s": 1.0, "expiry_s": 6.0}
+    store.put_conditional(f"{url}/{NAME}/build_1.0.0.lock", json.dumps(dead).encode(), etag=None)
+    store.write_bytes(f"{url}/{NAME}/1.0.0.publishing", json.dumps({"host": "elsewhere", "pid": 1, "lease": "dead-token"}).encode())
+    with caplog.at_level(logging.WARNING):
+        resume_toy.build(str(tmp_path / "stage"), world["manual"], bucket_url=url)
+    assert "took over the build lease of a build that stopped renewing it" in caplog.text
+    assert "removing the publish lock left by the build whose expired lease this one took over" in caplog.text
     assert _published(f"{url}/{NAME}/1.0.0") == world["reference"]
     assert _leftovers(url) == []
