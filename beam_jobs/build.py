@@ -185,8 +185,8 @@ def build(
         logger.warning("A build of this config is running (%s); its folder %s is left alone",
                        running, ", ".join(stale))
     elif stale and remove_incomplete:
-        for path in stale:
-            if in_bucket:
+        for path in stale + (incomplete_dirs(builder) if in_bucket else []):  # a bucket build's: and their staging
+            if in_bucket and store.is_bucket(path):
                 bucket_state.remove_prefix(path)
                 continue
             logger.warning("Removing %s (left by an interrupted build)", path)

@@ -179,7 +179,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     MIN_SHARDS = DEFAULT_MIN_SHARDS
     _summary_results: Sequence[SplitResult] | None = None
     reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
-    _build_lock: build_lock.BuildLock | None = None  # held while download_and_prepare builds
+    _build_lock: build_lock.BuildLock | lease.BucketLease | None = None  # held while download_and_prepare builds
     # A bucket data_dir (`python -m vidvol build --data_dir s3://...`): the builder is rooted at the target's local
     # staging folder, the workers write the shards to the bucket, and the finished dataset is published there.
     bucket: bucket_target.BucketTarget | None = None

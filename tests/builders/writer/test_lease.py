@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import signal
@@ -213,3 +214,19 @@ def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, reques
                                                                target=other) as held:
         assert isinstance(held, build_lock.BuildLock)  # no conditional writes there: the driver's lock, said so
     assert "stay on this driver" in caplog.text
+
+
+def test_in_fail_mode_a_lease_whose_clock_says_dead_is_watched_for_the_expiry_then_taken(s3, request, caplog):
+    url = _url(request)
+    then = time.time() - 100
+    store.put_conditional(url, json.dumps({"host": "gone", "pid": 7, "token": "t", "started": then, "renewed": then,
+                                           "seq": 1, "expiry_s": 2.0}).encode(), etag=None)
+    taker = lease.BucketLease(url, what="toy/f", mode="fail", renew_s=0.3, expiry_s=2.0)
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        taker.acquire()  # not refused: its holder's own clock says it stopped renewing 100 s ago
+    try:
+        assert time.monotonic() - began >= 2.0 and taker.took_over["host"] == "gone"
+        assert "the build lease looks expired (host gone, pid 7" in caplog.text
+    finally:
+        taker.release()
