@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 def in_bucket(target: BucketTarget | None) -> bool:
     """Whether the build's lock and state live in the bucket (an `s3://` data_dir: conditional writes)."""
-    return target is not None and store.conditional_writes(target.url)
+    return target is not None and store.conditional_writes(target.url) and lease.enabled()
 
 
 def lease_url(target: BucketTarget, local_version_dir: str | os.PathLike) -> str:
@@ -52,9 +52,10 @@ def hold(data_path: str | os.PathLike, *, what: str, target: BucketTarget | None
             yield held
         return
     if target is not None:
-        logger.warning("%s: %s:// has no conditional writes in vidvol, so this bucket build's lock and resume state "
-                       "stay on this driver (%s): a build that dies is resumed from this host only", what,
-                       target.url.split("://", 1)[0], target.staging)
+        why = (f"{lease.ENV_LEASE}=0" if store.conditional_writes(target.url)
+               else f"{target.url.split('://', 1)[0]}:// has no conditional writes in vidvol")
+        logger.warning("%s: %s, so this bucket build's lock and resume state stay on this driver (%s): a build that "
+                       "dies is resumed from this host only", what, why, target.staging)
     with build_lock.hold(data_path, what=what, mode=mode, on_wait=on_wait) as held:
         yield held
 

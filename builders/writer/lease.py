@@ -27,12 +27,22 @@ from vidvol.core import redact, store
 
 logger = logging.getLogger(__name__)
 
+ENV_LEASE = "VIDVOL_BUCKET_LEASE"  # 0/off: an s3:// build keeps its lock on the driver (a store without conditions)
 ENV_RENEW = "VIDVOL_LEASE_RENEW_S"
 ENV_EXPIRY = "VIDVOL_LEASE_EXPIRY_S"
 RENEW_S = 10.0
 EXPIRY_S = 60.0
 REPORT_EVERY_S = 60.0
 OK, FAILING, LOST = "ok", "failing", "lost"
+
+
+class ConditionsIgnoredError(RuntimeError):
+    """The store accepted a conditional write whose condition does not hold: a lease cannot guard builds there."""
+
+
+def enabled() -> bool:
+    """Whether s3:// builds take the lease in the bucket (not when `VIDVOL_BUCKET_LEASE=0`)."""
+    return os.environ.get(ENV_LEASE, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def settings(renew_s: float | None = None, expiry_s: float | None = None) -> tuple[float, float]:
@@ -187,10 +197,32 @@ class BucketLease:
             if self.timeout_s is not None and waited > self.timeout_s:
                 raise self._in_progress(holder, f"waited {waited:.0f} s ({build_lock.ENV_TIMEOUT}={self.timeout_s:g})")
             time.sleep(min(1.0, self.renew_s / 4))
+        self._check_conditions()
         self.lost_to = None
         self._stop.clear()
         self._beat = threading.Thread(target=self._renewals, name="vidvol-build-lease", daemon=True)
         self._beat.start()
+
+    def _check_conditions(self) -> None:
+        """ConditionsIgnoredError unless the store refuses a create over the lease and an overwrite of another ETag.
+
+        Both writes would put this build's own lease back unchanged, so a store that ignores them harms nothing.
+        """
+        for etag in (None, '"00000000000000000000000000000000"'):
+            try:
+                store.put_conditional(self.path, self._body(), etag=etag)
+            except store.PreconditionFailedError:
+                continue
+            got = read(self.path)
+            if got is not None:
+                self.etag = got[1]
+            self.release()
+            raise ConditionsIgnoredError(
+                f"{self.what}: the store behind {redact.url(self.path)} ignores S3 conditional writes "
+                f"({'If-None-Match: *' if etag is None else 'If-Match'} was accepted where it does not hold), so a "
+                f"lease there cannot keep two builds apart. Use a store that honours them (AWS S3, SeaweedFS 4.x, "
+                f"MinIO with conditional writes), or set {ENV_LEASE}=0 to keep the build lock on this driver "
+                f"(a build that dies is then resumed from this host only).")
 
     def _renew(self) -> str:
         """Renews the lease: OK, FAILING (the store did not answer; retried until the give-up age), or LOST."""

@@ -31,7 +31,7 @@ def server():
 def s3(server, monkeypatch):
     for key, value in server.env().items():
         monkeypatch.setenv(key, value)
-    for name in (lease.ENV_RENEW, lease.ENV_EXPIRY, build_lock.ENV_MODE, build_lock.ENV_TIMEOUT):
+    for name in (lease.ENV_LEASE, lease.ENV_RENEW, lease.ENV_EXPIRY, build_lock.ENV_MODE, build_lock.ENV_TIMEOUT):
         monkeypatch.delenv(name, raising=False)
     return server
 
@@ -188,7 +188,7 @@ def test_a_holder_whose_lease_was_taken_stops_and_leaves_the_new_lease(s3, reque
     assert lease.read(url) is None
 
 
-def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, request, tmp_path, caplog):
+def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, request, tmp_path, caplog, monkeypatch):
     """The lease and the incomplete.* prefixes are read from the bucket, whatever the local staging folder holds."""
     from vidvol.builders.writer import bucket, bucket_state
 
@@ -213,7 +213,11 @@ def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, reques
     with caplog.at_level(logging.WARNING), bucket_state.hold(os.path.join(other.staging, "t", "1.0.0"), what="t",
                                                                target=other) as held:
         assert isinstance(held, build_lock.BuildLock)  # no conditional writes there: the driver's lock, said so
-    assert "stay on this driver" in caplog.text
+    assert "memory:// has no conditional writes in vidvol" in caplog.text and "stay on this driver" in caplog.text
+    monkeypatch.setenv(lease.ENV_LEASE, "0")  # a store that ignores the conditions: the driver's lock, said so
+    with caplog.at_level(logging.WARNING), bucket_state.hold(version, what="toy/cfg", target=target) as held:
+        assert isinstance(held, build_lock.BuildLock) and not store.exists(f"{url}/toy/cfg/build_1.0.0.lock")
+    assert "VIDVOL_BUCKET_LEASE=0, so this bucket build's lock and resume state stay on this driver" in caplog.text
 
 
 def test_in_fail_mode_a_lease_whose_clock_says_dead_is_watched_for_the_expiry_then_taken(s3, request, caplog):
