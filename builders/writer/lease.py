@@ -36,8 +36,8 @@ REPORT_EVERY_S = 60.0
 OK, FAILING, LOST = "ok", "failing", "lost"
 
 
-class ConditionsIgnoredError(RuntimeError):
-    """The store accepted a conditional write whose condition does not hold: a lease cannot guard builds there."""
+class ConditionsIgnoredError(ValueError):
+    """The store accepted a conditional write whose condition does not hold (a setup error: the CLI exits 2)."""
 
 
 def enabled() -> bool:
