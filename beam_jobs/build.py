@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import vidvol.datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
-from vidvol.builders.writer import bucket
+from vidvol.builders.writer import bucket, bucket_state
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import formats, outputs
@@ -178,13 +178,17 @@ def build(
     formats.check_data_dir(data_dir, bucket_ok=True)
     target = bucket.BucketTarget.for_url(data_dir) if store.is_bucket(data_dir) else None
     builder = _builder(dataset, data_dir, file_format, target)
-    stale = incomplete_dirs(builder)
-    running = _running_build(builder)
+    in_bucket = bucket_state.in_bucket(target)  # an s3:// build's lease and incomplete.* prefixes are in the bucket
+    stale = (bucket_state.incomplete_prefixes(target, builder.data_path) if in_bucket else incomplete_dirs(builder))
+    running = bucket_state.running_build(target, builder.data_path) if in_bucket else _running_build(builder)
     if stale and running:
         logger.warning("A build of this config is running (%s); its folder %s is left alone",
                        running, ", ".join(stale))
     elif stale and remove_incomplete:
-        for path in stale:
+        for path in stale + (incomplete_dirs(builder) if in_bucket else []):  # a bucket build's: and their staging
+            if in_bucket and store.is_bucket(path):
+                bucket_state.remove_prefix(path)
+                continue
             logger.warning("Removing %s (left by an interrupted build)", path)
             tf.io.gfile.rmtree(path)
     elif stale and resume is False:

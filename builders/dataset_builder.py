@@ -27,7 +27,7 @@ from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders.example_io import ExampleFn, Skip, Source, WorkerSetup, naming_source, run_example_fn
 from vidvol.builders.writer import bucket as bucket_target
-from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import build_lock, bucket_state, lease
 from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import json_files, outputs
@@ -43,7 +43,7 @@ from vidvol.builders.writer.runner import resolve_runner
 from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, WriteShardFn
 from vidvol.builders.writer.shard_writer import shard_pipeline, write_failure, write_hint, writing
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
-from vidvol.core import artifacts
+from vidvol.core import artifacts, dataset_copy
 from vidvol.core import redact, store
 from vidvol.core import tfds_api
 from vidvol.core.version import VERSION as VIDVOL_VERSION
@@ -180,7 +180,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     MIN_SHARDS = DEFAULT_MIN_SHARDS
     _summary_results: Sequence[SplitResult] | None = None
     reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
-    _build_lock: build_lock.BuildLock | None = None  # held while download_and_prepare builds
+    _build_lock: build_lock.BuildLock | lease.BucketLease | None = None  # held while download_and_prepare builds
     # A bucket data_dir (`python -m vidvol build --data_dir s3://...`): the builder is rooted at the target's local
     # staging folder, the workers write the shards to the bucket, and the finished dataset is published there.
     bucket: bucket_target.BucketTarget | None = None
@@ -225,11 +225,13 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         check_build_options(download_config)
         name = self._display_name()
         self.reused_from = None
-        with build_lock.hold(self.data_path, what=name) as lock:
+        # A bucket build's lock is a lease in the bucket (`bucket_state`): any host may finish what a dead driver left.
+        with bucket_state.hold(self.data_path, what=name, target=self.bucket) as lock:
             self._build_lock = lock
-            if lock.waited_for is not None and self._is_prepared() and not overwrite:
+            if lock.waited_for is not None and self._waited_for_prepared() and not overwrite:
                 # The build this one waited for prepared the dataset: reuse it, as TFDS reuses a prepared one.
-                self.reused_from = build_lock.describe(lock.waited_for, lock.path)
+                self.reused_from = (lease.describe(lock.waited_for, lock.path) if isinstance(lock, lease.BucketLease)
+                                    else build_lock.describe(lock.waited_for, lock.path))
                 logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
                 self.info.read_from_directory(self.data_path)
                 return None
@@ -299,6 +301,16 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                            "again)."]))
         logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
 
+    def _waited_for_prepared(self) -> bool:
+        """Whether the build waited for prepared the dataset (in a bucket: published it; its metadata then copied here)."""
+        if self.bucket is None:
+            return self._is_prepared()
+        here = os.fspath(self.data_path)
+        if not self.bucket.is_published(here):
+            return False
+        dataset_copy.pull(self.bucket.remote(here), here, splits=set())  # the metadata only, for self.info
+        return True
+
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
         log_dir = os.fspath(self.data_path.parent)
@@ -309,7 +321,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 if self.bucket is not None and self._remote_incomplete is not None:
                     mode = download_config.download_mode if download_config else None
                     self.bucket.publish(os.fspath(self.data_path), self._remote_incomplete,
-                                        overwrite=bool(mode is not None and mode.overwrite_dataset))
+                                        overwrite=bool(mode is not None and mode.overwrite_dataset),
+                                        lease=self._build_lock if isinstance(self._build_lock, lease.BucketLease) else None)
             except BuildWriteError:
                 raise
             except Exception as e:
@@ -487,7 +500,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if not resume or self._build_lock is None:
             return {}
         same, changed = [], {}
-        for folder in resume_lib.previous_folders(here):
+        previous = (bucket_state.previous_folders(self.bucket, here) if bucket_state.in_bucket(self.bucket)
+                    else resume_lib.previous_folders(here))  # a bucket build: the prefixes in the bucket, from any host
+        for folder in previous:
             where = self._out(folder)
             old = resume_lib.read_fingerprint(where)
             if old is None:
