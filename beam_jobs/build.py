@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import vidvol.datasets  # noqa: F401  (registers the datasets)
 from vidvol.beam_jobs import local_cluster
 from vidvol.beam_jobs import runners
-from vidvol.builders.writer import bucket
+from vidvol.builders.writer import bucket, bucket_state
 from vidvol.builders.writer import build_lock
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import formats, outputs
@@ -178,13 +178,17 @@ def build(
     formats.check_data_dir(data_dir, bucket_ok=True)
     target = bucket.BucketTarget.for_url(data_dir) if store.is_bucket(data_dir) else None
     builder = _builder(dataset, data_dir, file_format, target)
-    stale = incomplete_dirs(builder)
-    running = _running_build(builder)
+    in_bucket = bucket_state.in_bucket(target)  # an s3:// build's lease and incomplete.* prefixes are in the bucket
+    stale = (bucket_state.incomplete_prefixes(target, builder.data_path) if in_bucket else incomplete_dirs(builder))
+    running = bucket_state.running_build(target, builder.data_path) if in_bucket else _running_build(builder)
     if stale and running:
         logger.warning("A build of this config is running (%s); its folder %s is left alone",
                        running, ", ".join(stale))
     elif stale and remove_incomplete:
-        for path in stale:
+        for path in stale + (incomplete_dirs(builder) if in_bucket else []):  # a bucket build's: and their staging
+            if in_bucket and store.is_bucket(path):
+                bucket_state.remove_prefix(path)
+                continue
             logger.warning("Removing %s (left by an interrupted build)", path)
             tf.io.gfile.rmtree(path)
     elif stale and resume is False:
@@ -194,6 +198,8 @@ def build(
         logger.info("Leftovers of interrupted builds (resumed if nothing changed): %s", ", ".join(stale))
     prepared = target.is_published(os.fspath(builder.data_path)) if target else builder.is_prepared()
     if prepared and not overwrite:
+        # Never silently stale: a manual_dir that gained, changed or lost sources since the build stops here.
+        _check_up_to_date(dataset, data_dir, target, manual_dir, download_dir)
         where = target.remote(os.fspath(builder.data_path)) if target else os.fspath(builder.data_path)
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
                        builder.info.full_name, redact.url(where))
@@ -233,6 +239,23 @@ def _builder(dataset: str, data_dir: str, file_format: str | None, target: bucke
     builder = make_builder(dataset, target.staging, file_format)
     builder.bucket = target
     return builder
+
+
+def _check_up_to_date(dataset: str, data_dir: str, target: bucket.BucketTarget | None, manual_dir: str | None,
+                      download_dir: str | None) -> None:
+    """Stops when the prepared dataset's manual_dir gained, changed or lost sources (`check_up_to_date`).
+
+    Through the dataset's code (a config TFDS would read from files gives a ReadOnlyBuilder, which cannot plan).
+    """
+    name, config, version = parse_dataset(dataset)
+    kwargs = {"config": config} if config else {}
+    if version:
+        kwargs["version"] = version
+    builder = tfds.builder_cls(name)(data_dir=target.staging if target else data_dir, **kwargs)
+    if not hasattr(builder, "check_up_to_date"):
+        return  # a builder that is no vidvol builder: nothing recorded to compare with
+    builder.bucket = target
+    builder.check_up_to_date(tfds.download.DownloadConfig(manual_dir=manual_dir), download_dir)
 
 
 def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:

@@ -245,7 +245,7 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
     start, cpu, child = time.monotonic(), time.process_time(), _children_cpu()
     doc = resume.fingerprint(**kwargs)
     fingerprint_s, fingerprint_cpu = time.monotonic() - start, time.process_time() - cpu
-    child_cpu = _children_cpu() - child  # its stat process (`resume._StatChild`)
+    child_cpu = _children_cpu() - child  # its stat process (`fingerprint._StatChild`)
     start, cpu = time.monotonic(), time.process_time()
     same = resume.canonical(resume.read_fingerprint(old)) == resume.canonical(doc)
     kept = resume.keep_shards(tasks, [old]) if same else None

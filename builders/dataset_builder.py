@@ -26,20 +26,21 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core import file_adapters
 
 from vidvol.builders.writer import bucket as bucket_target
-from vidvol.builders.writer import build_lock
+from vidvol.builders.writer import build_lock, bucket_state, lease
 from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
 from vidvol.builders.writer import outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import resume as resume_lib
 from vidvol.builders.writer import shards_file
+from vidvol.builders.writer import sources_manifest
 from vidvol.builders.writer.formats import check_build_options, check_data_dir, check_file_format
 from vidvol.builders.writer.plan import DEFAULT_MAX_SHARD_SIZE, DEFAULT_MIN_SHARDS, PLAN_NAME, ShardTask
 from vidvol.builders.writer.plan import num_shards_for, plan_shards, stable_order, write_plan
 from vidvol.builders.writer.results import SplitResult, build_summary, collect_split
 from vidvol.builders.writer.runner import resolve_runner
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
-from vidvol.core import artifacts
+from vidvol.core import artifacts, dataset_copy
 from vidvol.core import redact, store
 from vidvol.core import tfds_api
 from vidvol.core.version import VERSION as VIDVOL_VERSION
@@ -115,7 +116,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     MIN_SHARDS = DEFAULT_MIN_SHARDS
     _summary_results: Sequence[SplitResult] | None = None
     reused_from: str | None = None  # set when this build waited for a concurrent one and reused its dataset
-    _build_lock: build_lock.BuildLock | None = None  # held while download_and_prepare builds
+    _build_lock: build_lock.BuildLock | lease.BucketLease | None = None  # held while download_and_prepare builds
     # A bucket data_dir (`python -m vidvol build --data_dir s3://...`): the builder is rooted at the target's local
     # staging folder, the workers write the shards to the bucket, and the finished dataset is published there.
     bucket: bucket_target.BucketTarget | None = None
@@ -146,6 +147,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         mode = download_config.download_mode if download_config else None
         overwrite = mode is not None and mode.overwrite_dataset
         if self._is_prepared() and not overwrite:
+            self.check_up_to_date(download_config, download_dir)  # a build given a manual_dir: never silently stale
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
         try:
             return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
@@ -159,11 +161,13 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         check_build_options(download_config)
         name = self._display_name()
         self.reused_from = None
-        with build_lock.hold(self.data_path, what=name) as lock:
+        # A bucket build's lock is a lease in the bucket (`bucket_state`): any host may finish what a dead driver left.
+        with bucket_state.hold(self.data_path, what=name, target=self.bucket) as lock:
             self._build_lock = lock
-            if lock.waited_for is not None and self._is_prepared() and not overwrite:
+            if lock.waited_for is not None and self._waited_for_prepared() and not overwrite:
                 # The build this one waited for prepared the dataset: reuse it, as TFDS reuses a prepared one.
-                self.reused_from = build_lock.describe(lock.waited_for, lock.path)
+                self.reused_from = (lease.describe(lock.waited_for, lock.path) if isinstance(lock, lease.BucketLease)
+                                    else build_lock.describe(lock.waited_for, lock.path))
                 logger.warning("%s: reusing the dataset prepared by the build it waited for (%s)", name, self.reused_from)
                 self.info.read_from_directory(self.data_path)
                 return None
@@ -193,6 +197,56 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _is_prepared(self) -> bool:
         return tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
 
+    def source_changes(self, download_config, download_dir=None) -> sources_manifest.Changes | None:
+        """How the manual_dir's sources differ from those the prepared dataset was built from.
+
+        The sources are planned again (files listed, lists and CSVs read; nothing decoded) and compared with
+        the dataset's `sources.json` (`vidvol.builders.writer.sources_manifest`). None: the dataset has no
+        manifest (built by vidvol 0.2.0 or earlier).
+        """
+        old = sources_manifest.read(self._out(os.fspath(self.data_path)))
+        if old is None:
+            return None
+        dl_manager = self._make_download_manager(download_dir=download_dir, download_config=download_config)
+        generators = self._generators(dl_manager, download_config)
+        new = sources_manifest.document({split: g.sources for split, g in generators.items()},
+                                        tfds_api.given_manual_dir(dl_manager), content=old.get("inputs") == "content")
+        return sources_manifest.compare(old, new)
+
+    def check_up_to_date(self, download_config, download_dir=None) -> None:
+        """Stops a build given a manual_dir whose sources are no longer those the prepared dataset was built from.
+
+        Raises:
+          StaleDatasetError: naming how many sources were added, changed and removed, and the fix.
+        """
+        if download_config is None or not download_config.manual_dir:
+            return  # tfds.load of a prepared dataset: no manual_dir to compare with
+        name, where = self._display_name(), redact.url(self._out(os.fspath(self.data_path)))
+        manual_dir = redact.url(os.fspath(download_config.manual_dir))
+        changes = self.source_changes(download_config, download_dir)
+        if changes is None:
+            logger.warning("%s in %s has no sources.json (built by vidvol 0.2.0 or earlier), so whether %s still "
+                           "holds what it was built from cannot be told; --overwrite rebuilds it", name, where, manual_dir)
+            return
+        if changes.any:
+            raise sources_manifest.StaleDatasetError(
+                "\n".join([f"{name} in {where} is out of date: its manual_dir {manual_dir} no longer holds what it was "
+                           f"built from: {changes.counts()} sources.", *changes.details(),
+                           "The prepared dataset was left as it is and nothing was built. To build it from the "
+                           "manual_dir as it is now, run the build again with --overwrite (every source is decoded "
+                           "again)."]))
+        logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
+
+    def _waited_for_prepared(self) -> bool:
+        """Whether the build waited for prepared the dataset (in a bucket: published it; its metadata then copied here)."""
+        if self.bucket is None:
+            return self._is_prepared()
+        here = os.fspath(self.data_path)
+        if not self.bucket.is_published(here):
+            return False
+        dataset_copy.pull(self.bucket.remote(here), here, splits=set())  # the metadata only, for self.info
+        return True
+
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
         from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, write_failure
@@ -205,7 +259,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 if self.bucket is not None and self._remote_incomplete is not None:
                     mode = download_config.download_mode if download_config else None
                     self.bucket.publish(os.fspath(self.data_path), self._remote_incomplete,
-                                        overwrite=bool(mode is not None and mode.overwrite_dataset))
+                                        overwrite=bool(mode is not None and mode.overwrite_dataset),
+                                        lease=self._build_lock if isinstance(self._build_lock, lease.BucketLease) else None)
             except BuildWriteError:
                 raise
             except Exception as e:
@@ -273,6 +328,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         check_data_dir(self.data_dir)
         self._file_format()  # before anything is written
         generators = self._generators(dl_manager, download_config)
+        manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it
+            {split: g.sources for split, g in generators.items()}, tfds_api.given_manual_dir(dl_manager),
+            content=resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs)
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         self._remote_incomplete = self._out(os.fspath(self.data_path)) if self.bucket is not None else None
         tasks = self._plan(generators, templates, download_config)
@@ -311,6 +369,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
         manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
         self._report(os.fspath(self.data_path), results, manual_dir)
+        sources_manifest.write(manifest, self._out(os.fspath(self.data_path)))
         # Every shard is in place: the fingerprint goes (it is no part of the dataset), and with it the chance
         # that a build killed from here on is resumed (its shards then have their final names).
         outputs.remove(self._out(os.path.join(os.fspath(self.data_path), resume_lib.FINGERPRINT_NAME)))
@@ -383,7 +442,9 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if not resume or self._build_lock is None:
             return {}
         same, changed = [], {}
-        for folder in resume_lib.previous_folders(here):
+        previous = (bucket_state.previous_folders(self.bucket, here) if bucket_state.in_bucket(self.bucket)
+                    else resume_lib.previous_folders(here))  # a bucket build: the prefixes in the bucket, from any host
+        for folder in previous:
             where = self._out(folder)
             old = resume_lib.read_fingerprint(where)
             if old is None:

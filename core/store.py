@@ -480,3 +480,95 @@ def remove_tree(url: str) -> None:
     """Removes every object below `url`."""
     for obj in find(url):
         remove(obj)
+
+
+# Conditional writes (S3 `If-None-Match: *` / `If-Match: ETAG`), for the build lease in a bucket data_dir
+# (vidvol.builders.writer.lease). Through s3fs's botocore client: any credentials s3fs takes work here.
+CONDITIONAL_SCHEMES = frozenset({"s3", "s3a"})
+
+
+class PreconditionFailedError(RuntimeError):
+    """A conditional write or delete found the object otherwise than it expected (created, changed or gone)."""
+
+
+def conditional_writes(url: str) -> bool:
+    """Whether vidvol makes conditional writes to `url`'s store (`s3://`: If-None-Match and If-Match on PUT and DELETE)."""
+    return scheme(url) in CONDITIONAL_SCHEMES
+
+
+def _precondition(e: BaseException) -> bool:
+    """A 412 Precondition Failed (as s3fs translates it: FileExistsError, or an OSError caused by the ClientError)."""
+    for err in (e, e.__cause__, e.__context__):
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error", {})
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if error.get("Code") in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                return True
+    return isinstance(e, FileExistsError)
+
+
+def _bucket_key(url: str) -> tuple[Any, str, str]:
+    fs, p = _fs(url)
+    bucket_name, _, key = p.partition("/")
+    return fs, bucket_name, key
+
+
+def put_conditional(url: str, data: bytes, *, etag: str | None) -> str:
+    """Writes a small object only if it is absent (`etag` None) or still has `etag`; its new ETag.
+
+    Raises:
+      PreconditionFailedError: the object exists (`etag` None), or has another ETag, or is gone.
+    """
+    fs, bucket_name, key = _bucket_key(url)
+    match = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+
+    def put():
+        try:
+            return fs.call_s3("put_object", Bucket=bucket_name, Key=key, Body=data, **match)["ETag"]
+        except (FileNotFoundError, FileExistsError) as e:
+            raise PreconditionFailedError(f"{redact.url(url)}: {_describe(e)}") from None
+        except Exception as e:
+            if _precondition(e):
+                raise PreconditionFailedError(f"{redact.url(url)}: {_describe(e)}") from None
+            raise
+
+    return _call(url, put, what="conditional write")  # PreconditionFailedError, a vidvol error, passes through
+
+
+def read_with_etag(url: str) -> tuple[bytes, str] | None:
+    """(the object's bytes, its ETag), both of one version; None when there is no such object."""
+    import fsspec.asyn
+
+    fs, bucket_name, key = _bucket_key(url)
+
+    async def get() -> tuple[bytes, str]:
+        resp = await fs._call_s3("get_object", Bucket=bucket_name, Key=key)
+        body = resp["Body"]
+        try:
+            return await body.read(), resp["ETag"]
+        finally:
+            body.close()
+
+    try:
+        return _call(url, lambda: fsspec.asyn.sync(fs.loop, get), what="read")
+    except FileNotFoundError:
+        return None
+
+
+def remove_conditional(url: str, etag: str) -> bool:
+    """Removes the object only if it still has `etag` (S3 `If-Match` on DELETE); False when it has another or is gone."""
+    fs, bucket_name, key = _bucket_key(url)
+
+    def delete() -> bool:
+        try:
+            fs.call_s3("delete_object", Bucket=bucket_name, Key=key, IfMatch=etag)
+            return True
+        except FileNotFoundError:
+            return False
+        except Exception as e:
+            if _precondition(e):
+                return False
+            raise
+
+    return _call(url, delete, what="conditional remove")

@@ -19,6 +19,7 @@ import socket
 import tempfile
 import time
 import uuid
+from typing import Any
 
 from vidvol.core import dataset_copy, redact, store
 
@@ -64,13 +65,16 @@ class BucketTarget:
         """Whether the bucket holds this version's `dataset_info.json` (a finished dataset)."""
         return store.exists(f"{self.remote(local_version_dir)}/{INFO_NAME}")
 
-    def publish(self, local_version_dir: str, remote_incomplete: str, *, overwrite: bool) -> int:
+    def publish(self, local_version_dir: str, remote_incomplete: str, *, overwrite: bool, lease: Any = None) -> int:
         """Moves the shards into the version prefix, then uploads the metadata files, `dataset_info.json` last.
 
         Args:
           local_version_dir: the staging version folder TFDS finished (metadata only: the shards are remote).
           remote_incomplete: the bucket prefix the workers wrote this build's shards under.
           overwrite: replace a dataset already published there (else that is a PublishConflictError).
+          lease: the build's `lease.BucketLease` (None for a build without one): checked once the publish lock is
+            taken (a build that lost its lease never publishes); a publish lock left by the build whose expired
+            lease it took over (a driver killed while publishing) is removed, with a warning.
 
         Returns:
           The number of objects published.
@@ -81,9 +85,13 @@ class BucketTarget:
         version = self.remote(local_version_dir)
         lock = version + PUBLISH_LOCK_SUFFIX
         me = {"host": socket.gethostname(), "pid": os.getpid(), "id": uuid.uuid4().hex, "time": time.time()}
+        if lease is not None:
+            me["lease"] = lease.content["token"]
         try:
             store.write_bytes(lock, json.dumps(me).encode(), exclusive=True)
         except FileExistsError:
+            if lease is not None and _remove_if_left_by(lock, lease.took_over):
+                return self.publish(local_version_dir, remote_incomplete, overwrite=overwrite, lease=lease)
             raise PublishConflictError(
                 f"{redact.url(version)}: another build is publishing this dataset version into the bucket "
                 f"({_lock_owner(lock)}); this build's shards stay under {redact.url(remote_incomplete)}. "
@@ -92,6 +100,8 @@ class BucketTarget:
         try:
             if store.read_bytes(lock) != json.dumps(me).encode():  # a server that ignores If-None-Match
                 raise PublishConflictError(f"{redact.url(version)}: another build took the publish lock {redact.url(lock)}")
+            if lease is not None:
+                lease.check_held()  # BuildLockLostError: another build took the lease over; this one publishes nothing
             if store.exists(f"{version}/{INFO_NAME}"):
                 if not overwrite:
                     raise PublishConflictError(
@@ -108,6 +118,24 @@ class BucketTarget:
             store.remove(lock)
         logger.info("published %d objects to %s", count, redact.url(version))
         return count
+
+
+def _remove_if_left_by(lock: str, dead: dict[str, Any] | None) -> bool:
+    """Removes the publish lock `lock` if the build whose expired lease this one took over took it (True)."""
+    if not dead or not dead.get("token"):
+        return False
+    got = store.read_with_etag(lock)
+    if got is None:
+        return True  # removed meanwhile: take it again
+    try:
+        owner = json.loads(got[0])
+    except ValueError:
+        return False
+    if not isinstance(owner, dict) or owner.get("lease") != dead["token"]:
+        return False
+    logger.warning("%s: removing the publish lock left by the build whose expired lease this one took over "
+                   "(pid %s on %s, killed while publishing)", redact.url(lock), owner.get("pid"), owner.get("host"))
+    return store.remove_conditional(lock, got[1])
 
 
 def _lock_owner(lock: str) -> str:

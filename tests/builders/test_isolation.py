@@ -15,6 +15,7 @@ import tensorflow_datasets as tfds
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from vidvol.builders import dataset_builder
+from vidvol.builders import decoding_child
 from vidvol.builders import example_io
 from vidvol.builders import isolation
 from vidvol.builders.writer import skip_report
@@ -90,7 +91,7 @@ def test_a_child_killed_while_idle_is_not_blamed_on_the_next_source():
 
 def test_a_worker_that_cannot_start_a_child_decodes_itself_and_says_so(monkeypatch, caplog):
     isolation._end_all()  # no idle child to reuse
-    monkeypatch.setattr(isolation.sys, "executable", "/bin/false")  # a real process that exits at once
+    monkeypatch.setattr(decoding_child.sys, "executable", "/bin/false")  # a real process that exits at once
     monkeypatch.setattr(isolation, "_start_failed", False)
     items = run(behaving, Rec("a.avi"))
     assert items[1][1]["pid"] == os.getpid()
@@ -228,7 +229,7 @@ def test_a_scratch_folder_a_dead_worker_left_is_swept_by_the_next_child(tmp_path
     fetch = tmp_path / "fetch"
     fetch.mkdir(mode=0o700)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    ns = isolation._pid_namespace()
+    ns = decoding_child._pid_namespace()
     orphan = fetch / f"vidvol-decoder-{int(dead.stdout)}-{ns}-abc"
     (orphan / "fetch-1").mkdir(parents=True)
     mine = fetch / f"vidvol-decoder-{os.getpid()}-{ns}-live"

@@ -16,6 +16,7 @@ import pytest
 
 import resume_toy
 from resume_toy import NAME, GATE
+from vidvol.builders.writer import fingerprint
 from vidvol.builders.writer import plan
 from vidvol.builders.writer import resume
 
@@ -276,9 +277,9 @@ def test_records_of_one_class_are_hashed_by_columns_and_stat_by_a_child_alike(tm
     records = [clips.ClipSource(path=p, key=f"k{i % 3}/v{i}.avi", features={"label": i % 2, "video_id": f"v{i}"},
                                 origin=None if i % 2 else f"a.csv line {i}") for i, p in enumerate(paths)]
     tasks = plan_of(records)
-    monkeypatch.setattr(resume, "_CHILD_MIN", 10**9)
+    monkeypatch.setattr(fingerprint, "_CHILD_MIN", 10**9)
     inline = _doc(tasks)
-    monkeypatch.setattr(resume, "_CHILD_MIN", 1)
+    monkeypatch.setattr(fingerprint, "_CHILD_MIN", 1)
     child = _doc(tasks)
     assert resume.canonical(inline) == resume.canonical(child)
     relabelled = plan_of([dataclasses.replace(r, features={**r.features, "label": 7}) if r is records[5] else r
