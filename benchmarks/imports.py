@@ -4,7 +4,8 @@
     python benchmarks/imports.py --quick --out DIR    # one round (smoke)
 
 `make bench` runs it as the "imports" section of `run.py` (`SECTION`; it needs no inputs). Each command
-is a fresh interpreter, timed from outside from its start to its exit (its start-up included); a round runs
+is a fresh interpreter, timed from outside from its start to its exit (its start-up included), after one
+warm-up run of each (bytecode written, files cached; PYTHONDONTWRITEBYTECODE is dropped); a round runs
 every command once, in an order that turns by one each round, so a machine that gets busier hits them alike.
 Per command: the median wall seconds over the rounds, the median CPU seconds (user + system, the
 kernel's account of the finished child), its ratio to `import tensorflow_datasets` taken round by round
@@ -45,8 +46,8 @@ HEAVY = ("tensorflow", "apache_beam", "cv2", "keras")
 MAX_HELP_S = 1.5
 MAX_RATIO = 1.5
 METHOD = [
-    "Each command a fresh interpreter (this benchmark's Python, TF_CPP_MIN_LOG_LEVEL=2, in the section's work folder), "
-    "timed from its start to its exit; a round runs every command once, the order turning by one each round; medians "
+    "Each command a fresh interpreter (this benchmark's Python, TF_CPP_MIN_LOG_LEVEL=2, in the section's work folder, "
+    "bytecode written as on a user's machine), timed from its start to its exit, after one warm-up run of each; a round runs every command once, the order turning by one each round; medians "
     "over the rounds, ratios to `import tensorflow_datasets` taken within a round.",
     "CPU: user + system seconds of the finished child (wait4). Peak RSS: its VmHWM, sampled every 20 ms in one more "
     "run. Imported: the heavy modules a `-X importtime` run of the command lists.",
@@ -63,7 +64,10 @@ def _argv(key: str) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    """The commands' environment: bytecode written and read as on a user's machine (PYTHONDONTWRITEBYTECODE dropped)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # else every run compiles vidvol's modules again (an editable install)
+    return env
 
 
 def timed_run(key: str, work: str, timeout: float) -> dict[str, float]:
@@ -119,6 +123,8 @@ class ImportCost(section.Section):
     def measure(self, work: str, settings: ImportSettings, **inputs: Any) -> dict[str, Any]:
         """Times every command `runs` rounds (turning order), then one RSS run and one importtime run of each."""
         keys = list(COMMANDS)
+        for key in keys:  # warm-up, not counted: bytecode written, files in the page cache
+            timed_run(key, work, settings.timeout_s)
         runs: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
         for r in range(settings.runs):
             for key in keys[r % len(keys):] + keys[: r % len(keys)]:
