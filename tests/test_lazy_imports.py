@@ -107,6 +107,7 @@ def test_verify_of_a_dataset_imports_no_beam(tmp_path):
 # The check itself: it must see an import and name who made it, or the tests above prove nothing.
 
 
+@pytest.mark.slow  # imports Beam (seconds)
 def test_the_probe_names_the_module_that_imports_beam(tmp_path):
     result = probe(tmp_path, "-c", "import vidvol.builders.examples_from_sources")
     found = unwanted(result)
