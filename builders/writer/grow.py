@@ -377,5 +377,6 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
                     os.replace(os.path.join(os.path.dirname(built), log), os.path.join(config_dir, log))
         finally:
             shutil.rmtree(root, ignore_errors=True)
+    builder._grow_line = staging._grow_line
     builder.info.read_from_directory(builder.data_path)
     return None

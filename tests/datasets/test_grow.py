@@ -9,9 +9,13 @@ days back, did not move); the summary counts kept, added, changed and removed so
 from __future__ import annotations
 
 import csv
+import json
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,7 +24,10 @@ import tensorflow_datasets as tfds
 import vidvol  # noqa: F401  (registers the datasets)
 from vidvol.builders.writer import grow as grow_lib
 from vidvol.builders.writer import sources_manifest
+from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
+from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 from vidvol.testing import samples
 
 DAY = 86400
@@ -140,3 +147,122 @@ def test_no_grow_stops_as_before(tmp_path, build_in_process, monkeypatch):
     with pytest.raises(sources_manifest.StaleDatasetError) as info:
         build_in_process(mri.Builder, manual, out, config="small_32")
     assert "1 added, 0 changed, 0 removed, 4 kept" in str(info.value) and "growing is off" in str(info.value)
+
+
+def test_hmdb51_grows_from_its_split_lists(tmp_path, build_in_process, caplog):
+    manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
+    samples.write_hmdb51_layout(str(manual), videos_per_class=3, num_frames=(8, 10), height=48, width=64, splits=(1,))
+    built = build_in_process(hmdb.Builder, manual, out)
+    old_inodes = _inodes(os.fspath(built.data_path))
+    before = sum(s.num_examples for s in built.info.splits.values())
+    klass = samples.HMDB51_CLASSES[0]
+    videos = manual / "hmdb51_org" / klass
+    samples.write_video(str(videos / "new_clip.avi"), 9, height=48, width=64, seed=5)
+    split_file = manual / "testTrainMulti_7030_splits" / f"{klass}_test_split1.txt"
+    lines = split_file.read_text().splitlines()
+    listed = [line.split()[0] for line in lines if line.split()[1] != "0"]
+    changed, removed = listed[0], listed[1]
+    samples.write_video(str(videos / changed), 10, height=48, width=64, seed=7)  # new bytes
+    split_file.write_text("\n".join([line for line in lines if not line.startswith(removed)] + ["new_clip.avi 1 "]) + "\n")
+    kept = [p for p in (manual / "hmdb51_org").rglob("*.avi") if p.name not in (changed, removed, "new_clip.avi")]
+    aged = _age(kept)
+    caplog.set_level("INFO")
+    build_in_process(hmdb.Builder, manual, out)
+    _unopened(aged)
+    assert f"1 added, 1 changed, 1 removed, {before - 2} kept" in caplog.text, caplog.text[-3000:]
+    build_in_process(hmdb.Builder, manual, clean)
+    grown = _check_grown(out, clean, "hmdb51", old_inodes)
+    assert sum(len(v) for v in grown.values()) == before
+
+
+def test_fire_hrr_grows_by_experiment(tmp_path, build_in_process, caplog):
+    manual, out, clean, more = tmp_path / "manual", tmp_path / "out", tmp_path / "clean", tmp_path / "more"
+    config = fire.FireHrrConfig(name="w8_32x48", max_len=8, height=32, width=48, description="test windows")
+    experiments = [(f"exp_{c}", 5) for c in "abcdefgh"]
+    samples.write_fire_hrr_frames(str(manual), experiments=experiments, height=32, width=48)
+    built = build_in_process(fire.Builder, manual, out, config=config, num_shards=4)
+    old_inodes = _inodes(os.fspath(built.data_path))
+    samples.write_fire_hrr_frames(str(more), experiments=[*experiments, ("exp_new", 6)], height=32, width=48, seed=3)
+    shutil.copytree(more / "frames" / "exp_new", manual / "frames" / "exp_new")
+    header, *rows = _rows(manual / "labels.csv")
+    new_rows = [r for r in _rows(more / "labels.csv")[1:] if r[0] == "exp_new"]
+    rows = [r for r in rows if r[0] != "exp_b"]  # an experiment removed
+    rows = [[*r[:2], "0.5", *r[3:]] if r[0] == "exp_c" and r[1].endswith("0002.jpg") else r for r in rows]  # relabelled
+    _write_rows(manual / "labels.csv", [header, *rows, *new_rows])
+    aged = _age(p for p in (manual / "frames").rglob("*.jpg") if p.parent.name not in ("exp_b", "exp_c", "exp_new"))
+    caplog.set_level("INFO")
+    build_in_process(fire.Builder, manual, out, config=config, num_shards=4)
+    _unopened(aged)
+    assert "1 added, 1 changed, 1 removed, 6 kept" in caplog.text, caplog.text[-3000:]
+    build_in_process(fire.Builder, manual, clean, config=config, num_shards=4)
+    _check_grown(out, clean, "fire_hrr/w8_32x48", old_inodes)
+
+
+def test_video_folder_grows_and_skips_a_new_unreadable_clip(tmp_path, build_in_process, caplog):
+    manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
+    for klass in ("jump", "wave"):
+        for i in range(6):
+            samples.write_video(str(manual / klass / f"{klass}_{i}.avi"), 8, height=48, width=64, seed=i)
+    built = build_in_process(vfb.Builder, manual, out, num_shards=4)
+    old_dir = os.fspath(built.data_path)
+    old_inodes = _inodes(old_dir)
+    old = _examples(out, "video_folder")
+    # A reader that opened the dataset before the grow: files opened lazily, one at a time.
+    reader = tfds.builder("video_folder", data_dir=str(out)).as_dataset(
+        split="train", shuffle_files=False, read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    live = iter(tfds.as_numpy(reader))
+    first = [_digest(next(live))]
+    time.sleep(0.01)
+    samples.write_video(str(manual / "wave" / "wave_new.avi"), 8, height=48, width=64, seed=9)
+    (manual / "jump" / "jump_bad.avi").write_bytes(b"RIFF not a video at all")
+    os.remove(manual / "jump" / "jump_0.avi")
+    samples.write_video(str(manual / "wave" / "wave_1.avi"), 9, height=48, width=64, seed=11)
+    aged = _age(p for p in manual.rglob("*.avi") if p.name not in ("wave_new.avi", "jump_bad.avi", "wave_1.avi"))
+    caplog.set_level("INFO")
+    build_in_process(vfb.Builder, manual, out, num_shards=4)
+    _unopened(aged)
+    assert "2 added, 1 changed, 1 removed, 10 kept" in caplog.text, caplog.text[-3000:]
+    drained = first + [_digest(ex) for ex in live]
+    assert set(drained) == old["train"] and len(drained) == len(old["train"])  # the previous dataset, whole
+    report = json.loads((tmp_path / "out" / os.path.relpath(old_dir, out) / "skip_report.json").read_text())
+    assert [s["source"] for s in report["skipped"]] == ["jump/jump_bad.avi"], report["skipped"]
+    build_in_process(vfb.Builder, manual, clean, num_shards=4)
+    _check_grown(out, clean, "video_folder", old_inodes)
+    for data_dir in (out, clean):
+        proc = subprocess.run([sys.executable, "-m", "vidvol", "verify", "video_folder", "--data_dir", str(data_dir)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_new_class_decodes_everything_again(tmp_path, build_in_process, caplog):
+    """A new class folder renumbers the labels: no shard can be kept, and the grow says so."""
+    manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
+    for klass in ("jump", "wave"):
+        for i in range(2):
+            samples.write_video(str(manual / klass / f"{klass}_{i}.avi"), 8, height=48, width=64, seed=i)
+    build_in_process(vfb.Builder, manual, out)
+    samples.write_video(str(manual / "clap" / "clap_0.avi"), 8, height=48, width=64, seed=4)
+    caplog.set_level("INFO")
+    build_in_process(vfb.Builder, manual, out)
+    assert "no shard is kept, every source is decoded again" in caplog.text
+    build_in_process(vfb.Builder, manual, clean)
+    assert _examples(out, "video_folder") == _examples(clean, "video_folder")
+
+
+def test_a_format_1_manifest_cannot_grow(tmp_path, build_in_process):
+    manual, out = tmp_path / "manual", tmp_path / "out"
+    samples.write_mri_volumes(str(manual), num_subjects=5, shape=(16, 16, 16))
+    header, *rows = _rows(manual / "labels.csv")
+    _write_rows(manual / "labels.csv", [header, *rows[:4]])
+    built = build_in_process(mri.Builder, manual, out, config="small_32")
+    path = os.path.join(os.fspath(built.data_path), sources_manifest.MANIFEST_NAME)
+    with open(path) as f:
+        doc = json.load(f)
+    doc = {"format": 1, "inputs": doc["inputs"], "splits": doc["splits"]}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    _write_rows(manual / "labels.csv", [header, *rows])
+    with pytest.raises(sources_manifest.StaleDatasetError) as info:
+        build_in_process(mri.Builder, manual, out, config="small_32")
+    assert "1 added, 0 changed, 0 removed, 4 kept" in str(info.value)
+    assert "format 1" in str(info.value) and "--overwrite" in str(info.value)
