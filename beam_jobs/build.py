@@ -199,7 +199,10 @@ def build(
     prepared = target.is_published(os.fspath(builder.data_path)) if target else builder.is_prepared()
     # Never silently stale: a manual_dir that gained, changed or lost sources since the build grows the dataset
     # (the builder does it below) or stops here.
-    if prepared and not overwrite and not _check_up_to_date(dataset, data_dir, target, manual_dir, download_dir, grow):
+    grower = _check_up_to_date(dataset, data_dir, target, manual_dir, download_dir, grow) if prepared and not overwrite else None
+    if grower is not None:
+        builder = grower  # the dataset's code (a named config's prepared dataset otherwise loads read-only)
+    elif prepared and not overwrite:
         where = target.remote(os.fspath(builder.data_path)) if target else os.fspath(builder.data_path)
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
                        builder.info.full_name, redact.url(where))
@@ -243,9 +246,9 @@ def _builder(dataset: str, data_dir: str, file_format: str | None, target: bucke
 
 
 def _check_up_to_date(dataset: str, data_dir: str, target: bucket.BucketTarget | None, manual_dir: str | None,
-                      download_dir: str | None, grow: bool | None = None) -> bool:
-    """Whether the prepared dataset's manual_dir gained, changed or lost sources, so that the build grows it;
-    StaleDatasetError when it is not grown (`check_up_to_date`).
+                      download_dir: str | None, grow: bool | None = None) -> tfds.core.DatasetBuilder | None:
+    """The builder that grows the prepared dataset when its manual_dir gained, changed or lost sources; None when
+    it is up to date; StaleDatasetError when it is not grown (`check_up_to_date`).
 
     Through the dataset's code (a config TFDS would read from files gives a ReadOnlyBuilder, which cannot plan).
     """
@@ -255,9 +258,9 @@ def _check_up_to_date(dataset: str, data_dir: str, target: bucket.BucketTarget |
         kwargs["version"] = version
     builder = tfds.builder_cls(name)(data_dir=target.staging if target else data_dir, **kwargs)
     if not hasattr(builder, "check_up_to_date"):
-        return False  # a builder that is no vidvol builder: nothing recorded to compare with
+        return None  # a builder that is no vidvol builder: nothing recorded to compare with
     builder.bucket, builder.grow = target, grow
-    return builder.check_up_to_date(tfds.download.DownloadConfig(manual_dir=manual_dir), download_dir) is not None
+    return builder if builder.check_up_to_date(tfds.download.DownloadConfig(manual_dir=manual_dir), download_dir) else None
 
 
 def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:

@@ -266,3 +266,27 @@ def test_a_format_1_manifest_cannot_grow(tmp_path, build_in_process):
         build_in_process(mri.Builder, manual, out, config="small_32")
     assert "1 added, 0 changed, 0 removed, 4 kept" in str(info.value)
     assert "format 1" in str(info.value) and "--overwrite" in str(info.value)
+
+
+@pytest.mark.slow
+def test_tfds_build_and_vidvol_build_grow(tmp_path, tfds_build):
+    """The user's report: `tfds build mri_volumes` after scans were appended grows the dataset; so does vidvol build."""
+    manual, out = tmp_path / "manual", tmp_path / "out"
+    samples.write_mri_volumes(str(manual), num_subjects=8, shape=(16, 16, 16))
+    header, *rows = _rows(manual / "labels.csv")
+    _write_rows(manual / "labels.csv", [header, *rows[:5]])
+    tfds_build("mri_volumes/small_32", manual, out)
+    _write_rows(manual / "labels.csv", [header, *rows[:7]])
+    proc = tfds_build("mri_volumes/small_32", manual, out)
+    assert "2 added, 0 changed, 0 removed, 5 kept sources" in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    assert tfds.builder("mri_volumes/small_32", data_dir=str(out)).info.splits.total_num_examples == 7
+    _write_rows(manual / "labels.csv", [header, *rows])
+    cmd = [sys.executable, "-m", "vidvol", "build", "mri_volumes/small_32", "--manual_dir", str(manual),
+           "--data_dir", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "1 added, 0 changed, 0 removed, 7 kept sources" in proc.stderr, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["built"] is True
+    assert tfds.builder("mri_volumes/small_32", data_dir=str(out)).info.splits.total_num_examples == 8
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "already prepared" in again.stdout + again.stderr, again.stderr[-3000:]
