@@ -1,21 +1,11 @@
 """Growing a prepared dataset: a build over a manual_dir that gained, changed or lost sources decodes only those.
 
-The dataset's `sources.json` (`vidvol.builders.writer.sources_manifest`, format 2) says each source's digest and
-which shard holds its examples, in record order. A grow plans the sources again and, per split:
-
-- a shard whose sources are all kept (same id, same split, same digest) is kept whole: a hard link under the
-  grown dataset's name (never re-encoded, never re-read);
-- a shard holding a removed or changed source is rewritten by copying its kept examples' serialized records
-  (read back with their framing checked; no decode, no re-encode): a grow touches each such shard once;
-- the new and changed sources are decoded into new shards, as any build does.
-
-The grown dataset is built beside the prepared one (`grow.<id>/` in the config's folder, on the same file system,
-so the links work), then published into the same version folder: its shard files carry a generation tag
-(`NAME-SPLIT.tfrecord-g1-00000-of-00009`), so they never replace a file the previous dataset's readers may still
-open; the metadata files (`dataset_info.json` last) are then replaced one by one. The previous generation's shards
-stay until the next grow, so a reader that opened it reads consistent shards until it reopens. What decides the
-examples' bytes besides the inputs (config, features, file format, versions, shard options) must be unchanged
-for a shard to be kept (`sources.json`'s `build`); otherwise every source is decoded again.
+Per split, against the dataset's `sources.json` (format 2: each source's digest and the shard holding its
+examples): a shard whose sources are all kept is a hard link (never re-encoded, never read); a shard holding a
+removed or changed source is rewritten by copying its kept serialized records (no decode, no re-encode); new
+and changed sources are decoded into new shards. The grown dataset is built beside the prepared one (`run`),
+then published into the same version folder under generation-tagged names (`publish`), so a reader of the
+previous dataset keeps reading consistent shards until it reopens. docs/building.md says why and how.
 """
 
 from __future__ import annotations
@@ -273,7 +263,7 @@ def summary_line(name: str, changes: sources_manifest.Changes, splits: Sequence[
 def why_not(builder: Any, old_doc: Mapping[str, Any]) -> str:
     """Why a stale prepared dataset is not grown ("" when it is): growing off, a bucket, or an older manifest."""
     if not enabled(getattr(builder, "grow", None)):
-        return f"growing is off (--no_grow or {GROW_ENV}=0)"
+        return f"growing is off: --no_grow or {GROW_ENV}=0"
     if getattr(builder, "bucket", None) is not None:
         return "a dataset in a bucket is not grown yet"
     blocker = sources_manifest.grow_blocker(old_doc)

@@ -5,14 +5,8 @@ record and of its input files (size and mtime, or their bytes' SHA-256 with `--h
 the same config over the same manual_dir plans its sources again (listing files, reading the labels CSV: nothing
 is decoded) and compares (`compare`): the same digests mean the dataset is up to date; any difference is counted
 as sources added, changed and removed. A record's `origin` field (where it was named, such as `labels.csv:12`) is
-left out of its digest: reordering a CSV's rows changes no example.
-
-Format 2 also records what a grow needs (`vidvol.builders.writer.grow`), since a build's sidecars are gone once
-it is published: `build` (a digest of everything but the inputs that decides the examples' bytes: config,
-features, file format, versions, shard options), `generation` (0 for a clean build, one more per grow: the
-shard files' name tag) and `shards`: per split, each shard file's sources in record order as
-`[source id, examples, record bytes]`. A format 1 manifest (vidvol 0.3.0's first builds) can be compared but
-not grown from.
+left out of its digest: reordering a CSV's rows changes no example. Format 2 also says what a grow needs
+(`add_shards`, `build_digest`); format 1 is compared, never grown from (`grow_blocker`).
 """
 
 from __future__ import annotations
