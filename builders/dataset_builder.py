@@ -216,10 +216,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """
         mode = download_config.download_mode if download_config else None
         overwrite = mode is not None and mode.overwrite_dataset
-        if self._is_prepared() and not overwrite:
+        in_bucket = self.bucket is not None and self.bucket.is_published(os.fspath(self.data_path))
+        if (self._is_prepared() or in_bucket) and not overwrite:
             grow = self.check_up_to_date(download_config, download_dir)  # a build given a manual_dir: never stale
-            if grow is not None:  # sources added, changed or removed: only those are decoded
-                return grow_lib.run(self, grow, download_dir, download_config, **kwargs)
+            if grow is not None or in_bucket:  # sources added, changed or removed: only those are decoded
+                return grow and grow_lib.run(self, grow, download_dir, download_config, **kwargs)
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
         try:
             return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
@@ -305,7 +306,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
             logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
             return None
         if not (why := grow_lib.why_not(self, old := sources_manifest.read(self._out(os.fspath(self.data_path))) or {})):
-            return grow_lib.GrowFrom(os.fspath(self.data_path), old, changes)
+            return grow_lib.GrowFrom(self._out(os.fspath(self.data_path)), old, changes)
         raise sources_manifest.StaleDatasetError(grow_lib.stale_message(name, where, manual_dir, changes, why))
 
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:

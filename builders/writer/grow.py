@@ -10,7 +10,9 @@ previous dataset keeps reading consistent shards until it reopens. docs/building
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -21,20 +23,32 @@ from typing import Any
 
 from vidvol.builders.example_io import Source
 from vidvol.builders.writer import build_lock, build_log, build_record
-from vidvol.builders.writer import json_files, outputs
+from vidvol.builders.writer import outputs
 from vidvol.builders.writer import shards_file
 from vidvol.builders.writer import sources_manifest
 from vidvol.builders.writer.formats import write_records
 from vidvol.builders.writer.plan import ShardTask, num_shards_for, plan_shards
 from vidvol.builders.writer.results import SplitResult, collect_split
 from vidvol.builders.writer.runner import resolve_runner
-from vidvol.core import artifacts, tfds_api, tfrecord
+from vidvol.core import artifacts, redact, store, tfds_api, tfrecord
 
 logger = logging.getLogger(__name__)
 
 GROW_ENV = "VIDVOL_GROW"  # 0/false/no/off: a stale dataset stops the build (StaleDatasetError) instead of growing
 DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _SHARD_NAME = re.compile(r"\.[A-Za-z_]+-(g\d+-)?\d{5}-of-\d{5}$")
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if outputs.is_bucket(folder) else os.path.join(folder, name)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    """A small JSON file (local or in a bucket); {} where it is missing or unreadable."""
+    try:
+        return json.loads(outputs.read_bytes(path)) if outputs.exists(path) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def enabled(flag: bool | None = None) -> bool:
@@ -107,7 +121,8 @@ def read_records(path: str, file_format: str) -> Iterator[bytes]:
 
 
 def carry(shard: Carried, old_dir: str, dest: str, file_format: str, old_entry: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Puts a carried shard at `dest`: a hard link to the prepared file, or a copy of its kept records.
+    """Puts a carried shard at `dest`: a hard link to the prepared file (in a bucket: a server-side copy), or a
+    copy of its kept records (a bucket's shard is downloaded to local scratch, and the copy uploaded).
 
     Returns:
       `{"digest", "file_bytes"}` of the file at `dest`.
@@ -115,7 +130,17 @@ def carry(shard: Carried, old_dir: str, dest: str, file_format: str, old_entry: 
     Raises:
       OSError: the prepared shard is missing, unreadable, or holds other records than its manifest says.
     """
-    src = os.path.join(old_dir, shard.file)
+    src = _join(old_dir, shard.file)
+    if outputs.is_bucket(src):
+        if shard.whole and old_entry is not None and old_entry.get(shards_file.DIGEST):
+            store.copy(src, dest)
+            return {"digest": old_entry[shards_file.DIGEST], "file_bytes": old_entry["num_bytes"]}
+        with outputs.scratch_file(src) as local_src, outputs.scratch_file(dest) as local_dest:
+            store.download(src, local_src)
+            info = carry(dataclasses.replace(shard, file=os.path.basename(local_src), whole=False),
+                         os.path.dirname(local_src), local_dest, file_format, None)
+            store.upload(local_dest, dest)
+        return info
     if shard.whole and old_entry is not None and old_entry.get(shards_file.DIGEST):
         try:
             os.link(src, dest)
@@ -161,10 +186,10 @@ def prepare_split(split: str, sources: Sequence[Source], kept: set[str], grow: G
     again, with a warning naming it.
     """
     old_shards = (grow.old_doc.get("shards") or {}).get(split) or []
-    entries = {e["file"]: e for e in (shards_file.read_shards_file(grow.old_dir) or {}).get("shards", [])}
+    entries = {e["file"]: e for e in _read_json(_join(grow.old_dir, artifacts.SHARDS_NAME)).get("shards", [])}
     carried, again = [], set()
     for i, shard in enumerate(carried_shards(old_shards, kept)):
-        dest = os.path.join(build_dir, f"grow-{split}-{i:05d}.carried")
+        dest = _join(build_dir, f"grow-{split}-{i:05d}.carried")
         try:
             carried.append((shard, dest, carry(shard, grow.old_dir, dest, file_format, entries.get(shard.file))))
         except OSError as e:
@@ -200,10 +225,7 @@ def finish_split(split: str, tasks: Sequence[ShardTask], grow: SplitGrow, final_
         files.append(shards_file.shard_entry(final, split, examples, info["file_bytes"], info["digest"]))
         sources.append(shard.sources)
         num_bytes += sum(s[2] for s in shard.sources)
-    try:
-        old_skips = json_files.read_json(os.path.join(old_dir, artifacts.SKIP_REPORT_NAME)).get("skipped", [])
-    except (OSError, ValueError):
-        old_skips = []
+    old_skips = _read_json(_join(old_dir, artifacts.SKIP_REPORT_NAME)).get("skipped", [])
     carried_skips = [s for s in old_skips if s.get("split") == split and str(s.get("source")) in grow.kept]
     result.shard_paths[:0], result.shard_lengths[:0] = paths, lengths
     result.shard_files[:0], result.shard_sources[:0] = files, sources
@@ -231,6 +253,8 @@ def publish(built: str, live: str, dataset: str, old_doc: Mapping[str, Any], new
         return {s["file"] for shards in (doc.get("shards") or {}).values() for s in shards or []}
 
     live_files, new_files = files(old_doc), files(new_doc)
+    if outputs.is_bucket(live):
+        return _publish_in_bucket(built, live, dataset, live_files, new_files)
     removed = []
     for name in sorted(os.listdir(live)):
         if is_shard_file(name, dataset) and name not in live_files and name not in new_files:
@@ -243,6 +267,22 @@ def publish(built: str, live: str, dataset: str, old_doc: Mapping[str, Any], new
         if name != last and os.path.isfile(os.path.join(built, name)):
             os.replace(os.path.join(built, name), os.path.join(live, name))
     os.replace(os.path.join(built, last), os.path.join(live, last))
+    return removed
+
+
+def _publish_in_bucket(built: str, live: str, dataset: str, live_files: set[str], new_files: set[str]) -> list[str]:
+    """`publish` in a bucket: server-side copies, the metadata objects after the shards, `dataset_info.json` last."""
+    removed = []
+    for url in store.find(live):
+        name = url[len(live) + 1:]
+        if "/" not in name and is_shard_file(name, dataset) and name not in live_files and name not in new_files:
+            store.remove(url)
+            removed.append(name)
+    names = [url[len(built) + 1:] for url in store.find(built)]
+    last = "dataset_info.json"
+    for name in sorted(names, key=lambda n: (n not in new_files, n == last, n)):
+        if "/" not in name:
+            store.copy(f"{built}/{name}", f"{live}/{name}")
     return removed
 
 
@@ -264,8 +304,6 @@ def why_not(builder: Any, old_doc: Mapping[str, Any]) -> str:
     """Why a stale prepared dataset is not grown ("" when it is): growing off, a bucket, or an older manifest."""
     if not enabled(getattr(builder, "grow", None)):
         return f"growing is off: --no_grow or {GROW_ENV}=0"
-    if getattr(builder, "bucket", None) is not None:
-        return "a dataset in a bucket is not grown yet"
     blocker = sources_manifest.grow_blocker(old_doc)
     return f"it cannot grow: {blocker}" if blocker else ""
 
@@ -300,14 +338,15 @@ def build_splits(builder: Any, generators: Mapping[str, Any], manifest: Mapping[
                        "no shard is kept, every source is decoded again", name)
     for line in grow.changes.details():
         logger.info("%s: %s", name, line.strip(), extra=build_log.CONSOLE)
-    build_dir = os.fspath(builder.data_path)
+    build_dir = builder._out(os.fspath(builder.data_path))
+    builder._remote_incomplete = build_dir if outputs.is_bucket(build_dir) else None  # published when TFDS is done
     fmt = builder._file_format().value
     templates = {split: dataclasses.replace(tfds_api.filename_template(builder, split), template=template(generation))
                  for split in generators}
     grows, tasks = {}, {}
     for split, gen in generators.items():
         grows[split] = prepare_split(split, gen.sources, kept.get(split, set()), grow, build_dir, fmt)
-        planned = lambda i, n, t=templates[split]: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)) + ".partial"
+        planned = lambda i, n, t=templates[split]: builder._out(os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))) + ".partial"
         tasks[split] = decode_tasks(split, grows[split], builder._estimated_example_bytes(),
                                     builder._max_shard_size(download_config), builder.MIN_SHARDS, planned)
     all_tasks = [t for ts in tasks.values() for t in ts]
@@ -319,12 +358,12 @@ def build_splits(builder: Any, generators: Mapping[str, Any], manifest: Mapping[
         builder._build_runner = build_record.runner_name(runner)
         builder._build_workers = options.get_all_options().get("direct_num_workers") if options else None
         builder._run_pipeline(all_tasks, generators, runner, options, tasks)
-    for leftover in os.listdir(build_dir):
+    for leftover in [] if outputs.is_bucket(build_dir) else os.listdir(build_dir):
         if leftover.endswith(".tmp"):
             os.remove(os.path.join(build_dir, leftover))  # attempts of tasks a runner retried elsewhere
     results = []
     for split, t in templates.items():
-        final = lambda i, n, t=t: os.fspath(t.sharded_filepath(shard_index=i, num_shards=n))
+        final = lambda i, n, t=t: builder._out(os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)))
         results.append(finish_split(split, tasks[split], grows[split], final, grow.old_dir,
                                     empty_reason=generators[split].empty_reason))
     builder._grow_line = summary_line(name, grow.changes, results, grows, len(all_tasks))
@@ -340,8 +379,8 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
     grow was built in is removed whatever happens.
     """
     name = builder._display_name()
-    live = os.fspath(builder.data_path)
-    config_dir = os.path.dirname(live)
+    local = os.fspath(builder.data_path)
+    live, config_dir = builder._out(local), os.path.dirname(local)
     with build_lock.hold(builder.data_path, what=name) as lock:
         if lock.waited_for is not None:
             grow = builder.check_up_to_date(download_config, download_dir)
@@ -352,21 +391,29 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
         try:
             kw = {"config": builder.builder_config} if builder.builder_config is not None else {}
             staging = type(builder)(data_dir=root, version=str(builder.version), file_format=builder.info.file_format, **kw)
-            staging._grow_from, staging._published = grow, live
+            staging._grow_from, staging._published, staging.bucket = grow, live, builder.bucket
             staging.resume = False
             staging.hash_inputs = grow.old_doc.get("inputs") == "content"
             staging.download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
-            built = os.fspath(staging.data_path)
+            built = staging._out(os.fspath(staging.data_path))
             new_doc = sources_manifest.read(built) or {}
+            if "shards" not in new_doc:
+                raise RuntimeError(f"{name}: the grown dataset in {redact.url(built)} has no {sources_manifest.MANIFEST_NAME}; "
+                                   "nothing was published, the prepared dataset is as it was")
             removed = publish(built, live, builder.name, grow.old_doc, new_doc)
             if removed:
                 logger.info("%s: removed %d shard files of an earlier generation (kept one grow for its readers)",
                             name, len(removed))
-            for log in os.listdir(os.path.dirname(built)):  # the grow's build log, beside the dataset's others
+            logs = os.path.dirname(os.fspath(staging.data_path))
+            for log in os.listdir(logs):  # the grow's build log, beside the dataset's others
                 if log.endswith(".log"):
-                    os.replace(os.path.join(os.path.dirname(built), log), os.path.join(config_dir, log))
+                    os.replace(os.path.join(logs, log), os.path.join(config_dir, log))
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            if builder.bucket is not None:
+                with contextlib.suppress(Exception):
+                    store.remove_tree(builder.bucket.remote(root))
     builder._grow_line = staging._grow_line
-    builder.info.read_from_directory(builder.data_path)
+    if builder.bucket is None:
+        builder.info.read_from_directory(builder.data_path)
     return None

@@ -290,3 +290,41 @@ def test_tfds_build_and_vidvol_build_grow(tmp_path, tfds_build):
     assert tfds.builder("mri_volumes/small_32", data_dir=str(out)).info.splits.total_num_examples == 8
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "already prepared" in again.stdout + again.stderr, again.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_bucket_dataset_grows_by_server_side_copies(tmp_path):
+    """A grow into a bucket (a real S3 server): kept shards are server-side copies, the kept scans never opened."""
+    from services import SeaweedS3
+
+    manual, clean = tmp_path / "manual", tmp_path / "clean"
+    samples.write_mri_volumes(str(manual), num_subjects=8, shape=(16, 16, 16))
+    header, *rows = _rows(manual / "labels.csv")
+    _write_rows(manual / "labels.csv", [header, *rows[:6]])
+    with SeaweedS3(buckets=("vidvol-grow",)) as server:
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_path), **server.env())
+        cmd = [sys.executable, "-m", "vidvol", "build", "mri_volumes/small_32", "--manual_dir", str(manual),
+               "--num_shards", "3"]
+        first = subprocess.run([*cmd, "--data_dir", "s3://vidvol-grow/tfds"], capture_output=True, text=True,
+                               timeout=600, env=env)
+        assert first.returncode == 0, first.stderr[-3000:]
+        _write_rows(manual / "labels.csv", [header, *rows[1:]])  # 2 appended, 1 removed
+        aged = _age(manual / r[0] for r in rows[1:6])
+        grown = subprocess.run([*cmd, "--data_dir", "s3://vidvol-grow/tfds"], capture_output=True, text=True,
+                               timeout=600, env=env)
+        assert grown.returncode == 0, grown.stdout + grown.stderr[-3000:]
+        _unopened(aged)
+        assert "2 added, 0 changed, 1 removed, 5 kept sources" in grown.stderr, grown.stderr[-3000:]
+        assert "shards kept" in grown.stderr
+        result = json.loads(grown.stdout.strip().splitlines()[-1])
+        assert sum(s["examples"] for s in result["splits"].values()) == 7, result
+        check = subprocess.run([sys.executable, "-m", "vidvol", "verify", "mri_volumes/small_32", "--data_dir",
+                                "s3://vidvol-grow/tfds"], capture_output=True, text=True, timeout=600, env=env)
+        assert check.returncode == 0, check.stdout + check.stderr[-3000:]
+        clean_run = subprocess.run([*cmd, "--data_dir", str(clean)], capture_output=True, text=True, timeout=600, env=env)
+        assert clean_run.returncode == 0, clean_run.stderr[-3000:]
+        assert json.loads(clean_run.stdout.strip().splitlines()[-1])["splits"] == result["splits"] or all(
+            result["splits"][s]["examples"] == v["examples"]
+            for s, v in json.loads(clean_run.stdout.strip().splitlines()[-1])["splits"].items())
+        for key in ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
+            assert server.env()[key] not in grown.stderr + grown.stdout
