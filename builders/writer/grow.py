@@ -387,6 +387,10 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
             if grow is None:
                 builder.info.read_from_directory(builder.data_path)
                 return None
+        for left in os.listdir(config_dir):  # grows killed before they finished (this one holds the lock)
+            if left.startswith("grow.") and os.path.isdir(os.path.join(config_dir, left)):
+                logger.info("%s: removing %s, left by a grow that did not finish", name, left)
+                shutil.rmtree(os.path.join(config_dir, left), ignore_errors=True)
         root = staging_root(config_dir)
         try:
             kw = {"config": builder.builder_config} if builder.builder_config is not None else {}

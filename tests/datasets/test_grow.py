@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import vidvol  # noqa: F401  (registers the datasets)
+import vidvol  # registers the datasets; its readers check the grown dataset
 from vidvol.builders.writer import grow as grow_lib
 from vidvol.builders.writer import sources_manifest
 from vidvol.datasets.fire_hrr import fire_hrr_dataset_builder as fire
@@ -125,6 +125,11 @@ def test_mri_volumes_grows_changes_and_removes(tmp_path, build_in_process, caplo
     _check_grown(out, clean, "mri_volumes/small_32", old_inodes)
     new_doc = sources_manifest.read(old_dir)
     assert new_doc["generation"] == 1
+    # vidvol's own reader finds the generation-tagged shards through dataset_info.json.
+    labels = vidvol.load_labels("mri_volumes/small_32", "train", data_dir=str(out))
+    assert sorted(labels.tolist()) == sorted(vidvol.load_labels("mri_volumes/small_32", "train", data_dir=str(clean)).tolist())
+    batches = list(vidvol.load("mri_volumes/small_32", "train", 2, data_dir=str(out), training=False))
+    assert sum(len(b[1]) for b in batches) == len(labels)
     # A second grow: the generation before the live one goes, the live one stays for its readers.
     samples.write_mri_volumes(str(extra), num_subjects=15, shape=(20, 24, 18), seed=2)
     last = [r for r in _rows(extra / "labels.csv")[1:] if "sub-015" in r[0]]
