@@ -333,3 +333,50 @@ def test_a_bucket_dataset_grows_by_server_side_copies(tmp_path):
             for s, v in json.loads(clean_run.stdout.strip().splitlines()[-1])["splits"].items())
         for key in ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
             assert server.env()[key] not in grown.stderr + grown.stdout
+
+
+def test_carried_shards_are_whole_or_their_kept_records():
+    shards = [{"file": "a", "sources": [["s1", 2, 10], ["s2", 1, 5]]},
+              {"file": "b", "sources": [["s3", 1, 4], ["s4", 0, 0], ["s5", 2, 8]]},
+              {"file": "c", "sources": [["s6", 1, 3]]}]
+    carried = grow_lib.carried_shards(shards, {"s1", "s2", "s3", "s5"})
+    assert [(c.file, c.whole, c.records, c.total) for c in carried] == [("a", True, [0, 1, 2], 3),
+                                                                         ("b", True, [0, 1, 2], 3)]
+    carried = grow_lib.carried_shards(shards, {"s2", "s5", "s4"})
+    assert [(c.file, c.whole, c.records, [s[0] for s in c.sources]) for c in carried] == [
+        ("a", False, [2], ["s2"]), ("b", False, [1, 2], ["s4", "s5"])]
+    assert grow_lib.template(0) == grow_lib.DEFAULT_TEMPLATE and "-g3-" in grow_lib.template(3)
+    assert grow_lib.is_shard_file("mri_volumes-train.tfrecord-g3-00001-of-00009", "mri_volumes")
+    assert grow_lib.is_shard_file("mri_volumes-train.array_record-00001-of-00009", "mri_volumes")
+    assert not grow_lib.is_shard_file("mri_volumes-train.tfrecord-00001-of-00009.partial", "mri_volumes")
+
+
+def test_array_record_shards_grow_by_copying_records(tmp_path):
+    from conftest import in_process_config
+
+    manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
+    for klass in ("jump", "wave"):
+        for i in range(4):
+            samples.write_video(str(manual / klass / f"{klass}_{i}.avi"), 8, height=48, width=64, seed=i)
+
+    def build(data_dir):
+        builder = vfb.Builder(data_dir=str(data_dir), file_format="array_record")
+        builder.download_and_prepare(download_config=in_process_config(manual_dir=str(manual), num_shards=1))
+        return builder
+
+    build(out)
+    os.remove(manual / "jump" / "jump_1.avi")
+    samples.write_video(str(manual / "wave" / "wave_9.avi"), 8, height=48, width=64, seed=9)
+    line = build(out)._grow_line  # jump_1 shares the validation shard with a kept clip: that shard is rewritten
+    assert line.endswith("1 added, 0 changed, 1 removed, 7 kept sources; 1 shards kept (hard links), 1 rewritten from "
+                         "their kept records, 1 decoded"), line
+    build(clean)
+    for data_dir in (out, clean):
+        proc = subprocess.run([sys.executable, "-m", "vidvol", "verify", "video_folder", "--data_dir", str(data_dir)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    grown, fresh = (tfds.builder("video_folder", data_dir=str(d)) for d in (out, clean))
+    for split in fresh.info.splits:
+        a, b = (sorted(_digest(x) for x in bld.as_data_source(split=split)) for bld in (grown, fresh))
+        assert a == b and a
+    assert any("-g1-" in f for f in os.listdir(grown.data_path))
