@@ -6,7 +6,8 @@
 `make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
 dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 worker threads), then the same command into another
 data_dir SIGKILLed once about 70 % of its shards are written, then that command again, which resumes; the
-target: the resumed run takes at most 40 % of the full build. The check: fingerprinting a plan of 1M sources
+target: the resumed run takes at most 40 % of the full build; then the full build's dataset grown by 5 % of its
+inputs, target at most 15 % of the full build (start-up left out), peak RSS no higher. The check: fingerprinting a plan of 1M sources
 (real files, hard links) and keeping 70 % of its shards from a dead build's folder; target under 10 s.
 """
 
@@ -51,6 +52,11 @@ METHOD = (
     "file), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
     "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed).",
 )
+GROW_METHOD = (
+    "Grow: the full build's dataset (a hard-linked copy) built again by the same command over its inputs grown by "
+    "5 % (hmdb51: every 20th listed clip hard-linked as `NAME_g.avi` with its split line; fire_hrr: every 20th "
+    "experiment's frames linked as a new experiment); its build (the command's main) against the full build's, and "
+    "its peak RSS (the driver's or its largest child's) against the full build's.")
 PHASES_NOTE = ("Each build command runs as `python -c` importing and calling `vidvol.beam_jobs.build`'s main; it notes "
                "when its imports are done and when main returns, so the build alone (main) is told apart from the "
                "start-up (interpreter, imports) and the exit. The check's CPU is this process's, with the fingerprint's "
@@ -83,9 +89,11 @@ WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
 # `python -m vidvol.beam_jobs.build ARGS`, noting when the interpreter is up, when the imports are done and when
 # main returns (wall clock, into $PHASES_ENV): the command's start-up and exit are told apart from the build.
 _PHASES = (
-    "import json, os, sys, time; up = time.time(); import vidvol.beam_jobs.build as b; imported = time.time(); "
+    "import json, os, resource, sys, time; up = time.time(); import vidvol.beam_jobs.build as b; imported = time.time(); "
     "sys.argv[0] = b.__file__; rc = b.main(sys.argv[1:]); done = time.time(); "
-    "f = open(os.environ['VIDVOL_BENCH_PHASES'], 'w'); json.dump({'up': up, 'imported': imported, 'main_done': done}, f); "
+    "rss = [resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]; "
+    "f = open(os.environ['VIDVOL_BENCH_PHASES'], 'w'); "
+    "json.dump({'up': up, 'imported': imported, 'main_done': done, 'rss_kib': rss}, f); "
     "f.close(); sys.exit(rc)"
 )
 PHASES_ENV = "VIDVOL_BENCH_PHASES"
@@ -113,8 +121,11 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
     with open(phases, encoding="utf-8") as f:
         t = json.load(f)
-    return total, {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
-                   "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
+    phases = {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
+              "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
+    if "rss_kib" in t:  # the driver's peak RSS and its largest child's (decoding children, SDK workers)
+        phases["peak_rss_mib"] = round(max(t["rss_kib"]) / 1024, 1)
+    return total, phases
 
 
 def startup_cost() -> float:
@@ -258,7 +269,8 @@ def grown_build(label: str, name: str, manual: str, work: str, num_shards: int, 
     out = {"label": label, "dataset": name, "added": added, "grow_s": round(grow_s, 2), "grow_phases": phases,
            "grow_build_s": phases["build_s"], "full_build_s": full["full_build_s"],
            "build_ratio": round(phases["build_s"] / full["full_build_s"], 3) if full["full_build_s"] else None,
-           "grow_line": line}
+           "grow_line": line, "peak_rss_mib": phases.get("peak_rss_mib"),
+           "full_peak_rss_mib": full["full_phases"].get("peak_rss_mib")}
     print(f"[build_resume] {label} grown by {added} sources: {grow_s:.1f} s {phases}, build alone {out['build_ratio']} "
           f"of the full build's; {line}", flush=True)
     return out
@@ -398,6 +410,9 @@ class BuildResume(section.Section):
         rows += [section.target(f"{g['label']}: grown by {g['added']} sources ({GROW_BY:.0%}), the grow's build vs the "
                                 "full build's (start-up and exit left out)", g["build_ratio"], TARGET_GROW_RATIO, op="<=",
                                 note=g["grow_line"]) for g in doc.get("grows", []) if g.get("build_ratio") is not None]
+        rows += [section.target(f"{g['label']}: the grow's peak RSS vs the full build's (MiB)", g["peak_rss_mib"],
+                                g["full_peak_rss_mib"], op="<=", unit="MiB")
+                 for g in doc.get("grows", []) if g.get("peak_rss_mib") and g.get("full_peak_rss_mib")]
         c = doc["check"]
         cpu = (f"{c['check_cpu_s']:.1f} s of CPU" + (f" (and its stat process's {c['check_child_cpu_s']:.1f} s beside it)"
                                                        if c.get("check_child_cpu_s") else "")) if "check_cpu_s" in c else ""
@@ -442,7 +457,7 @@ class BuildResume(section.Section):
                             [[f"{c['sources']:,} sources / {c['shards']} shards", f"{c['fingerprint_s']:.2f} s",
                               f"{c['compare_and_keep_s']:.2f} s ({c['kept']} kept)", f"{c['check_s']:.2f} s",
                               f"{c['plan_s']:.2f} s", f"{c['fingerprint_bytes'] / 1024:.0f} KiB"]])
-        out += [f"- {line}" for line in doc.get("method", [])] + [""]
+        out += [f"- {line}" for line in doc.get("method", [])] + ([f"- {GROW_METHOD}"] if doc.get("grows") else []) + [""]
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
