@@ -209,8 +209,9 @@ def resumed_build(label: str, name: str, manual: str, work: str, num_shards: int
     return out
 
 
-def _grown_hmdb51(manual: str, grown: str, fraction: float) -> int:
-    """`manual`'s HMDB51 layout as hard links in `grown`, plus `fraction` more listed clips (`NAME_gK.avi`); how many."""
+def _grown_hmdb51(manual: str, grown: str, fraction: float) -> tuple[int, int]:
+    """`manual`'s HMDB51 layout as hard links in `grown`, plus `fraction` more listed clips (`NAME_g.avi`); how many
+    were added, of how many listed."""
     shutil.copytree(manual, grown, copy_function=os.link)
     splits = os.path.join(grown, samples.HMDB51_SPLITS_DIR)
     files = sorted(os.listdir(splits))
@@ -230,11 +231,12 @@ def _grown_hmdb51(manual: str, grown: str, fraction: float) -> int:
         os.remove(path)  # a hard link of the input's split file: write a new file, never through the link
         with open(path, "w", encoding="utf-8") as out:
             out.write(text + f"{name[:-4]}_g.avi {split_id} \n")
-    return len(added)
+    return len(added), len(listed)
 
 
-def _grown_fire(manual: str, grown: str, fraction: float) -> int:
-    """`manual`'s fire_hrr frames as hard links in `grown`, plus `fraction` more experiments (frames linked); how many."""
+def _grown_fire(manual: str, grown: str, fraction: float) -> tuple[int, int]:
+    """`manual`'s fire_hrr frames as hard links in `grown`, plus `fraction` more experiments (frames linked); how many
+    were added, of how many."""
     import csv
 
     shutil.copytree(manual, grown, copy_function=os.link)
@@ -252,7 +254,7 @@ def _grown_fire(manual: str, grown: str, fraction: float) -> int:
     os.remove(os.path.join(grown, "labels.csv"))
     with open(os.path.join(grown, "labels.csv"), "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([header, *rows, *extra])
-    return len(added)
+    return len(added), len(experiments)
 
 
 def grown_build(label: str, name: str, manual: str, work: str, num_shards: int, full: dict[str, Any]) -> dict[str, Any]:
@@ -262,16 +264,16 @@ def grown_build(label: str, name: str, manual: str, work: str, num_shards: int, 
     for d in (grow_dir, grown_manual):
         shutil.rmtree(d, ignore_errors=True)
     shutil.copytree(full_dir, grow_dir, copy_function=os.link)  # a grow replaces files, never writes into them
-    added = (_grown_hmdb51 if name.startswith("hmdb51") else _grown_fire)(manual, grown_manual, GROW_BY)
+    added, of = (_grown_hmdb51 if name.startswith("hmdb51") else _grown_fire)(manual, grown_manual, GROW_BY)
     grow_s, phases = _timed(_cli(name, grown_manual, grow_dir, num_shards), grow_dir + ".log")
     with open(grow_dir + ".log", encoding="utf-8") as f:
         line = next((x.strip() for x in f if " grown: " in x), "")
-    out = {"label": label, "dataset": name, "added": added, "grow_s": round(grow_s, 2), "grow_phases": phases,
+    out = {"label": label, "dataset": name, "added": added, "sources": of, "grow_s": round(grow_s, 2), "grow_phases": phases,
            "grow_build_s": phases["build_s"], "full_build_s": full["full_build_s"],
            "build_ratio": round(phases["build_s"] / full["full_build_s"], 3) if full["full_build_s"] else None,
            "grow_line": line, "peak_rss_mib": phases.get("peak_rss_mib"),
            "full_peak_rss_mib": full["full_phases"].get("peak_rss_mib")}
-    print(f"[build_resume] {label} grown by {added} sources: {grow_s:.1f} s {phases}, build alone {out['build_ratio']} "
+    print(f"[build_resume] {label} grown by {added} of {of} sources: {grow_s:.1f} s {phases}, build alone {out['build_ratio']} "
           f"of the full build's; {line}", flush=True)
     return out
 
@@ -407,7 +409,7 @@ class BuildResume(section.Section):
                                   else "")
                                + _alone_note(b))
                 for b in doc["builds"]]
-        rows += [section.target(f"{g['label']}: grown by {g['added']} sources ({GROW_BY:.0%}), the grow's build vs the "
+        rows += [section.target(f"{g['label']}: grown by {g['added']} of {g.get('sources', '?')} sources, the grow's build vs the "
                                 "full build's (start-up and exit left out)", g["build_ratio"], TARGET_GROW_RATIO, op="<=",
                                 note=g["grow_line"]) for g in doc.get("grows", []) if g.get("build_ratio") is not None]
         rows += [section.target(f"{g['label']}: the grow's peak RSS vs the full build's (MiB)", g["peak_rss_mib"],

@@ -227,6 +227,7 @@ def test_video_folder_grows_and_skips_a_new_unreadable_clip(tmp_path, build_in_p
     build_in_process(vfb.Builder, manual, out, num_shards=4)
     _unopened(aged)
     assert "2 added, 1 changed, 1 removed, 10 kept" in caplog.text, caplog.text[-3000:]
+    assert set(old_inodes.values()) <= set(os.listdir(old_dir))  # the previous dataset's shards stay for its readers
     drained = first + [_digest(ex) for ex in live]
     assert set(drained) == old["train"] and len(drained) == len(old["train"])  # the previous dataset, whole
     report = json.loads((tmp_path / "out" / os.path.relpath(old_dir, out) / "skip_report.json").read_text())
