@@ -195,7 +195,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     # None leaves it to VIDVOL_GROW (on by default); False stops such a build with StaleDatasetError (--no_grow).
     grow: bool | None = None
     _grow_from: grow_lib.GrowFrom | None = None  # on the builder building a grow beside the prepared dataset
-    _published, _grow_line = None, None  # where that grow is published, and its summary line
+    _published = _grow_line = _log_dir = None  # where that grow is published, its summary line, its build log's folder
 
     def _out(self, path: str) -> str:
         """Where a worker writes a file of the build folder: the path itself, or its URL in the bucket."""
@@ -311,7 +311,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
     def _prepare_in_session(self, name: str, download_dir, download_config, **kwargs) -> None:
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
-        log_dir = os.fspath(self.data_path.parent)
+        log_dir = self._log_dir or os.fspath(self.data_path.parent)
         with build_log.session(name, log_dir, version=str(self.version)) as session:
             self._summary_results = None
             try:

@@ -396,7 +396,7 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
             kw = {"config": builder.builder_config} if builder.builder_config is not None else {}
             staging = type(builder)(data_dir=root, version=str(builder.version), file_format=builder.info.file_format, **kw)
             staging._grow_from, staging._published, staging.bucket = grow, live, builder.bucket
-            staging.resume = False
+            staging.resume, staging._log_dir = False, config_dir  # its build log beside the dataset's others
             staging.hash_inputs = grow.old_doc.get("inputs") == "content"
             staging.download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
             built = staging._out(os.fspath(staging.data_path))
@@ -408,10 +408,6 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
             if removed:
                 logger.info("%s: removed %d shard files of an earlier generation (kept one grow for its readers)",
                             name, len(removed))
-            logs = os.path.dirname(os.fspath(staging.data_path))
-            for log in os.listdir(logs):  # the grow's build log, beside the dataset's others
-                if log.endswith(".log"):
-                    os.replace(os.path.join(logs, log), os.path.join(config_dir, log))
         finally:
             shutil.rmtree(root, ignore_errors=True)
             if builder.bucket is not None:
