@@ -51,6 +51,7 @@ class BuildResult:
     skipped: list[dict[str, str]]
     empty_splits: dict[str, str] = dataclasses.field(default_factory=dict)  # split left without example -> why
     reused_from: str | None = None  # the concurrent build this one waited for and whose dataset it reuses
+    grown: str | None = None  # a grow's line: sources kept, added, changed and removed; shards kept, rewritten, decoded
 
 
 def parse_dataset(spec: str) -> tuple[str, str | None, str | None]:
@@ -156,13 +157,16 @@ def build(
     file_format: str | None = None,
     resume: bool | None = None,
     hash_inputs: bool | None = None,
+    grow: bool | None = None,
 ) -> BuildResult:
     """Builds `NAME[/CONFIG]` into data_dir on `runner` (a no-op if already prepared, unless overwrite).
 
     A build of this config that died (killed, preempted) is resumed: its finished shards are kept when
     nothing that decides the output changed (`vidvol.builders.writer.resume`). `resume=False` builds
     afresh (None: `VIDVOL_RESUME`, on by default); `hash_inputs=True` fingerprints the inputs' bytes
-    rather than their sizes and mtimes (None: `VIDVOL_HASH_INPUTS`, off by default).
+    rather than their sizes and mtimes (None: `VIDVOL_HASH_INPUTS`, off by default). A prepared dataset whose
+    manual_dir gained, changed or lost sources is grown (only those are decoded: `vidvol.builders.writer.grow`);
+    `grow=False` stops with StaleDatasetError instead (None: `VIDVOL_GROW`, on by default).
     """
     flags = list(beam_flags)
     formats.check_file_format(file_format, data_dir)  # before any service starts or anything is written
@@ -197,14 +201,17 @@ def build(
     elif stale:  # the builder resumes from them, or says what changed
         logger.info("Leftovers of interrupted builds (resumed if nothing changed): %s", ", ".join(stale))
     prepared = target.is_published(os.fspath(builder.data_path)) if target else builder.is_prepared()
-    if prepared and not overwrite:
-        # Never silently stale: a manual_dir that gained, changed or lost sources since the build stops here.
-        _check_up_to_date(dataset, data_dir, target, manual_dir, download_dir)
+    # Never silently stale: a manual_dir that gained, changed or lost sources since the build grows the dataset
+    # (the builder does it below) or stops here.
+    grower = _check_up_to_date(dataset, data_dir, target, manual_dir, download_dir, grow) if prepared and not overwrite else None
+    if grower is not None:
+        builder = grower  # the dataset's code (a named config's prepared dataset otherwise loads read-only)
+    elif prepared and not overwrite:
         where = target.remote(os.fspath(builder.data_path)) if target else os.fspath(builder.data_path)
         logger.warning("%s is already prepared in %s: nothing to do (--overwrite rebuilds it)",
                        builder.info.full_name, redact.url(where))
         return read_result(builder, built=False, target=target)
-    if prepared and target is None:  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
+    if prepared and overwrite and target is None:  # --overwrite: as `tfds build --overwrite`, delete, then a fresh builder
         logger.warning("Deleting the prepared %s in %s (--overwrite)", builder.info.full_name, os.fspath(builder.data_path))
         builder.data_path.rmtree()
         builder = make_builder(dataset, data_dir, file_format)
@@ -223,10 +230,11 @@ def build(
         with build_log.session(name, os.fspath(builder.data_path.parent), version=str(builder.version),
                                print_summary=False):
             logger.info("Building %s on %s with %s", builder.info.full_name, runner, " ".join(flags))
-            builder.resume, builder.hash_inputs = resume, hash_inputs
+            builder.resume, builder.hash_inputs, builder.grow = resume, hash_inputs, grow
             builder.download_and_prepare(download_dir=download_dir, download_config=config)
     reused = getattr(builder, "reused_from", None)
-    return dataclasses.replace(read_result(builder, built=not reused, target=target), reused_from=reused)
+    return dataclasses.replace(read_result(builder, built=not reused, target=target), reused_from=reused,
+                               grown=getattr(builder, "_grow_line", None))
 
 
 def _builder(dataset: str, data_dir: str, file_format: str | None, target: bucket.BucketTarget | None):
@@ -242,8 +250,9 @@ def _builder(dataset: str, data_dir: str, file_format: str | None, target: bucke
 
 
 def _check_up_to_date(dataset: str, data_dir: str, target: bucket.BucketTarget | None, manual_dir: str | None,
-                      download_dir: str | None) -> None:
-    """Stops when the prepared dataset's manual_dir gained, changed or lost sources (`check_up_to_date`).
+                      download_dir: str | None, grow: bool | None = None) -> tfds.core.DatasetBuilder | None:
+    """The builder that grows the prepared dataset when its manual_dir gained, changed or lost sources; None when
+    it is up to date; StaleDatasetError when it is not grown (`check_up_to_date`).
 
     Through the dataset's code (a config TFDS would read from files gives a ReadOnlyBuilder, which cannot plan).
     """
@@ -253,9 +262,9 @@ def _check_up_to_date(dataset: str, data_dir: str, target: bucket.BucketTarget |
         kwargs["version"] = version
     builder = tfds.builder_cls(name)(data_dir=target.staging if target else data_dir, **kwargs)
     if not hasattr(builder, "check_up_to_date"):
-        return  # a builder that is no vidvol builder: nothing recorded to compare with
-    builder.bucket = target
-    builder.check_up_to_date(tfds.download.DownloadConfig(manual_dir=manual_dir), download_dir)
+        return None  # a builder that is no vidvol builder: nothing recorded to compare with
+    builder.bucket, builder.grow = target, grow
+    return builder if builder.check_up_to_date(tfds.download.DownloadConfig(manual_dir=manual_dir), download_dir) else None
 
 
 def _running_build(builder: tfds.core.DatasetBuilder) -> str | None:
@@ -353,6 +362,9 @@ def make_parser() -> argparse.ArgumentParser:
                         help="fingerprint the inputs by their SHA-256 (every byte read) instead of their sizes and "
                              "modification times, to decide whether a dead build can be resumed; same as "
                              "VIDVOL_HASH_INPUTS=1")
+    parser.add_argument("--no_grow", action="store_true",
+                        help="stop (StaleDatasetError) instead of growing a prepared dataset whose manual_dir gained, "
+                             "changed or lost sources (default: grow it, decoding only those); same as VIDVOL_GROW=0")
     parser.add_argument("--if_building", choices=build_lock.MODES, default=None,
                         help="when another build of this config is writing into the same data_dir: wait for it and "
                              "reuse its dataset (default), or fail at once (exit code 75); same as "
@@ -392,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         python -m vidvol.beam_jobs.build hmdb51/split1_20x64x64 --manual_dir DIR --data_dir OUT \\
             [--runner direct|portable|dask|flink|spark|dataflow] [--overwrite] [--num_shards N] \\
             [--max_shard_size_mb N] [--file_format tfrecord|array_record] [--local_services] [--dry_run] [--verbose]
-            [--if_building wait|fail] [--remove_incomplete] [--no_resume] [--hash_inputs]
+            [--if_building wait|fail] [--remove_incomplete] [--no_resume] [--hash_inputs] [--no_grow]
             [--BEAM_OPTION VALUE | --BEAM_OPTION=VALUE | --BEAM_FLAG ...]
 
     Every option this parser does not know (`--name value` or `--name=value`) is a Beam pipeline
@@ -419,7 +431,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     time: a second one waits for it and reuses its dataset, or with `--if_building fail` exits at
     once with code 75 naming the running build (host, pid, start). A build that died is resumed by the
     same command (its finished shards kept, "resuming: K of N shards kept, M to build"); `--no_resume`
-    builds afresh, `--remove_incomplete` deletes what dead builds left first.
+    builds afresh, `--remove_incomplete` deletes what dead builds left first. A prepared dataset whose
+    manual_dir gained, changed or lost sources is grown: only those are decoded, and a last line says how many
+    sources were kept, added, changed and removed; `--no_grow` stops instead.
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     redact.install_log_redaction()  # a manual_dir may be a URL with credentials: no log line shows them
@@ -471,6 +485,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
         overwrite=args.overwrite, num_shards=args.num_shards, max_shard_size_mb=args.max_shard_size_mb,
         download_dir=args.download_dir, local_services=args.local_services, remove_incomplete=args.remove_incomplete,
         file_format=args.file_format, resume=False if args.no_resume else None, hash_inputs=True if args.hash_inputs else None,
+        grow=False if args.no_grow else None,
     )
     print(redact.text(json.dumps({"dataset": result.dataset, "data_path": result.data_path, "built": result.built,
                       "splits": result.splits, "empty_splits": result.empty_splits, "reused_from": result.reused_from},
@@ -478,7 +493,7 @@ def _run(args: argparse.Namespace, beam_flags: list[str]) -> int:
     # Last: what was built and what was skipped (stderr, so stdout's last line stays the JSON).
     lines = summary_lines(result)
     skips = skips_line(result) if result.built else None
-    for line in lines + ([skips] if skips else []):
+    for line in lines + ([skips] if skips else []) + ([result.grown] if result.grown else []):
         print(redact.text(line), file=sys.stderr)
     sys.stderr.flush()
     return 0

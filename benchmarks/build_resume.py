@@ -6,7 +6,8 @@
 `make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
 dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 worker threads), then the same command into another
 data_dir SIGKILLed once about 70 % of its shards are written, then that command again, which resumes; the
-target: the resumed run takes at most 40 % of the full build. The check: fingerprinting a plan of 1M sources
+target: the resumed run takes at most 40 % of the full build; then the full build's dataset grown by 5 % of its
+inputs, target at most 15 % of the full build (start-up left out), peak RSS no higher. The check: fingerprinting a plan of 1M sources
 (real files, hard links) and keeping 70 % of its shards from a dead build's folder; target under 10 s.
 """
 
@@ -28,8 +29,11 @@ from typing import Any
 
 import inputs
 import section
+from vidvol.testing import samples
 
 TARGET_RATIO = 0.40
+TARGET_GROW_RATIO = 0.15  # a collection grown by 5 %: the grow's build (start-up left out) against the full build's
+GROW_BY = 0.05
 TARGET_CHECK_S = 10.0
 KILL_AT = 0.7
 
@@ -48,6 +52,11 @@ METHOD = (
     "file), 2,000 shards; `resume.fingerprint` (every file stat'ed, every record hashed), then reading a dead "
     "build's fingerprint, comparing and `resume.keep_shards` on 70 % of the shards there (1 KiB each, hashed).",
 )
+GROW_METHOD = (
+    "Grow: the full build's dataset (a hard-linked copy) built again by the same command over its inputs grown by "
+    "5 % (hmdb51: every 20th listed clip hard-linked as `NAME_g.avi` with its split line; fire_hrr: every 20th "
+    "experiment's frames linked as a new experiment); its build (the command's main) against the full build's, and "
+    "its peak RSS (the driver's or its largest child's) against the full build's.")
 PHASES_NOTE = ("Each build command runs as `python -c` importing and calling `vidvol.beam_jobs.build`'s main; it notes "
                "when its imports are done and when main returns, so the build alone (main) is told apart from the "
                "start-up (interpreter, imports) and the exit. The check's CPU is this process's, with the fingerprint's "
@@ -80,9 +89,11 @@ WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
 # `python -m vidvol.beam_jobs.build ARGS`, noting when the interpreter is up, when the imports are done and when
 # main returns (wall clock, into $PHASES_ENV): the command's start-up and exit are told apart from the build.
 _PHASES = (
-    "import json, os, sys, time; up = time.time(); import vidvol.beam_jobs.build as b; imported = time.time(); "
+    "import json, os, resource, sys, time; up = time.time(); import vidvol.beam_jobs.build as b; imported = time.time(); "
     "sys.argv[0] = b.__file__; rc = b.main(sys.argv[1:]); done = time.time(); "
-    "f = open(os.environ['VIDVOL_BENCH_PHASES'], 'w'); json.dump({'up': up, 'imported': imported, 'main_done': done}, f); "
+    "rss = [resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]; "
+    "f = open(os.environ['VIDVOL_BENCH_PHASES'], 'w'); "
+    "json.dump({'up': up, 'imported': imported, 'main_done': done, 'rss_kib': rss}, f); "
     "f.close(); sys.exit(rc)"
 )
 PHASES_ENV = "VIDVOL_BENCH_PHASES"
@@ -110,8 +121,11 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
     with open(phases, encoding="utf-8") as f:
         t = json.load(f)
-    return total, {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
-                   "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
+    phases = {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
+              "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
+    if "rss_kib" in t:  # the driver's peak RSS and its largest child's (decoding children, SDK workers)
+        phases["peak_rss_mib"] = round(max(t["rss_kib"]) / 1024, 1)
+    return total, phases
 
 
 def startup_cost() -> float:
@@ -192,6 +206,75 @@ def resumed_build(label: str, name: str, manual: str, work: str, num_shards: int
     print(f"[build_resume] {label}: full {full_s:.1f} s {full_phases}, resumed {resumed_s:.1f} s {resumed_phases} after "
           f"a kill at {done}/{shards} shards ({resumed_s / full_s:.0%}, build alone {out['build_ratio']}); {line}; "
           f"identical: {same}", flush=True)
+    return out
+
+
+def _grown_hmdb51(manual: str, grown: str, fraction: float) -> tuple[int, int]:
+    """`manual`'s HMDB51 layout as hard links in `grown`, plus `fraction` more listed clips (`NAME_g.avi`); how many
+    were added, of how many listed."""
+    shutil.copytree(manual, grown, copy_function=os.link)
+    splits = os.path.join(grown, samples.HMDB51_SPLITS_DIR)
+    files = sorted(os.listdir(splits))
+    listed = []
+    for f in files:
+        with open(os.path.join(splits, f), encoding="utf-8") as lines:
+            listed += [(f, line.split()) for line in lines if line.strip() and line.split()[1] != "0"]
+    step = max(1, round(1 / fraction))
+    added = listed[::step]
+    for f, (name, split_id) in added:
+        klass = f.rsplit("_test_split", 1)[0]
+        folder = os.path.join(grown, samples.HMDB51_ORG_DIR, klass)
+        os.link(os.path.join(folder, name), os.path.join(folder, f"{name[:-4]}_g.avi"))
+        path = os.path.join(splits, f)
+        with open(path, encoding="utf-8") as old:
+            text = old.read()
+        os.remove(path)  # a hard link of the input's split file: write a new file, never through the link
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text + f"{name[:-4]}_g.avi {split_id} \n")
+    return len(added), len(listed)
+
+
+def _grown_fire(manual: str, grown: str, fraction: float) -> tuple[int, int]:
+    """`manual`'s fire_hrr frames as hard links in `grown`, plus `fraction` more experiments (frames linked); how many
+    were added, of how many."""
+    import csv
+
+    shutil.copytree(manual, grown, copy_function=os.link)
+    with open(os.path.join(manual, "labels.csv"), newline="", encoding="utf-8") as f:
+        header, *rows = list(csv.reader(f))
+    experiments = sorted({r[0] for r in rows})
+    added = experiments[::max(1, round(1 / fraction))]
+    extra = []
+    for e in added:
+        os.makedirs(os.path.join(grown, "frames", f"{e}_g"))
+        for r in (r for r in rows if r[0] == e):
+            new = f"frames/{e}_g/{r[1].rsplit('/', 1)[1]}"
+            os.link(os.path.join(manual, *r[1].split("/")), os.path.join(grown, *new.split("/")))
+            extra.append([f"{e}_g", new, *r[2:]])
+    os.remove(os.path.join(grown, "labels.csv"))
+    with open(os.path.join(grown, "labels.csv"), "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([header, *rows, *extra])
+    return len(added), len(experiments)
+
+
+def grown_build(label: str, name: str, manual: str, work: str, num_shards: int, full: dict[str, Any]) -> dict[str, Any]:
+    """The full build's dataset (hard-linked copy) grown by `GROW_BY` of its sources with the same command."""
+    full_dir, grow_dir = os.path.join(work, label, "full"), os.path.join(work, label, "grow")
+    grown_manual = os.path.join(work, label, "grown_manual")
+    for d in (grow_dir, grown_manual):
+        shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(full_dir, grow_dir, copy_function=os.link)  # a grow replaces files, never writes into them
+    added, of = (_grown_hmdb51 if name.startswith("hmdb51") else _grown_fire)(manual, grown_manual, GROW_BY)
+    grow_s, phases = _timed(_cli(name, grown_manual, grow_dir, num_shards), grow_dir + ".log")
+    with open(grow_dir + ".log", encoding="utf-8") as f:
+        line = next((x.strip() for x in f if " grown: " in x), "")
+    out = {"label": label, "dataset": name, "added": added, "sources": of, "grow_s": round(grow_s, 2), "grow_phases": phases,
+           "grow_build_s": phases["build_s"], "full_build_s": full["full_build_s"],
+           "build_ratio": round(phases["build_s"] / full["full_build_s"], 3) if full["full_build_s"] else None,
+           "grow_line": line, "peak_rss_mib": phases.get("peak_rss_mib"),
+           "full_peak_rss_mib": full["full_phases"].get("peak_rss_mib")}
+    print(f"[build_resume] {label} grown by {added} of {of} sources: {grow_s:.1f} s {phases}, build alone {out['build_ratio']} "
+          f"of the full build's; {line}", flush=True)
     return out
 
 
@@ -311,7 +394,10 @@ class BuildResume(section.Section):
                   "fire_experiments": settings.fire_experiments or None}
         builds = [resumed_build("fire_hrr", f"fire_hrr/{settings.fire_config}", fire_manual, work, settings.num_shards),
                   resumed_build("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings.num_shards)]
+        grows = [grown_build(b["label"], b["dataset"], m, work, settings.num_shards, b)
+                 for b, m in zip(builds, (fire_manual, hmdb51_manual))]
         return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "builds": builds,
+                "grows": grows,
                 "inputs": counts,
                 "startup_s": startup_cost(), "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
 
@@ -323,6 +409,12 @@ class BuildResume(section.Section):
                                   else "")
                                + _alone_note(b))
                 for b in doc["builds"]]
+        rows += [section.target(f"{g['label']}: grown by {g['added']} of {g.get('sources', '?')} sources, the grow's build vs the "
+                                "full build's (start-up and exit left out)", g["build_ratio"], TARGET_GROW_RATIO, op="<=",
+                                note=g["grow_line"]) for g in doc.get("grows", []) if g.get("build_ratio") is not None]
+        rows += [section.target(f"{g['label']}: the grow's peak RSS vs the full build's (MiB)", g["peak_rss_mib"],
+                                g["full_peak_rss_mib"], op="<=", unit="MiB")
+                 for g in doc.get("grows", []) if g.get("peak_rss_mib") and g.get("full_peak_rss_mib")]
         c = doc["check"]
         cpu = (f"{c['check_cpu_s']:.1f} s of CPU" + (f" (and its stat process's {c['check_child_cpu_s']:.1f} s beside it)"
                                                        if c.get("check_child_cpu_s") else "")) if "check_cpu_s" in c else ""
@@ -367,7 +459,7 @@ class BuildResume(section.Section):
                             [[f"{c['sources']:,} sources / {c['shards']} shards", f"{c['fingerprint_s']:.2f} s",
                               f"{c['compare_and_keep_s']:.2f} s ({c['kept']} kept)", f"{c['check_s']:.2f} s",
                               f"{c['plan_s']:.2f} s", f"{c['fingerprint_bytes'] / 1024:.0f} KiB"]])
-        out += [f"- {line}" for line in doc.get("method", [])] + [""]
+        out += [f"- {line}" for line in doc.get("method", [])] + ([f"- {GROW_METHOD}"] if doc.get("grows") else []) + [""]
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:

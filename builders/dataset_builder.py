@@ -29,6 +29,7 @@ from vidvol.builders.writer import bucket as bucket_target
 from vidvol.builders.writer import build_lock, bucket_state, lease
 from vidvol.builders.writer import build_record
 from vidvol.builders.writer import build_log
+from vidvol.builders.writer import grow as grow_lib
 from vidvol.builders.writer import outputs
 from vidvol.builders.writer import progress
 from vidvol.builders.writer import resume as resume_lib
@@ -126,6 +127,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     resume: bool | None = None
     hash_inputs: bool | None = None
     resumed: ResumeReport | None = None  # what the last build kept of dead builds' shards
+    # Growing a prepared dataset whose manual_dir gained, changed or lost sources (`vidvol.builders.writer.grow`):
+    # None leaves it to VIDVOL_GROW (on by default); False stops such a build with StaleDatasetError (--no_grow).
+    grow: bool | None = None
+    _grow_from: grow_lib.GrowFrom | None = None  # on the builder building a grow beside the prepared dataset
+    _published = _grow_line = _log_dir = None  # where that grow is published, its summary line, its build log's folder
 
     def _out(self, path: str) -> str:
         """Where a worker writes a file of the build folder: the path itself, or its URL in the bucket."""
@@ -146,8 +152,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """
         mode = download_config.download_mode if download_config else None
         overwrite = mode is not None and mode.overwrite_dataset
-        if self._is_prepared() and not overwrite:
-            self.check_up_to_date(download_config, download_dir)  # a build given a manual_dir: never silently stale
+        in_bucket = self.bucket is not None and self.bucket.is_published(os.fspath(self.data_path))
+        if (self._is_prepared() or in_bucket) and not overwrite:
+            grow = self.check_up_to_date(download_config, download_dir)  # a build given a manual_dir: never stale
+            if grow is not None or in_bucket:  # sources added, changed or removed: only those are decoded
+                return grow and grow_lib.run(self, grow, download_dir, download_config, **kwargs)
             return super().download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
         try:
             return self._prepare_locked(overwrite, download_dir, download_config, **kwargs)
@@ -213,29 +222,30 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                                         tfds_api.given_manual_dir(dl_manager), content=old.get("inputs") == "content")
         return sources_manifest.compare(old, new)
 
-    def check_up_to_date(self, download_config, download_dir=None) -> None:
-        """Stops a build given a manual_dir whose sources are no longer those the prepared dataset was built from.
+    def check_up_to_date(self, download_config, download_dir=None) -> grow_lib.GrowFrom | None:
+        """Compares a build's manual_dir with the sources the prepared dataset was built from.
+
+        Returns:
+          None when up to date (or nothing to compare with); else what a grow starts from (`writer.grow`).
 
         Raises:
-          StaleDatasetError: naming how many sources were added, changed and removed, and the fix.
+          StaleDatasetError: sources changed and the dataset is not grown (`grow_lib.why_not` says why).
         """
         if download_config is None or not download_config.manual_dir:
-            return  # tfds.load of a prepared dataset: no manual_dir to compare with
+            return None  # tfds.load of a prepared dataset: no manual_dir to compare with
         name, where = self._display_name(), redact.url(self._out(os.fspath(self.data_path)))
         manual_dir = redact.url(os.fspath(download_config.manual_dir))
         changes = self.source_changes(download_config, download_dir)
         if changes is None:
             logger.warning("%s in %s has no sources.json (built by vidvol 0.2.0 or earlier), so whether %s still "
                            "holds what it was built from cannot be told; --overwrite rebuilds it", name, where, manual_dir)
-            return
-        if changes.any:
-            raise sources_manifest.StaleDatasetError(
-                "\n".join([f"{name} in {where} is out of date: its manual_dir {manual_dir} no longer holds what it was "
-                           f"built from: {changes.counts()} sources.", *changes.details(),
-                           "The prepared dataset was left as it is and nothing was built. To build it from the "
-                           "manual_dir as it is now, run the build again with --overwrite (every source is decoded "
-                           "again)."]))
-        logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
+            return None
+        if not changes.any:
+            logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
+            return None
+        if not (why := grow_lib.why_not(self, old := sources_manifest.read(self._out(os.fspath(self.data_path))) or {})):
+            return grow_lib.GrowFrom(self._out(os.fspath(self.data_path)), old, changes)
+        raise sources_manifest.StaleDatasetError(grow_lib.stale_message(name, where, manual_dir, changes, why))
 
     def _waited_for_prepared(self) -> bool:
         """Whether the build waited for prepared the dataset (in a bucket: published it; its metadata then copied here)."""
@@ -251,7 +261,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """TFDS's download_and_prepare with the build log, the quiet terminal, one clear write error, summary last."""
         from vidvol.builders.writer.shard_writer import NO_ROOM, WRITE_ERRORS, BuildWriteError, write_failure
 
-        log_dir = os.fspath(self.data_path.parent)
+        log_dir = self._log_dir or os.fspath(self.data_path.parent)
         with build_log.session(name, log_dir, version=str(self.version)) as session:
             self._summary_results = None
             try:
@@ -272,7 +282,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
                 logger.info("the build's error, as raised: %s", e)  # the whole story stays in the build log
                 raise self._write_error(failure) from None
             if self._summary_results is not None:
-                session.add_summary(build_summary(name, self._summary_results, self._out(os.fspath(self.data_path))))
+                lines = build_summary(name, self._summary_results, self._published or self._out(os.fspath(self.data_path)))
+                session.add_summary(lines + ([self._grow_line] if self._grow_line else []))
 
     def _write_error(self, failure: Mapping[str, str]) -> BuildWriteError:
         """One clear error for a build whose writes failed, once TFDS removed its `incomplete.*` folder."""
@@ -328,9 +339,42 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         check_data_dir(self.data_dir)
         self._file_format()  # before anything is written
         generators = self._generators(dl_manager, download_config)
-        manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it
+        manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it (or grows)
             {split: g.sources for split, g in generators.items()}, tfds_api.given_manual_dir(dl_manager),
-            content=resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs)
+            content=resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs,
+            build=sources_manifest.build_digest(self._fingerprint({}, download_config, content=False)))
+        if self._grow_from is not None:  # beside a prepared dataset: keep its unchanged shards, decode the rest
+            results, templates, generation = grow_lib.build_splits(self, generators, manifest, download_config)
+        else:
+            (results, templates), generation = self._build_splits(generators, download_config), 0
+        # A split without an example is not registered: `tfds.load(split=...)` then lists the splits there are.
+        filled = [r for r in results if r.num_examples]
+        if not filled:
+            raise ValueError(self._nothing_built(results))
+        self.info.set_splits(
+            tfds.core.SplitDict(
+                [
+                    tfds.core.SplitInfo(
+                        name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
+                    )
+                    for r in filled
+                ]
+            )
+        )
+        # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
+        manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
+        self._report(os.fspath(self.data_path), results, manual_dir)
+        sources_manifest.add_shards(manifest, {r.name: list(zip(r.shard_paths, r.shard_sources)) for r in results},
+                                    generation)
+        sources_manifest.write(manifest, self._out(os.fspath(self.data_path)))
+        # Every shard is in place: the fingerprint goes (it is no part of the dataset), and with it the chance
+        # that a build killed from here on is resumed (its shards then have their final names).
+        outputs.remove(self._out(os.path.join(os.fspath(self.data_path), resume_lib.FINGERPRINT_NAME)))
+        if self._build_lock is not None:  # last step before TFDS renames incomplete.* into the version folder
+            self._build_lock.check_held()
+
+    def _build_splits(self, generators, download_config) -> tuple[list[SplitResult], dict]:
+        """Plans, resumes and writes every split's shards; each split's result and file name template."""
         templates = {split: tfds_api.filename_template(self, split) for split in generators}
         self._remote_incomplete = self._out(os.fspath(self.data_path)) if self.bucket is not None else None
         tasks = self._plan(generators, templates, download_config)
@@ -352,29 +396,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         for split, template in templates.items():
             final = lambda i, n, t=template: self._out(os.fspath(t.sharded_filepath(shard_index=i, num_shards=n)))
             results.append(collect_split(split, tasks[split], final, empty_reason=generators[split].empty_reason))
-        # A split without an example is not registered: `tfds.load(split=...)` then lists the splits there are.
-        filled = [r for r in results if r.num_examples]
-        if not filled:
-            raise ValueError(self._nothing_built(results))
-        self.info.set_splits(
-            tfds.core.SplitDict(
-                [
-                    tfds.core.SplitInfo(
-                        name=r.name, shard_lengths=r.shard_lengths, num_bytes=r.num_bytes, filename_template=templates[r.name]
-                    )
-                    for r in filled
-                ]
-            )
-        )
-        # The manual_dir the user gave (recorded for the rebuild command `verify` prints), not TFDS's default.
-        manual_dir = tfds_api.given_manual_dir(dl_manager) if download_config.manual_dir else None
-        self._report(os.fspath(self.data_path), results, manual_dir)
-        sources_manifest.write(manifest, self._out(os.fspath(self.data_path)))
-        # Every shard is in place: the fingerprint goes (it is no part of the dataset), and with it the chance
-        # that a build killed from here on is resumed (its shards then have their final names).
-        outputs.remove(self._out(os.path.join(os.fspath(self.data_path), resume_lib.FINGERPRINT_NAME)))
-        if self._build_lock is not None:  # last step before TFDS renames incomplete.* into the version folder
-            self._build_lock.check_held()
+        return results, templates
 
     def _nothing_built(self, results: Sequence[SplitResult]) -> str:
         """The error of a build in which no split got an example: why, per split, with the first skips."""

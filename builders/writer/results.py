@@ -35,6 +35,9 @@ class SplitResult:
     empty_reason: str = ""  # the builder's word on why a split has no input at all
     # Per shard file, as its worker wrote it: file name, examples, bytes on disk, SHA-256 (see `shards_file`).
     shard_files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # Per shard file (as shard_files), its sources in record order: [source id, examples, record bytes]; None
+    # where a sidecar did not say (a shard kept from a dead build of an older vidvol): then the dataset cannot grow.
+    shard_sources: list[list[list] | None] = dataclasses.field(default_factory=list)
 
     @property
     def num_examples(self) -> int:
@@ -85,7 +88,7 @@ def collect_split(
     for t, i in zip(tasks, infos):
         if not i["keys"]:
             outputs.remove(t.path)
-    paths, lengths, keys, skips, shard_files = [], [], [], [], []
+    paths, lengths, keys, skips, shard_files, shard_sources = [], [], [], [], [], []
     for new_index, (task, info) in enumerate(nonempty):
         final = final_path_fn(new_index, len(nonempty))
         if final != task.path:
@@ -94,6 +97,7 @@ def collect_split(
         lengths.append(len(info["keys"]))
         keys.extend(info["keys"])
         shard_files.append(shards_file.shard_entry(final, split, len(info["keys"]), info.get("file_bytes"), info.get(shards_file.DIGEST)))
+        shard_sources.append(info.get("sources"))
     for info in infos:
         skips.extend(info["skips"])
     dupes = [k for k, n in collections.Counter(keys).items() if n > 1]
@@ -102,6 +106,7 @@ def collect_split(
     return SplitResult(
         split, paths, lengths, sum(i["num_bytes"] for i in infos), keys, skips,
         num_sources=sum(len(t.sources) for t in tasks), empty_reason=empty_reason, shard_files=shard_files,
+        shard_sources=shard_sources,
     )
 
 

@@ -162,17 +162,18 @@ class WriteShardFn(beam.DoFn):
         keys: list[str] = []
         skips: list[dict[str, str]] = []
         sizes: list[int] = []
+        per_source: list[list] = []  # [source id, examples, record bytes], in write order (a later grow reads it)
         # A task may run twice (a runner retrying it after a worker died): each attempt writes its own
         # file and renames it into place whole, then its sidecar, so a rerun never sees half a shard.
         # A shard bound for a bucket is written to this worker's local scratch and uploaded when complete.
         with contextlib.ExitStack() as scratch:
             attempt = (scratch.enter_context(outputs.scratch_file(task.path)) if outputs.is_bucket(task.path)
                        else f"{task.path}.{uuid.uuid4().hex[:12]}.tmp")
-            digest, file_bytes, recorder = self._write_attempt(task, attempt, keys, skips, sizes)
+            digest, file_bytes, recorder = self._write_attempt(task, attempt, keys, skips, sizes, per_source)
         recorder.write()  # the final count, before the sidecar that marks the shard done
         num_bytes = sum(sizes)
         info = {"split": task.split, "index": task.index, "path": task.path, "keys": keys, "num_bytes": num_bytes,
-                "skips": skips, "file_bytes": file_bytes, shards_file.DIGEST: digest}
+                "skips": skips, "file_bytes": file_bytes, shards_file.DIGEST: digest, "sources": per_source}
         with writing(task.path + ".info.json"):
             json_files.write_json(info, task.path + ".info.json")
         logger.info(
@@ -182,7 +183,7 @@ class WriteShardFn(beam.DoFn):
         yield task.split, len(keys)
 
     def _write_attempt(self, task: ShardTask, attempt: str, keys: list[str], skips: list[dict[str, str]],
-                       sizes: list[int]) -> tuple[str, int, progress.ProgressRecorder]:
+                       sizes: list[int], per_source: list[list] | None = None) -> tuple[str, int, progress.ProgressRecorder]:
         """Writes the shard to `attempt`, then puts it in place whole (a rename, or an upload to a bucket).
 
         Returns:
@@ -194,7 +195,8 @@ class WriteShardFn(beam.DoFn):
         # an error of the example function (named after its source by `_records`) passes through as it is.
         source_failed: list[bool] = []
         try:
-            write_records(self._file_format, attempt, self._records(task, keys, skips, sizes, recorder, source_failed))
+            write_records(self._file_format, attempt,
+                          self._records(task, keys, skips, sizes, recorder, source_failed, per_source))
         except BaseException as e:
             with contextlib.suppress(Exception):
                 if tf.io.gfile.exists(attempt):
@@ -212,13 +214,16 @@ class WriteShardFn(beam.DoFn):
         return digest, file_bytes, recorder
 
     def _records(self, task: ShardTask, keys: list[str], skips: list[dict[str, str]], sizes: list[int],
-                 recorder: progress.ProgressRecorder, source_failed: list[bool]) -> Iterator[tuple[str, bytes]]:
-        """The shard's `(key, serialized example)` records, one at a time; keys, skips and sizes noted on the way.
+                 recorder: progress.ProgressRecorder, source_failed: list[bool],
+                 per_source: list[list] | None = None) -> Iterator[tuple[str, bytes]]:
+        """The shard's `(key, serialized example)` records, one at a time; keys, skips and sizes noted on the way
+        (and per source, in `per_source`, its id, example count and record bytes).
 
         An error making an example (not writing it) appends to `source_failed` before it propagates.
         """
         example_fn = self._example_fns[task.split]
         for source in task.sources:
+            first, bytes_before = len(keys), sum(sizes)
             try:
                 for item in run_example_fn(example_fn, source, task.split):
                     if isinstance(item, Skip):
@@ -247,4 +252,6 @@ class WriteShardFn(beam.DoFn):
             except Exception as e:  # not an input error: fails the build
                 source_failed.append(True)
                 raise naming_source(e, source, task.split) from e
+            if per_source is not None:
+                per_source.append([str(source[0]), len(keys) - first, sum(sizes) - bytes_before])
             recorder.source_done(len(keys), sum(1 for s in skips if not s.get("example")))

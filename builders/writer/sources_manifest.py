@@ -5,7 +5,8 @@ record and of its input files (size and mtime, or their bytes' SHA-256 with `--h
 the same config over the same manual_dir plans its sources again (listing files, reading the labels CSV: nothing
 is decoded) and compares (`compare`): the same digests mean the dataset is up to date; any difference is counted
 as sources added, changed and removed. A record's `origin` field (where it was named, such as `labels.csv:12`) is
-left out of its digest: reordering a CSV's rows changes no example.
+left out of its digest: reordering a CSV's rows changes no example. Format 2 also says what a grow needs
+(`add_shards`, `build_digest`); format 1 is compared, never grown from (`grow_blocker`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from vidvol.builders.writer import resume as resume_lib
 from vidvol.core import redact
 
 MANIFEST_NAME = "sources.json"
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 _MESSAGE_FIELDS = ("origin",)  # record fields that only say where a source was named: no part of its example
 _SHOWN = 5  # source ids an error names per kind of change
 
@@ -106,10 +108,49 @@ def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
     return out
 
 
-def document(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *, content: bool = False) -> dict[str, Any]:
-    """The manifest a build writes: its format, how inputs were compared, and every source's digest."""
-    return {"format": FORMAT, "inputs": "content" if content else "size+mtime",
+def document(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *, content: bool = False,
+             build: str = "") -> dict[str, Any]:
+    """The manifest a build writes: its format, how inputs were compared, and every source's digest.
+
+    Args:
+      sources: each split's sources, `(id, record)` pairs.
+      manual_dir: the manual_dir the build was given.
+      content: digest the input files' bytes (SHA-256) rather than their sizes and mtimes.
+      build: the digest of what decides the examples' bytes besides the inputs (`build_digest`).
+
+    Returns:
+      The manifest, without its shards (`add_shards` adds them once they are written).
+    """
+    return {"format": FORMAT, "inputs": "content" if content else "size+mtime", "build": build, "generation": 0,
             "splits": digests(sources, manual_dir, content=content)}
+
+
+def build_digest(fingerprint: Mapping[str, Any]) -> str:
+    """A 24-hex-digit digest of a build's fingerprint document (`resume.fingerprint`, planned with no shard)."""
+    text = json.dumps(fingerprint, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def add_shards(doc: dict[str, Any], shards: Mapping[str, Sequence[tuple[str, list | None]]], generation: int = 0) -> None:
+    """Records each split's shard files and their sources in record order (`[id, examples, bytes]`), in place.
+
+    A shard whose sources are not known (None) leaves its split without `shards`: that dataset cannot grow.
+    """
+    doc["generation"] = int(generation)
+    doc["shards"] = {split: ([{"file": os.path.basename(f), "sources": src} for f, src in files]
+                             if all(src is not None for _, src in files) else None)
+                     for split, files in shards.items()}
+
+
+def grow_blocker(doc: Mapping[str, Any]) -> str:
+    """Why a dataset with manifest `doc` cannot grow ("" when it can)."""
+    if doc.get("format") != FORMAT:
+        return (f"its {MANIFEST_NAME} is format {doc.get('format')} (an earlier vidvol's build), which does not say "
+                "which shard holds each source")
+    missing = sorted(split for split, files in (doc.get("shards") or {}).items() if files is None)
+    if "shards" not in doc or missing:
+        return f"its {MANIFEST_NAME} does not say which shard holds each source of {', '.join(missing) or 'its splits'}"
+    return ""
 
 
 def write(doc: Mapping[str, Any], version_dir: str) -> str:
@@ -128,7 +169,7 @@ def read(version_dir: str) -> dict[str, Any] | None:
         doc = json.loads(outputs.read_bytes(path))
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("splits"), dict) else None
+    return doc if isinstance(doc, dict) and doc.get("format") in READABLE_FORMATS and isinstance(doc.get("splits"), dict) else None
 
 
 @dataclasses.dataclass
@@ -166,6 +207,13 @@ class Changes:
             if parts:
                 lines.append(f"  {split}: " + "; ".join(parts))
         return lines
+
+
+def kept_ids(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Per split, the ids of the sources kept: the same digest in the same split in both manifests."""
+    before = old.get("splits", {})
+    return {split: {k for k, d in per.items() if before.get(split, {}).get(k) == d}
+            for split, per in new.get("splits", {}).items()}
 
 
 def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> Changes:

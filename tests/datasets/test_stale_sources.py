@@ -1,4 +1,5 @@
-"""Never silently stale: a rebuild over a manual_dir that gained, changed or lost sources says so and stops.
+"""Never silently stale: with growing off (`VIDVOL_GROW=0`), a rebuild over a manual_dir that gained, changed or
+lost sources says so and stops (tests/datasets/test_grow.py grows instead, the default).
 
 Each dataset is built once (in process, real Beam, real files); the same build again reuses it; after the
 manual_dir changes, the build stops with a StaleDatasetError counting the sources added, changed and removed, and
@@ -22,6 +23,12 @@ from vidvol.datasets.hmdb51 import hmdb51_dataset_builder as hmdb
 from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
 from vidvol.datasets.video_folder import video_folder_dataset_builder as vfb
 from vidvol.testing import samples
+
+
+@pytest.fixture(autouse=True)
+def _growing_off(monkeypatch):
+    """Growing off, here and in the CLIs these tests start: the build stops as it did before growing existed."""
+    monkeypatch.setenv("VIDVOL_GROW", "0")
 
 
 def _stale(build, cls, manual, out, config=None) -> str:
