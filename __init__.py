@@ -26,6 +26,7 @@ from vidvol.readers import check_resumable  # noqa: E402  (stopping and resuming
 from vidvol.readers import Clips, Normalize, Output, ReadSpec  # noqa: E402
 from vidvol.readers import VideoAugment  # noqa: E402  (ReadSpec(augment=...): crops and flips of the uint8 frames)
 from vidvol.readers import VolumeAugment  # noqa: E402  (ReadSpec(augment=...): MONAI's Rand* on volumes)
+from vidvol.readers import ShardOrder  # noqa: E402  (ReadSpec(order=...): shard by shard, mixed in blocks)
 from vidvol.readers import dequantize_params  # noqa: E402  (output_dtype: scale/offset for the device)
 
 # Random access (ArrayRecord shards, `--file_format array_record`): by index, NumPy only, for JAX/Grain and PyTorch.
@@ -37,7 +38,7 @@ __all__ = [
     # tf.data reads
     "load", "load_labels", "distribute", "dequantize_params", "check_resumable", "Tuning",
     # what every reader reads and hands out
-    "ReadSpec", "Clips", "Normalize", "Output", "VideoAugment", "VolumeAugment",
+    "ReadSpec", "Clips", "Normalize", "Output", "VideoAugment", "VolumeAugment", "ShardOrder",
     # random access
     "data_source", "grain_dataset", "torch_dataset",
     # a prepared dataset at a glance: one self-contained HTML page

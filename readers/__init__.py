@@ -24,6 +24,7 @@ from vidvol.readers.spec import Clips
 from vidvol.readers.spec import Normalize
 from vidvol.readers.spec import Output
 from vidvol.readers.spec import ReadSpec
+from vidvol.readers.shard_order import ShardOrder
 from vidvol.readers.spec import Tuning
 from vidvol.readers.tfdata.load import dequantize_params
 from vidvol.readers.tfdata.load import distribute
@@ -37,7 +38,7 @@ from vidvol.readers.tfdata.sizing import default_memory_budget
 __all__ = [
     "ClipWindow", "Clips", "DataSource", "DatasetNotPreparedError", "Dequantization", "EpochSampler",
     "MAX_CYCLE_LENGTH", "Normalize", "NotResumableError", "OUTPUT_DTYPES", "Output", "RandomAccessError", "ReadSpec",
-    "ShardingError", "Tuning", "VideoAugment", "VolumeAugment", "check_resumable", "data_source",
+    "ShardOrder", "ShardingError", "Tuning", "VideoAugment", "VolumeAugment", "check_resumable", "data_source",
     "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute", "example_bytes",
     "get_builder", "grain_dataset", "load", "load_labels", "supervised_keys", "torch_dataset",
 ]
