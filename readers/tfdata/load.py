@@ -46,7 +46,7 @@ def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
             "tfds.data_source), or build it with the default file_format (tfrecord) for vidvol.load / tfds.load"
         )
 def _stream_window(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.SplitRecords,
-                   tuning: Tuning | None) -> shard_window.ShardWindow | None:
+                   tuning: Tuning | None, repeat: bool) -> shard_window.ShardWindow | None:
     """The memory window of whole bucket shards under `ShardOrder` (None: local shards, a cache, or the per-record
     order); a `Tuning.stream_window` that cannot hold a block is refused here, wherever the shards lie."""
     window = tuning.stream_window if tuning else None
@@ -68,7 +68,7 @@ def _stream_window(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: re
                                                                             if plan.training else 1),
                                       where, plan.spec.order.block if plan.training else 1)
         return None
-    return shard_window.window_for(source.files, blocks, plan.training, window, where)
+    return shard_window.window_for(source.files, blocks, plan.training, window, where, repeat)
 
 
 @keywords.checked(*keywords.LOAD, tuning=True)
@@ -164,7 +164,7 @@ def load(
         plan = dataclasses.replace(plan, read_parallelism=sizing.bucket_read_parallelism(
             plan.float_batch_bytes, plan.memory_budget, int(stored * batch_size)),
             threadpool_size=sizing.bucket_threadpool_size())
-    window = _stream_window(builder, plan, source, tuning)
+    window = _stream_window(builder, plan, source, tuning, repeat)
     if seed is None:  # over input pipelines every host must compute the same order: a shared seed
         seed = order.SHARED_SEED if plan.layout.pipelines > 1 else order.fresh_seed()
     draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,

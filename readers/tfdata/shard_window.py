@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from vidvol.core import store
+from vidvol.core import redact, store
 from vidvol.core.tfrecord import FOOTER, HEADER, FileIndex
 from vidvol.readers import shard_order
 
@@ -52,11 +52,13 @@ class ShardWindow:
       block: shards per block (the reader never drops its own block's shards for a fetch ahead).
       limit: bytes of the window (>= the `block` largest shards: `least_window`).
       fetch: url, size -> the object's bytes (default `store.read_object`).
+      wrap: fetch ahead into the next epoch's shards (a repeated read); False stops at the epoch's end.
     """
 
     def __init__(self, files: Sequence[FileIndex], sequence: Callable[[int, int], np.ndarray], block: int, limit: int,
-                 fetch: Callable[[str, int], bytes] | None = None):
+                 fetch: Callable[[str, int], bytes] | None = None, wrap: bool = True):
         self.files, self.sequence, self.block, self.limit = list(files), sequence, int(block), int(limit)
+        self.wrap = wrap
         self.sizes = [file_bytes(f) for f in self.files]
         self._fetch = fetch or store.read_object
         self._held: dict[int, concurrent.futures.Future] = {}  # shard -> its bytes (done or on the way)
@@ -75,6 +77,7 @@ class ShardWindow:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(FETCHES, thread_name_prefix="vidvol-shard-window")
         self.fetched += 1
+        logger.debug("shard window: fetching %s whole (%d bytes)", redact.url(self.files[f].path), self.sizes[f])
         future = self._pool.submit(self._fetch, self.files[f].path, self.sizes[f])
         self._held[f], self._rank[f] = future, rank
         return future
@@ -116,6 +119,8 @@ class ShardWindow:
         for step in range(1, n + 1):
             at, e = last + step, epoch
             if at >= n:
+                if not self.wrap:
+                    return
                 at, e = at - n, epoch + 1
                 if sequence is order:
                     sequence = self.sequence(e, int(key))
@@ -128,7 +133,7 @@ class ShardWindow:
 
 
 def window_for(files: Sequence[FileIndex], blocks: shard_order.ShardBlocks | None, training: bool, window: int | None,
-               where: str) -> ShardWindow:
+               where: str, repeat: bool = True) -> ShardWindow:
     """The window of a streamed read: the epoch's shard sequence in training, storage order at evaluation.
 
     Raises:
@@ -142,4 +147,4 @@ def window_for(files: Sequence[FileIndex], blocks: shard_order.ShardBlocks | Non
     storage = np.arange(len(files))
     sequence = blocks.shard_sequence if blocks is not None and training else (lambda epoch, key: storage)
     logger.info("%s: whole shards from the bucket, %d bytes window (blocks of %d shards)", where, limit, block)
-    return ShardWindow(files, sequence, block, limit)
+    return ShardWindow(files, sequence, block, limit, wrap=repeat)
