@@ -82,7 +82,8 @@ window = 0
 if block:  # the window a bucket read holds (Tuning.stream_window None: two blocks)
     from vidvol.readers import records
     from vidvol.readers.tfdata import shard_window
-    files = records.open_split(vidvol.get_builder(name, data_dir), "train").files
+    from vidvol.readers.dataset import get_builder
+    files = records.open_split(get_builder(name, data_dir), "train").files
     window = shard_window.default_window(files, block)
 print(json.dumps({"examples": examples, "first_s": first, "second_s": examples / rate, "rates": rates,
                   "peak_rss_mib": measure.peak_rss_mib(), "window_mib": window / 2**20}))

@@ -10,7 +10,7 @@ as good as uniform):
 - shards per batch: distinct shard files a batch draws from (its mean, not a ratio).
 On two layouts: the hmdb51 build of the bucket section (its labels and shard files), and hmdb51 split1 at full size
 (3,570 training clips, 51 classes of 70, in 32 shard files, each clip in a shard drawn at random, as TFDS's writer
-spreads examples by a hash of their key). `run(...)` scores it; `markdown(...)` is its table in RESULTS.md.
+spreads examples by a hash of their key), batches of 32. `run(...)` scores it; `markdown(...)` is its table in RESULTS.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 BLOCKS = (1, 2, 4, 8, 16)
 EPOCHS = 8
+FULL_SIZE_BATCH = 32
 
 
 def score(labels, sizes, batch: int, block: int | None, seed: int = 0) -> dict[str, float]:
@@ -39,6 +40,8 @@ def score(labels, sizes, batch: int, block: int | None, seed: int = 0) -> dict[s
     blocks = None if block is None else ShardOrder(block).over(sizes, "shuffle quality")
     layout = order.Layout(n, 1, 0, True, blocks)
     key = int(order.iteration_key(seed, 0))
+    if n < batch:
+        raise ValueError(f"{n} examples: no batch of {batch}")
     same, shards, repeated, previous = [], [], [], None
     upper = np.triu_indices(batch, 1)
     for epoch in range(EPOCHS):
@@ -51,7 +54,7 @@ def score(labels, sizes, batch: int, block: int | None, seed: int = 0) -> dict[s
             s = np.sort(b)
             pairs.update(zip(s[upper[0]].tolist(), s[upper[1]].tolist()))
         if previous is not None:
-            repeated.append(len(pairs & previous) / len(pairs))
+            repeated.append(len(pairs & previous) / max(1, len(pairs)))
         previous = pairs
     return {"same_class": float(np.mean(same)), "repeated_pairs": float(np.mean(repeated)),
             "shards_per_batch": float(np.mean(shards))}
@@ -65,7 +68,9 @@ def layouts(data_dir: str | None, name: str | None):
     if data_dir:
         import vidvol
 
-        builder = vidvol.get_builder(name, data_dir)
+        from vidvol.readers.dataset import get_builder
+
+        builder = get_builder(name, data_dir)
         labels = vidvol.load_labels(builder, "train")
         sizes = [int(s) for s in builder.info.splits["train"].shard_lengths]
         out.append((f"{builder.info.full_name} (this run's build)", labels, sizes))
@@ -78,18 +83,21 @@ def layouts(data_dir: str | None, name: str | None):
     return out
 
 
-def run(data_dir: str | None, name: str | None, batch: int) -> dict[str, Any]:
-    """Scores of the uniform order and of `ShardOrder(block)` for each of `BLOCKS` (at most the shards), per layout."""
+def run(data_dir: str | None, name: str | None, batch_size: int) -> dict[str, Any]:
+    """Scores of the uniform order and of `ShardOrder(block)` for each of `BLOCKS` (at most the shards), per layout
+    (the build's at `batch_size`, the full-size one at `FULL_SIZE_BATCH`)."""
     results = []
     for label, labels, sizes in layouts(data_dir, name):
+        batch = FULL_SIZE_BATCH if label.startswith("hmdb51 split1 at full size") else batch_size
         uniform = score(labels, sizes, batch, None)
         rows = [{"block": None, **uniform}]
         for block in BLOCKS:
             if block <= len(sizes):
                 rows.append({"block": block, **score(labels, sizes, batch, block)})
+        ratio = lambda a, b: a / b if b > 0 else None  # None: the uniform order never had one (tiny quick splits)
         for row in rows:
-            row["same_class_ratio"] = row["same_class"] / uniform["same_class"]
-            row["repeated_pairs_ratio"] = row["repeated_pairs"] / max(uniform["repeated_pairs"], 1e-12)
+            row["same_class_ratio"] = ratio(row["same_class"], uniform["same_class"])
+            row["repeated_pairs_ratio"] = ratio(row["repeated_pairs"], uniform["repeated_pairs"])
         results.append({"layout": label, "examples": len(labels), "shards": len(sizes), "batch": batch, "rows": rows})
     return {"epochs": EPOCHS, "layouts": results}
 
@@ -110,8 +118,9 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     out = [f"Shuffle quality of the streaming order (`shuffle_quality.py`, {doc['epochs']} epochs; ratios to the "
            "uniform shuffle, 1.00 = as uniform):", ""]
     for layout in doc["layouts"]:
+        shown = lambda v, digits: "n/a" if v is None else f"{v:.{digits}f}"
         rows = [[("uniform (default order)" if r["block"] is None else f"ShardOrder(block={r['block']})"),
-                 f"{r['same_class_ratio']:.2f}", f"{r['repeated_pairs_ratio']:.1f}", f"{r['shards_per_batch']:.1f}"]
+                 shown(r["same_class_ratio"], 2), shown(r["repeated_pairs_ratio"], 1), f"{r['shards_per_batch']:.1f}"]
                 for r in layout["rows"]]
         out += [f"{layout['layout']}: {layout['examples']} examples, {layout['shards']} shards, batch "
                 f"{layout['batch']}", ""]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import numbers
+import threading
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from vidvol.readers import rng
 DEFAULT_BLOCK = 4
 # `rng.seed_np` index of the epoch's shard permutation (blocks use their own number, from 0).
 _SHARDS = -2
+_PLANS_LOCK = threading.Lock()  # the per-rule cache of epoch plans, shared by tf.data's threads
 
 
 class OrderError(ValueError):
@@ -109,12 +111,15 @@ class ShardBlocks:
 
     def epoch(self, key: int, epoch: int) -> _Epoch:
         """The plan of epoch `epoch` under the iteration key `key` (the last few kept: a pure function of both)."""
-        plans = self.__dict__.setdefault("_plans", {})
-        found = plans.get((key, epoch))
+        with _PLANS_LOCK:
+            plans = self.__dict__.setdefault("_plans", {})
+            found = plans.get((key, epoch))
         if found is None:
-            found = plans[(key, epoch)] = self._plan(key, epoch)
-            while len(plans) > 8:
-                plans.pop(next(iter(plans)), None)
+            found = self._plan(key, epoch)
+            with _PLANS_LOCK:
+                plans[(key, epoch)] = found
+                while len(plans) > 8:
+                    plans.pop(next(iter(plans)))
         return found
 
     def _plan(self, key: int, epoch: int) -> _Epoch:
