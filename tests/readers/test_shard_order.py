@@ -203,3 +203,36 @@ def test_grain_and_the_sampler_read_load_s_order_and_refuse_the_other_order_s_st
     other = iter(vidvol.grain_dataset(name, "train", 2, data_dir=ar, seed=3))
     with pytest.raises(ValueError, match="shard-streaming order"):
         other.set_state(state)
+
+
+_RESTORE = r"""
+import json, sys
+import tensorflow as tf
+import vidvol
+from vidvol import Output, ReadSpec, ShardOrder
+ds = vidvol.load("hmdb51/split1_20x64x64", "train", 2, data_dir=sys.argv[1], repeat=True,
+                 spec=ReadSpec(output=Output(features=["video_id"]), order=ShardOrder(block=2)))
+it = iter(ds)
+tf.train.Checkpoint(iterator=it).read(sys.argv[2]).assert_consumed()
+print(json.dumps([i.decode() for _ in range(8) for i in next(it)["video_id"].numpy()]))
+"""
+
+
+def test_a_fresh_process_continues_the_saved_order_exactly(uneven, tmp_path):
+    """Saved here after 3 batches (seed 5); a new process without a seed restores it: the next 8 batches (across the
+    epoch boundary) are those this process reads on."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    builder, _ = uneven
+    it = iter(vidvol.load(builder, "train", 2, seed=5, repeat=True, spec=IDS))
+    _take_ids(it, 3)
+    path = _save(it, str(tmp_path / "ckpt"))
+    straight = _take_ids(it, 8)
+    data_dir = os.fspath(builder.data_path.parents[2])  # DATA_DIR/hmdb51/CONFIG/VERSION
+    proc = subprocess.run([sys.executable, "-c", _RESTORE, data_dir, path], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == straight
