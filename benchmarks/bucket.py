@@ -253,7 +253,8 @@ class BucketReads(section.Section):
         with SeaweedS3(buckets=(BUCKET,)) as server:
             builds = [one_dataset("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings, server),
                       one_dataset("mri", f"mri_volumes/{settings.mri_config}", mri_manual, work, settings, server)]
-        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "datasets": builds}
+        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "datasets": builds,
+                "load_average": round(os.getloadavg()[1], 2)}  # the machine's load over the last 5 minutes
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows = []
@@ -291,7 +292,10 @@ class BucketReads(section.Section):
 
         out = ["## Datasets in a bucket", "",
                f"`benchmarks/bucket.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} "
-               "cores), SeaweedFS on loopback.", ""]
+               "cores), SeaweedFS on loopback"
+               + (f"; load average {doc['load_average']:.1f} at the end (a shared machine: rates understated and "
+                  "noisy, the ratios of reads timed side by side steadier)" if doc.get("load_average", 0) > 1.5
+                  else "") + ".", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
         rows = []
         for d in doc["datasets"]:

@@ -378,5 +378,9 @@ def test_the_shard_streaming_order_reads_each_shard_whole_with_the_local_batches
     digest = lambda batches: [b[0].tobytes() for b in batches]
     assert digest(_batches(remote, seed=3, spec=spec)) != digest(_batches(remote, seed=3))  # not the per-example order
     assert _shards_in(tmp_path / "cache") == []
+    shard = sorted(p for p in (root / "local" / VERSION).iterdir() if "-train.tfrecord-" in p.name)[0]
+    whole = shard.read_bytes()
+    for part in (len(whole), 1000):  # one GET, or ranges of 1000 bytes at once into one buffer
+        assert bytes(store.read_object(f"{remote}/{VERSION}/{shard.name}", len(whole), part)) == whole
     with pytest.raises(ValueError, match=f"the smallest window that works is {least} bytes"):
         vidvol.load(NAME, "train", 2, data_dir=remote, spec=spec, tuning=vidvol.Tuning(stream_window=least - 1))
