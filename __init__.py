@@ -48,6 +48,7 @@ _LAZY = {
     "Output": "vidvol.readers.spec",
     "VideoAugment": "vidvol.readers.augment_video",  # ReadSpec(augment=...): crops and flips of the uint8 frames
     "VolumeAugment": "vidvol.readers.augment_volume",  # ReadSpec(augment=...): MONAI's Rand* on volumes
+    "ShardOrder": "vidvol.readers.shard_order",  # ReadSpec(order=...): shard by shard, mixed in blocks
     # Random access (ArrayRecord shards, `--file_format array_record`): by index, for JAX/Grain and PyTorch.
     "data_source": "vidvol.readers.random_access.data_source",
     "grain_dataset": "vidvol.readers.random_access.grain",
@@ -60,6 +61,7 @@ if _typing.TYPE_CHECKING:  # what the names are, for type checkers and readers o
     from vidvol.readers import Clips, Normalize, Output, ReadSpec
     from vidvol.readers import VideoAugment
     from vidvol.readers import VolumeAugment
+    from vidvol.readers import ShardOrder
     from vidvol.readers import dequantize_params
     from vidvol.readers import data_source, grain_dataset, torch_dataset
 
@@ -69,7 +71,7 @@ __all__ = [
     # tf.data reads
     "load", "load_labels", "distribute", "dequantize_params", "check_resumable", "Tuning",
     # what every reader reads and hands out
-    "ReadSpec", "Clips", "Normalize", "Output", "VideoAugment", "VolumeAugment",
+    "ReadSpec", "Clips", "Normalize", "Output", "VideoAugment", "VolumeAugment", "ShardOrder",
     # random access
     "data_source", "grain_dataset", "torch_dataset",
     # a prepared dataset at a glance: one self-contained HTML page

@@ -302,6 +302,25 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
 # (URL or fsspec-config credentials, endpoint, region, anon), else from the AWS_* variables; credentials that
 # only botocore's chain finds (profiles, SSO, instance roles), or AWS with no region named, leave the reads to s3fs. Its own retries are off:
 # `_call` retries, as for every store operation. VIDVOL_RANGED_GETS=fsspec sends every ranged read through s3fs.
+STREAM_PART_BYTES = 16 << 20  # a whole object is fetched in ranges of this size, concurrently
+
+
+def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> bytes | bytearray:
+    """The whole object of `size` bytes as one sequential GET, or ranges of `part_bytes` fetched concurrently.
+
+    What a streamed read of a whole shard takes (`readers.tfdata.shard_window`): large ranges keep the
+    request count per byte low; a few at once fill the link. The parts land in one buffer.
+    """
+    size, part = int(size), max(1, int(part_bytes))
+    if size <= part:
+        return read_many([(url, 0, size)])[0]
+    spans = [(url, a, min(size, a + part)) for a in range(0, size, part)]
+    out = bytearray(size)
+    for (_, a, b), data in zip(spans, read_many(spans, copy=False)):
+        out[a:b] = memoryview(data)
+    return out
+
+
 RANGED_GETS_ENV = "VIDVOL_RANGED_GETS"
 _RANGED: dict[tuple, Any] = {}
 _OBSTORE_STATUS_RE = re.compile(r"\bstatus(?: code)?:? (\d{3})\b", re.IGNORECASE)

@@ -29,6 +29,7 @@ _LAZY = {
     "Normalize": "vidvol.readers.spec",
     "Output": "vidvol.readers.spec",
     "ReadSpec": "vidvol.readers.spec",
+    "ShardOrder": "vidvol.readers.shard_order",
     "Tuning": "vidvol.readers.spec",
     "dequantize_params": "vidvol.readers.tfdata.load",
     "distribute": "vidvol.readers.tfdata.load",
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers (bound at run time by
     from vidvol.readers.spec import Normalize
     from vidvol.readers.spec import Output
     from vidvol.readers.spec import ReadSpec
+    from vidvol.readers.shard_order import ShardOrder
     from vidvol.readers.spec import Tuning
     from vidvol.readers.tfdata.load import dequantize_params
     from vidvol.readers.tfdata.load import distribute
@@ -75,7 +77,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers (bound at run time by
 __all__ = [
     "ClipWindow", "Clips", "DataSource", "DatasetNotPreparedError", "Dequantization", "EpochSampler",
     "MAX_CYCLE_LENGTH", "Normalize", "NotResumableError", "OUTPUT_DTYPES", "Output", "RandomAccessError", "ReadSpec",
-    "ShardingError", "Tuning", "VideoAugment", "VolumeAugment", "check_resumable", "data_source",
+    "ShardOrder", "ShardingError", "Tuning", "VideoAugment", "VolumeAugment", "check_resumable", "data_source",
     "default_cycle_length", "default_memory_budget", "dequantize_params", "distribute", "example_bytes",
     "get_builder", "grain_dataset", "load", "load_labels", "supervised_keys", "torch_dataset",
 ]

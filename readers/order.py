@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from vidvol.readers import permutation
 from vidvol.readers import rng
+from vidvol.readers import shard_order
 
 # Op seed of the per-iterator value of one unsharded pipeline (`index_batches`): a new pass per iterator.
 ITERATION_SEED = 0x76696476
@@ -34,6 +35,9 @@ class Layout:
     Epoch `e` is one global order of the split: position `t` holds example `permute(t)` in training
     (`readers.permutation`'s keyed bijection under `rng.example_seed(key, e, 0, rng.ORDER)`: a fresh
     uniform shuffle of the whole split every epoch), example `t` at evaluation (storage order).
+    With `blocks` (`ReadSpec(order=ShardOrder(...))`), training epoch `e` is instead the
+    shard-streaming order of `shard_order.ShardBlocks` under the same key: positions, frontier and
+    shares are as below, only the example at each position differs.
     Pipeline `p` reads the positions `t = g + k * pipelines + p` (k = 0, 1, ...) from the epoch's
     *frontier* `g` (0 at the start of an epoch): the pipelines read the order round-robin, so after
     every pipeline read k examples the frontier is `g + k * pipelines` whatever the layout, and a
@@ -50,8 +54,11 @@ class Layout:
     pipelines: int = 1
     pipeline: int = 0
     training: bool = True
+    blocks: shard_order.ShardBlocks | None = None  # training's shard-streaming order; None: the whole-split one
 
     def __post_init__(self):
+        if self.blocks is not None and self.blocks.examples != self.examples:
+            raise ValueError(f"a shard-streaming order over {self.blocks.examples} examples for a split of {self.examples}")
         if self.examples < 1:
             raise ValueError(f"a split of {self.examples} examples has nothing to read")
         if not 0 <= self.pipeline < self.pipelines:
@@ -97,9 +104,15 @@ class Layout:
         """Evaluation: pads at the end of this pipeline's epoch (0 or 1)."""
         return 0 if self.training else self.per_epoch - self.count
 
+    @property
+    def streams(self) -> bool:
+        """Whether epochs follow the shard-streaming order (training with `blocks`; evaluation is storage order)."""
+        return self.training and self.blocks is not None
+
     def describe(self) -> str:
-        """", training" or ", evaluation": the part of a checkpoint's data check the layout adds (not its pipelines)."""
-        return f", {'training' if self.training else 'evaluation'}"
+        """", training" or ", evaluation" (and the shard-streaming order, when it is one): the part of a
+        checkpoint's data check the layout adds (not its pipelines)."""
+        return f", {'training' if self.training else 'evaluation'}" + (self.blocks.describe() if self.streams else "")
 
     # The rule, in NumPy (the reference; random-access readers, tests) and in TensorFlow (`index_batches`).
 
@@ -109,6 +122,8 @@ class Layout:
         n = self.examples
         if not self.training:
             return np.minimum(t, n - 1), t < n
+        if self.streams:
+            return self.blocks.index_np(t, epoch, key), np.ones(t.shape, bool)
         return permutation.permute_np(t, n, rng.seed_np(key, epoch, 0, rng.ORDER)), np.ones(t.shape, bool)
 
     def locate_tf(self, k: tf.Tensor, epoch: tf.Tensor, frontier: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -144,6 +159,11 @@ class Layout:
         key = tf.broadcast_to(key, tf.shape(t))
         if not self.training:
             index, valid = tf.minimum(t, n - 1), t < n
+        elif self.streams:  # NumPy's rule, run as one stateless call per batch (the same integers everywhere)
+            index = tf.numpy_function(self.blocks.index_np, [t, epoch, key], tf.int64, stateful=False,
+                                      name="vidvol_shard_order")
+            index = tf.ensure_shape(index, t.shape)
+            valid = tf.ones_like(t, tf.bool)
         else:
             index = permutation.permute(t, n, rng.example_seed(key, epoch, 0, rng.ORDER))
             valid = tf.ones_like(t, tf.bool)
@@ -183,8 +203,9 @@ _RESTORE_HELP = (" Restore the model and optimizer without the iterator (a tf.tr
 def _refusal(saved: tf.Tensor, current: str) -> tf.Tensor:
     return tf.strings.join([
         "vidvol.load: this iterator checkpoint was saved reading ", saved, "; this pipeline reads ", current,
-        ". The data changed since it was written, so its position would point at other examples.", _RESTORE_HELP,
-        "the build the checkpoint was saved with (docs/reading.md, section Stopping and resuming)."])
+        ". The data (or its order: ReadSpec.order) changed since it was written, so its position would point at "
+        "other examples.", _RESTORE_HELP,
+        "the build and ReadSpec.order the checkpoint was saved with (docs/reading.md, section Stopping and resuming)."])
 
 
 def _batch_refusal(saved_batch: tf.Tensor, saved_pipelines: tf.Tensor, batch: int, pipelines: int) -> tf.Tensor:

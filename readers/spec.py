@@ -21,6 +21,7 @@ from vidvol.readers import clip_sampling
 from vidvol.readers.augment_video import VideoAugment
 from vidvol.readers import output
 from vidvol.readers.augment_volume import VolumeAugment
+from vidvol.readers.shard_order import ShardOrder
 
 
 def _positive_int(owner: str, name: str, value: Any, *, optional: bool = False) -> None:
@@ -209,6 +210,11 @@ class ReadSpec:
       augment: None (default: nothing augmented); `vidvol.VideoAugment(...)`: crops and flips of the
         uint8 frames, before `normalize`; `vidvol.VolumeAugment(...)`: patches, flips, rotations and
         intensity of volumes.
+      order: the training order. None (default): every epoch a uniform permutation of the whole
+        split. `vidvol.ShardOrder(block=...)`: every epoch reads the shards in a seeded order, in
+        blocks of `block` shards whose examples are mixed (`readers.shard_order`): from a bucket each
+        shard is one sequential download. Either order is the same on local disk and in a bucket;
+        evaluation reads storage order under both.
 
     Raises:
       ValueError: a part of the wrong type, or parts that contradict each other: an integer
@@ -221,8 +227,12 @@ class ReadSpec:
     normalize: Normalize = Normalize()
     output: Output = Output()
     augment: VideoAugment | VolumeAugment | None = None
+    order: ShardOrder | None = None
 
     def __post_init__(self):
+        if self.order is not None and not isinstance(self.order, ShardOrder):
+            raise ValueError(f"ReadSpec.order must be None (a uniform permutation of the split each epoch) or a "
+                             f"vidvol.ShardOrder(block=...), got {self.order!r}")
         for name, cls in _PARTS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
@@ -248,12 +258,14 @@ class ReadSpec:
                     "pass mean= and std= to vidvol.dequantize_params(...) instead, whose scale and offset include them")
 
     def changed(self) -> tuple[str, ...]:
-        """The fields set away from their defaults, as "part.field" ("clips.length", "output.dtype"; "augment" when set)."""
+        """The fields set away from their defaults, as "part.field" ("clips.length", "output.dtype"; "augment" and
+        "order" when set)."""
         out = []
         for name, cls in _PARTS.items():
             part, default = getattr(self, name), cls()
             out += [f"{name}.{f.name}" for f in dataclasses.fields(cls) if getattr(part, f.name) != getattr(default, f.name)]
-        return tuple(out) + (("augment",) if self.augment is not None else ())
+        return (tuple(out) + (("augment",) if self.augment is not None else ())
+                + (("order",) if self.order is not None else ()))
 
     def check_supported(self, reader: str, supported: Collection[str], why: str) -> None:
         """ValueError naming the fields `reader` cannot honour (those changed and not in `supported`)."""
@@ -287,9 +299,14 @@ class Tuning:
       cache_limit: for a dataset in a bucket, bytes of local disk for whole shards (int, or text such as
         "20GB"): each shard is downloaded on first use, checked, and the least recently used evicted past
         the limit (`readers.bucket`). None: `VIDVOL_CACHE_LIMIT`, else no cache (records by ranged GET).
+      stream_window: under `ReadSpec(order=ShardOrder(...))` from a bucket without a cache, bytes of memory
+        for whole shards (int, or text such as "2GiB"): the block being read and the next shards, fetched
+        ahead (`readers.tfdata.shard_window`). At least the `block` largest shards (a smaller one is refused,
+        naming that size); None: twice that.
 
     Raises:
-      ValueError: `cycle_length` or `memory_budget_bytes` not None or an integer >= 1, or a flag not a bool.
+      ValueError: `cycle_length` or `memory_budget_bytes` not None or an integer >= 1, a flag not a bool, or a
+        `stream_window` of no bytes.
     """
 
     cycle_length: int | None = None
@@ -298,8 +315,15 @@ class Tuning:
     parse_per_batch: bool = True
     direct_reads: bool = True
     cache_limit: int | str | None = None
+    stream_window: int | str | None = None
 
     def __post_init__(self):
+        if self.stream_window is not None:
+            window = bucket.parse_limit(self.stream_window, "Tuning.stream_window")
+            if window is None:
+                raise ValueError(f"Tuning.stream_window must be None or a number of bytes >= 1, got "
+                                 f"{self.stream_window!r}")
+            object.__setattr__(self, "stream_window", window)
         _positive_int("Tuning", "cycle_length", self.cycle_length, optional=True)
         _positive_int("Tuning", "memory_budget_bytes", self.memory_budget_bytes, optional=True)
         if self.cache_limit is not None:

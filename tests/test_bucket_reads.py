@@ -348,3 +348,39 @@ def test_the_report_page_of_a_bucket_dataset_is_the_local_ones(world, env, tmp_p
     assert counts(page) == counts(local) and int(counts(page)[0]) > 0
     assert 'Verdict: <span class="ok">OK</span>' in page and 'Verdict: <span class="ok">OK</span>' in local
     assert env.secret_key not in page and env.access_key not in page
+
+
+def test_the_shard_streaming_order_reads_each_shard_whole_with_the_local_batches(world, env, tmp_path, caplog):
+    """`ShardOrder` from the bucket (records, not direct volume reads): training batches of two epochs, evaluation,
+    and each of two pipelines' shares equal the local read's, in the default window (each shard of an epoch then
+    fetched once, whole) and in the smallest; no shard lands on local disk; a window below one block is refused at
+    `load`, naming the smallest that works."""
+    _, root = world
+    local, remote = str(root / "local"), f"s3://{BUCKET}/tf"
+    spec = vidvol.ReadSpec(order=vidvol.ShardOrder(block=2))
+    sizes = sorted(_shard_sizes(root, "train"))
+    least = sizes[-1] + sizes[-2]
+    records = dict(spec=spec, tuning=vidvol.Tuning(direct_reads=False))
+    smallest = dict(spec=spec, tuning=vidvol.Tuning(direct_reads=False, stream_window=least))
+    caplog.set_level(logging.DEBUG, logger="vidvol.readers.tfdata.shard_window")
+    for epoch in (0, 1):
+        caplog.clear()
+        want = _batches(local, seed=3, epoch=epoch, spec=spec)
+        _assert_equal(want, _batches(remote, seed=3, epoch=epoch, **records))
+        fetched = [r.getMessage().split()[3] for r in caplog.records if "fetching" in r.getMessage()]
+        assert len(fetched) == len(set(fetched)) == len(sizes)  # every shard once, whole
+        _assert_equal(want, _batches(remote, seed=3, epoch=epoch, **smallest))
+    _assert_equal(_batches(local, training=False, spec=spec), _batches(remote, training=False, **smallest))
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline)
+        _assert_equal(_batches(local, seed=4, input_context=context, spec=spec),
+                      _batches(remote, seed=4, input_context=context, **records))
+    digest = lambda batches: [b[0].tobytes() for b in batches]
+    assert digest(_batches(remote, seed=3, spec=spec)) != digest(_batches(remote, seed=3))  # not the per-example order
+    assert _shards_in(tmp_path / "cache") == []
+    shard = sorted(p for p in (root / "local" / VERSION).iterdir() if "-train.tfrecord-" in p.name)[0]
+    whole = shard.read_bytes()
+    for part in (len(whole), 1000):  # one GET, or ranges of 1000 bytes at once into one buffer
+        assert bytes(store.read_object(f"{remote}/{VERSION}/{shard.name}", len(whole), part)) == whole
+    with pytest.raises(ValueError, match=f"the smallest window that works is {least} bytes"):
+        vidvol.load(NAME, "train", 2, data_dir=remote, spec=spec, tuning=vidvol.Tuning(stream_window=least - 1))

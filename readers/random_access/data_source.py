@@ -26,10 +26,13 @@ from vidvol.readers import bucket
 from vidvol.readers import clip_sampling
 from vidvol.readers.random_access import epoch_order
 from vidvol.readers import frames
+from vidvol.readers import order
 from vidvol.readers import output
 from vidvol.readers import records
 from vidvol.readers import rng
+from vidvol.readers import shard_order
 from vidvol.readers import shards
+from vidvol.readers.shard_order import ShardOrder
 from vidvol.readers.dataset import get_builder, is_training, per_frame_features, supervised_keys
 from vidvol.readers.example_plan import ExamplePlan
 from vidvol.readers.spec import ReadSpec
@@ -159,6 +162,7 @@ class DataSource:
         instructions = shards.file_instructions(builder, split)
         _check_record_counts(builder, instructions)  # records past the count would be out of reach, unsaid
         self.fingerprint = records.fingerprint(builder, split, instructions)
+        self.shard_sizes = tuple(int(f.take) for f in instructions)  # examples per shard file: ShardOrder's blocks
         self._threads = num_threads or DEFAULT_THREADS
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pid = os.getpid()
@@ -319,6 +323,7 @@ class SupervisedExamples:
     mask_dtype: Any = np.float32
     seed: int | None = None
     augment: augment_volume.VolumePlan | None = None  # volume augmentation, drawn from rng.VOLUME_AUGMENT
+    order: ShardOrder | None = None  # ReadSpec.order: the training order of `sampler` and `grain_dataset`
     epoch: list[int] = dataclasses.field(default_factory=lambda: [0])  # set_epoch (PyTorch)
 
     @classmethod
@@ -337,7 +342,7 @@ class SupervisedExamples:
         spec = spec or ReadSpec()
         where = "vidvol.grain_dataset / vidvol.torch_dataset"
         spec.check_supported(where, ("clips", "normalize.mean", "normalize.std", "output.mask_dtype", "output.inputs",
-                                     "output.target", "augment"), "they give float32 NumPy examples of the supervised tuple")
+                                     "output.target", "augment", "order"), "they give float32 NumPy examples of the supervised tuple")
         builder = get_builder(name, data_dir)
         check_random_access(builder)
         info = builder.info
@@ -353,7 +358,16 @@ class SupervisedExamples:
                    if isinstance(spec.augment, augment_volume.VolumeAugment) else None)
         source = DataSource(builder, split, data_dir=data_dir, features=names, decode_frames=False, num_threads=num_threads)
         mask_dtype = np.dtype(tf.as_dtype(spec.output.mask_dtype or "float32").as_numpy_dtype)
-        return cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed, augment)
+        examples = cls(source, plan, in_names, tgt, spec.normalize.mean, spec.normalize.std, mask_dtype, seed, augment,
+                       spec.order)
+        examples.layout(1, 0, training)  # a ShardOrder that does not fit the split: refused here, not at the first epoch
+        return examples
+
+    def layout(self, replicas: int, rank: int, training: bool) -> order.Layout:
+        """The order's layout (`order.Layout`) of replica `rank` of `replicas` over this split (`ReadSpec.order`'s blocks)."""
+        blocks = shard_order.blocks_of(self.order, self.source.shard_sizes,
+                                       f"{self.source.info.full_name} split {self.source.split!r}")
+        return order.Layout(len(self), int(replicas), int(rank), bool(training), blocks)
 
     @property
     def training(self) -> bool:

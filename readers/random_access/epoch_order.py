@@ -93,8 +93,9 @@ class EpochSampler:
                  num_replicas: int = 1, rank: int = 0):
         shuffle = examples.training if shuffle is None else bool(shuffle)
         seed = examples.seed if seed is None else seed
-        self.order = EpochOrder(order.Layout(len(examples), int(num_replicas), int(rank), shuffle),
-                                order.fresh_seed() if seed is None else int(seed))
+        layout = (examples.layout(num_replicas, rank, shuffle) if hasattr(examples, "layout")
+                  else order.Layout(len(examples), int(num_replicas), int(rank), shuffle))
+        self.order = EpochOrder(layout, order.fresh_seed() if seed is None else int(seed))
         self.data = examples.source.fingerprint + self.order.layout.describe()
         self.epoch, self.yielded, self._start, self._resume_at = 0, 0, 0, None
 

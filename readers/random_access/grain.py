@@ -77,7 +77,7 @@ def grain_dataset(
     drop_remainder = training if drop_remainder is None else drop_remainder
     shards, shard = (1, 0) if shard_options is None else (int(shard_options.shard_count),
                                                           int(shard_options.shard_index))
-    layout = order.Layout(len(examples), shards, shard, training)
+    layout = examples.layout(shards, shard, training)  # ReadSpec.order's blocks, when set
     # uint8 clips are stacked, then a whole batch becomes float32 at once (one pass, not one per example).
     chain = grain_iterators.Chain(examples, layout, num_epochs, batch_size, drop_remainder, FinishBatch(examples),
                                   examples.source.fingerprint + layout.describe())

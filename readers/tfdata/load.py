@@ -22,7 +22,10 @@ from vidvol.readers import records
 from vidvol.readers import shards
 from vidvol.readers.tfdata import stages
 from vidvol.readers.tfdata.plan import SplitFacts
+from vidvol.readers.tfdata.plan import LoadPlan
 from vidvol.readers.tfdata.plan import plan_load
+from vidvol.readers.tfdata import shard_window
+from vidvol.readers import shard_order
 from vidvol.readers.dataset import DatasetNotPreparedError, get_builder, supervised_keys  # noqa: F401  (get_builder: also the readers' entry)
 from vidvol.readers.spec import ReadSpec
 from vidvol.readers.spec import Tuning
@@ -42,6 +45,32 @@ def check_tf_data(builder: tfds.core.DatasetBuilder) -> None:
             "read it by index with vidvol.data_source / vidvol.grain_dataset / vidvol.torch_dataset (or "
             "tfds.data_source), or build it with the default file_format (tfrecord) for vidvol.load / tfds.load"
         )
+def _stream_window(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.SplitRecords,
+                   tuning: Tuning | None, repeat: bool) -> shard_window.ShardWindow | None:
+    """The memory window of whole bucket shards under `ShardOrder` (None: local shards, a cache, or the per-record
+    order); a `Tuning.stream_window` that cannot hold a block is refused here, wherever the shards lie."""
+    window = tuning.stream_window if tuning else None
+    where = f"{builder.info.full_name} split {plan.split.name!r}"
+    if plan.spec.order is None:
+        if window is not None:
+            raise ValueError(f"{where}: Tuning.stream_window holds whole shards of the shard-streaming order; this "
+                             "read takes the per-example order (ReadSpec.order None). Pass "
+                             "ReadSpec(order=vidvol.ShardOrder(...)), or leave stream_window None")
+        if source.files and bucket.shard_of_url(source.files[0].path) is not None and plan.training:
+            logger.info("%s: read from a bucket one ranged GET per example; ReadSpec(order=vidvol.ShardOrder()) reads "
+                        "each shard whole (docs/reading.md, section Order)", where)
+        return None
+    blocks = plan.layout.blocks if plan.training else None
+    in_bucket = bool(source.files) and all(bucket.shard_of_url(f.path) is not None for f in source.files)
+    if not in_bucket or plan.cache_limit is not None:
+        if window is not None:  # checked all the same: the same arguments fail alike on local disk and in a bucket
+            shard_order.refuse_window(int(window), shard_window.least_window(source.files, plan.spec.order.block
+                                                                            if plan.training else 1),
+                                      where, plan.spec.order.block if plan.training else 1)
+        return None
+    return shard_window.window_for(source.files, blocks, plan.training, window, where, repeat)
+
+
 @keywords.checked(*keywords.LOAD, tuning=True)
 def load(
     name: str | tfds.core.DatasetBuilder,
@@ -135,11 +164,12 @@ def load(
         plan = dataclasses.replace(plan, read_parallelism=sizing.bucket_read_parallelism(
             plan.float_batch_bytes, plan.memory_budget, int(stored * batch_size)),
             threadpool_size=sizing.bucket_threadpool_size())
+    window = _stream_window(builder, plan, source, tuning, repeat)
     if seed is None:  # over input pipelines every host must compute the same order: a shared seed
         seed = order.SHARED_SEED if plan.layout.pipelines > 1 else order.fresh_seed()
     draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
                                 seed=seed, fingerprint=source.fingerprint, epoch=epoch)
-    batch_read = stages.read(builder, plan, source)
+    batch_read = stages.read(builder, plan, source, window)
     ds = draws if batch_read.parse is not None else stages.examples(builder, draws, plan, batch_read)
     ds = stages.finish_batches(ds, plan, batch_read, stages.finisher(plan))
     logger.info("%s", plan.describe(direct=batch_read.direct))

@@ -19,6 +19,8 @@ from vidvol.readers import bucket
 from vidvol.readers import augment_video
 from vidvol.readers import augment_volume
 from vidvol.readers import order
+from vidvol.readers import shard_order
+from vidvol.readers.shard_order import ShardOrder
 from vidvol.readers import output
 from vidvol.readers import shards
 from vidvol.readers.dataset import is_training, supervised_keys
@@ -68,12 +70,17 @@ class SplitFacts:
         return sum(self.shard_examples)
 
 
-def layout_of(split: SplitFacts, training: bool, input_context: tf.distribute.InputContext | None) -> order.Layout:
-    """This pipeline's share of the split (`readers.order`): balanced by examples over the input pipelines."""
+def layout_of(split: SplitFacts, training: bool, input_context: tf.distribute.InputContext | None,
+              order_option: ShardOrder | None = None, where: str = "") -> order.Layout:
+    """This pipeline's share of the split (`readers.order`): balanced by examples over the input pipelines.
+
+    `order_option`: `ReadSpec.order` (a `ShardOrder` is checked against the split's shards here).
+    """
     pipelines, pipeline = (1, 0) if input_context is None else (int(input_context.num_input_pipelines),
                                                                 int(input_context.input_pipeline_id))
+    blocks = shard_order.blocks_of(order_option, split.shard_examples, f"{where}split {split.name!r}")
     try:
-        return order.Layout(split.examples, pipelines, pipeline, training)
+        return order.Layout(split.examples, pipelines, pipeline, training, blocks)
     except order.ShardingError as e:
         raise order.ShardingError(f"split {split.name!r}: {e}") from None
 
@@ -233,7 +240,7 @@ def plan_load(
         mask_boxes=augment is not None and augment.mask is not None))
 
     # How much this pipeline reads per epoch, and how big its buffers may be.
-    layout = layout_of(split, training, input_context)
+    layout = layout_of(split, training, input_context, spec.order, f"{info.full_name} ")
     if not training and layout.left_over and not has_mask_output(info, names, inputs, omit_mask):
         raise ValueError(
             f"{info.full_name} split {split.name!r}: {split.examples} examples over {layout.pipelines} evaluation "

@@ -1,7 +1,8 @@
 """The record read of `vidvol.load`: a batch of example indices -> their serialized records, each checked once.
 
 `os.pread` on one descriptor per file (thread-safe); shards in a bucket (`readers.bucket`) by concurrent ranged
-GETs, one per record of the batch, or from the shard cache; other file systems through `tf.io.gfile`. The first
+GETs, one per record of the batch, from the shard cache, or (shard-streaming order) sliced from whole shards held
+in memory (`shard_window`); other file systems through `tf.io.gfile`. The first
 read of a record in a process reads its whole frame and checks its length and data CRC32C, as TensorFlow's
 reader does on every read; later reads take just the data. A damaged record names the file and `verify`.
 """
@@ -18,14 +19,16 @@ from vidvol.core import store
 from vidvol.core.tfrecord import FOOTER, HEADER, crc32c_extend, is_local, masked
 from vidvol.readers import bucket, host_calls
 from vidvol.readers.records import SplitRecords
+from vidvol.readers.tfdata.shard_window import ShardWindow
 
 class RecordReads(host_calls.HostCall):
     """Python body of the read (`read_records`): example indices -> their serialized records, each checked once."""
 
-    def __init__(self, source: SplitRecords, cache_limit: int | None = None):
+    def __init__(self, source: SplitRecords, cache_limit: int | None = None, window: ShardWindow | None = None):
         self._fds: dict[int, int] = {}
         self.source = source
         self.cache_limit = cache_limit  # bytes of the bucket shard cache (None: ranged GETs)
+        self.window = window  # whole shards in memory (ShardOrder from a bucket); None: per record
         self._buckets = {k: bucket.shard_of_url(f.path) for k, f in enumerate(source.files)}
         self._buckets = {k: v for k, v in self._buckets.items() if v is not None}
         if cache_limit is not None:
@@ -35,9 +38,11 @@ class RecordReads(host_calls.HostCall):
         self._lock = threading.Lock()
         super().__init__()
 
-    def run(self, indices: np.ndarray) -> np.ndarray:
+    def run(self, indices: np.ndarray, epoch=None, key=None) -> np.ndarray:
         flat = np.asarray(indices).reshape(-1)
         out = np.empty(len(flat), object)
+        if self._buckets and self.window is not None and epoch is not None and len(flat):
+            return self._from_window(flat, out, int(np.asarray(epoch).reshape(-1)[0]), int(np.asarray(key).reshape(-1)[0]))
         if self._buckets:
             return self._from_buckets(flat, out)
         for k, i in enumerate(flat):
@@ -72,6 +77,19 @@ class RecordReads(host_calls.HostCall):
         chunks = store.read_many([(self.source.files[file].path, start, start + n) for file, _, (start, n, _) in fetched])
         for (file, k, span), data in zip(fetched, chunks):
             out[k] = self._finish(file, int(self.source.row_of[int(flat[k])]), span, data)
+        return out
+
+    def _from_window(self, flat: np.ndarray, out: np.ndarray, epoch: int, key: int) -> np.ndarray:
+        """The batch's records sliced from whole shards held in the window (fetched whole, ahead of the reader)."""
+        files = self.source.file_of[flat]
+        held = self.window.shards([int(f) for f in np.unique(files) if int(f) in self._buckets], epoch, key)
+        for k, (i, file) in enumerate(zip(flat.tolist(), files.tolist())):
+            if file not in held:
+                out[k] = self.record(int(i))
+                continue
+            row = int(self.source.row_of[i])
+            start, n, whole = self._span(file, row)
+            out[k] = self._finish(file, row, (start, n, whole), bytes(memoryview(held[file])[start:start + n]))
         return out
 
     def _finish(self, file: int, row: int, span: tuple[int, int, bool], data: bytes) -> bytes:
@@ -144,8 +162,14 @@ class RecordReads(host_calls.HostCall):
                 pass
 
 
-def read_records(reads: RecordReads, indices: tf.Tensor) -> tf.Tensor:
-    """The serialized records of a vector of example indices, in one Python call (a pure function of the indices)."""
-    out = tf.numpy_function(reads, [indices], tf.string, stateful=False, name="vidvol_read_records")
+def read_records(reads: RecordReads, indices: tf.Tensor, epoch: tf.Tensor | None = None,
+                 key: tf.Tensor | None = None) -> tf.Tensor:
+    """The serialized records of a vector of example indices, in one Python call (a pure function of the indices).
+
+    `epoch` and `key` (the draws'), given to a read through a `ShardWindow`, say where the reader is in the
+    epoch's shard sequence (what it fetches ahead); the records are the indices' alone.
+    """
+    args = [indices] if epoch is None or reads.window is None else [indices, epoch, key]
+    out = tf.numpy_function(reads, args, tf.string, stateful=False, name="vidvol_read_records")
     out.set_shape(indices.shape)
     return out

@@ -29,6 +29,7 @@ from vidvol.readers.tfdata import record_reads
 from vidvol.readers import rng
 from vidvol.readers.tfdata.batch_parser import BatchParser
 from vidvol.readers.tfdata.plan import LoadPlan
+from vidvol.readers.tfdata.shard_window import ShardWindow
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -43,12 +44,14 @@ class BatchRead:
     augmented: bool = False  # `parse` gives the volume augmented already (direct reads of its patches)
 
 
-def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.SplitRecords) -> BatchRead:
+def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.SplitRecords,
+         window: ShardWindow | None = None) -> BatchRead:
     """The read of one batch of draws: parsed per batch where the plan has a parser, else records to parse per example.
 
     Volumes straight from the shard files where the plan asks for it and `direct_volumes` finds the
     shards fit (the other features parsed per batch); otherwise the batch's whole records in one
-    Python call (`record_reads.RecordReads`), parsed per batch by `BatchParser` when the plan has one.
+    Python call (`record_reads.RecordReads`; bucket shards whole from `window` when given), parsed per batch by
+    `BatchParser` when the plan has one.
     """
     names, decoders = plan.read.names, plan.read.feature_decoders
     # Bucket shards read directly only whole (patches read rows from a local file: whole records there).
@@ -61,8 +64,8 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
         parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
                                              plan.static_batch, plan.augment, plan.cache_limit)
         return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
-    reads = record_reads.RecordReads(source, plan.cache_limit)
-    fetch = lambda draw: record_reads.read_records(reads, draw["index"])
+    reads = record_reads.RecordReads(source, plan.cache_limit, window)
+    fetch = lambda draw: record_reads.read_records(reads, draw["index"], draw["epoch"], draw["seed"])
     if plan.parser is not None:
         return BatchRead(parse=lambda draw: plan.parser.parse(fetch(draw)), fetch=fetch)
     return BatchRead(parse=None, fetch=fetch)

@@ -1,0 +1,150 @@
+"""Whole bucket shards in a bounded memory window, fetched ahead in the shard-streaming order (`ShardOrder`).
+
+Under `ReadSpec(order=ShardOrder(...))` an epoch reads each shard within one block, so `vidvol.load` from a
+bucket fetches a shard's bytes whole (a few large concurrent ranges: `store.read_object`) the first time a
+batch needs it, and the next shards of the epoch's sequence ahead of the reader, while they fit in the
+window. Shards of blocks the reader has left are dropped first when room is needed; the current block's are
+never dropped for a fetch ahead. No local disk is used. The window changes no example, only speed and memory.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from vidvol.core import redact, store
+from vidvol.core.tfrecord import FOOTER, HEADER, FileIndex
+from vidvol.readers import shard_order
+
+logger = logging.getLogger(__name__)
+
+FETCHES = 4  # shards downloaded at once (each in a few concurrent ranges)
+
+
+def file_bytes(index: FileIndex) -> int:
+    """The bytes of one shard file's records (its size for a whole TFRecord file), from its record index."""
+    if len(index.starts) == 0:
+        return 0
+    return int(index.starts[-1]) + HEADER + int(index.lengths[-1]) + FOOTER
+
+
+def least_window(files: Sequence[FileIndex], block: int) -> int:
+    """The smallest window that holds any block of `block` shards: the `block` largest shards' bytes."""
+    sizes = sorted((file_bytes(f) for f in files), reverse=True)
+    return int(sum(sizes[:block]))
+
+
+def default_window(files: Sequence[FileIndex], block: int) -> int:
+    """The window when `Tuning.stream_window` is None: two blocks (the one read and the next, fetched ahead)."""
+    return 2 * least_window(files, block)
+
+
+class ShardWindow:
+    """Whole shards held in memory, at most `limit` bytes; `sequence(epoch, key)` gives the order they are read in.
+
+    Args:
+      files: the split's shard files (their `FileIndex`; paths are bucket URLs).
+      sequence: (epoch, key) -> the shard files of that epoch in reading order.
+      block: shards per block (the reader never drops its own block's shards for a fetch ahead).
+      limit: bytes of the window (>= the `block` largest shards: `least_window`).
+      fetch: url, size -> the object's bytes (default `store.read_object`).
+      wrap: fetch ahead into the next epoch's shards (a repeated read); False stops at the epoch's end.
+    """
+
+    def __init__(self, files: Sequence[FileIndex], sequence: Callable[[int, int], np.ndarray], block: int, limit: int,
+                 fetch: Callable[[str, int], bytes] | None = None, wrap: bool = True):
+        self.files, self.sequence, self.block, self.limit = list(files), sequence, int(block), int(limit)
+        self.wrap = wrap
+        self.sizes = [file_bytes(f) for f in self.files]
+        self._fetch = fetch or store.read_object
+        self._held: dict[int, concurrent.futures.Future] = {}  # shard -> its bytes (done or on the way)
+        self._rank: dict[int, tuple[int, int]] = {}  # shard -> (epoch, place) it was wanted for: drop lowest first
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.fetched = 0  # shards downloaded (tests, logs)
+
+    def __getstate__(self):
+        raise TypeError("a ShardWindow holds downloads in flight; it is not copied")
+
+    def _used(self) -> int:
+        return sum(self.sizes[f] for f in self._held)
+
+    def _start(self, f: int, rank: tuple[int, int]) -> concurrent.futures.Future:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(FETCHES, thread_name_prefix="vidvol-shard-window")
+        self.fetched += 1
+        logger.debug("shard window: fetching %s whole (%d bytes)", redact.url(self.files[f].path), self.sizes[f])
+        future = self._pool.submit(self._fetch, self.files[f].path, self.sizes[f])
+        self._held[f], self._rank[f] = future, rank
+        return future
+
+    def _drop_before(self, need: int, before: tuple[int, int], keep: set[int]) -> bool:
+        """Drops held shards ranked before `before` (lowest first) until `need` more bytes fit; whether they do."""
+        for f in sorted(self._held, key=lambda g: self._rank[g]):
+            if self._used() + need <= self.limit:
+                break
+            if f not in keep and self._rank[f] < before:
+                del self._held[f], self._rank[f]
+        return self._used() + need <= self.limit
+
+    def shards(self, wanted: Sequence[int], epoch: int, key: int) -> dict[int, bytes]:
+        """The bytes of the shards `wanted` by one batch of epoch `epoch` under `key`; fetches the next ones ahead."""
+        order = self.sequence(int(epoch), int(key))
+        place = np.empty(len(order), np.int64)
+        place[order] = np.arange(len(order))
+        wanted = sorted(set(int(f) for f in wanted), key=lambda f: place[f])
+        with self._lock:
+            first = int(place[wanted[0]])
+            block_start = (int(epoch), first - first % self.block)
+            futures = {}
+            for f in wanted:
+                rank = (int(epoch), int(place[f]))
+                if f in self._held:
+                    self._rank[f] = max(self._rank[f], rank)
+                else:
+                    if not self._drop_before(self.sizes[f], block_start, set(wanted)):
+                        self._drop_before(self.sizes[f], (int(epoch) + 1, -1), set(wanted))  # room for what is read now
+                    self._start(f, rank)
+                futures[f] = self._held[f]
+            self._ahead(order, int(place[wanted[-1]]), int(epoch), key, block_start)
+        return {f: future.result() for f, future in futures.items()}
+
+    def _ahead(self, order: np.ndarray, last: int, epoch: int, key: int, block_start: tuple[int, int]) -> None:
+        """Starts fetching the shards after place `last` (into the next epoch's) while they fit beside what is held."""
+        n, sequence = len(order), order
+        for step in range(1, n + 1):
+            at, e = last + step, epoch
+            if at >= n:
+                if not self.wrap:
+                    return
+                at, e = at - n, epoch + 1
+                if sequence is order:
+                    sequence = self.sequence(e, int(key))
+            f = int(sequence[at])
+            if f in self._held:
+                continue
+            if not self._drop_before(self.sizes[f], block_start, set()):
+                return
+            self._start(f, (e, at))
+
+
+def window_for(files: Sequence[FileIndex], blocks: shard_order.ShardBlocks | None, training: bool, window: int | None,
+               where: str, repeat: bool = True) -> ShardWindow:
+    """The window of a streamed read: the epoch's shard sequence in training, storage order at evaluation.
+
+    Raises:
+      shard_order.OrderError: `window` cannot hold one block's shards (naming the smallest that works).
+    """
+    block = blocks.block if blocks is not None and training else 1
+    need = least_window(files, block)
+    if window is not None:
+        shard_order.refuse_window(int(window), need, where, block)
+    limit = int(window) if window is not None else default_window(files, block)
+    storage = np.arange(len(files))
+    sequence = blocks.shard_sequence if blocks is not None and training else (lambda epoch, key: storage)
+    logger.info("%s: whole shards from the bucket, %d bytes window (blocks of %d shards)", where, limit, block)
+    return ShardWindow(files, sequence, block, limit, wrap=repeat)
