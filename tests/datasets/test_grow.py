@@ -154,6 +154,7 @@ def test_no_grow_stops_as_before(tmp_path, build_in_process, monkeypatch):
     assert "1 added, 0 changed, 0 removed, 4 kept" in str(info.value) and "growing is off" in str(info.value)
 
 
+@pytest.mark.slow
 def test_hmdb51_grows_from_its_split_lists(tmp_path, build_in_process, caplog):
     manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
     samples.write_hmdb51_layout(str(manual), videos_per_class=3, num_frames=(8, 10), height=48, width=64, splits=(1,))
@@ -180,6 +181,7 @@ def test_hmdb51_grows_from_its_split_lists(tmp_path, build_in_process, caplog):
     assert sum(len(v) for v in grown.values()) == before
 
 
+@pytest.mark.slow
 def test_fire_hrr_grows_by_experiment(tmp_path, build_in_process, caplog):
     manual, out, clean, more = tmp_path / "manual", tmp_path / "out", tmp_path / "clean", tmp_path / "more"
     config = fire.FireHrrConfig(name="w8_32x48", max_len=8, height=32, width=48, description="test windows")
@@ -203,6 +205,7 @@ def test_fire_hrr_grows_by_experiment(tmp_path, build_in_process, caplog):
     _check_grown(out, clean, "fire_hrr/w8_32x48", old_inodes)
 
 
+@pytest.mark.slow
 def test_video_folder_grows_and_skips_a_new_unreadable_clip(tmp_path, build_in_process, caplog):
     manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
     for klass in ("jump", "wave"):
@@ -240,6 +243,7 @@ def test_video_folder_grows_and_skips_a_new_unreadable_clip(tmp_path, build_in_p
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_new_class_decodes_everything_again(tmp_path, build_in_process, caplog):
     """A new class folder renumbers the labels: no shard can be kept, and the grow says so."""
     manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
@@ -255,6 +259,7 @@ def test_a_new_class_decodes_everything_again(tmp_path, build_in_process, caplog
     assert _examples(out, "video_folder") == _examples(clean, "video_folder")
 
 
+@pytest.mark.slow
 def test_a_format_1_manifest_cannot_grow(tmp_path, build_in_process):
     manual, out = tmp_path / "manual", tmp_path / "out"
     samples.write_mri_volumes(str(manual), num_subjects=5, shape=(16, 16, 16))
@@ -352,6 +357,7 @@ def test_carried_shards_are_whole_or_their_kept_records():
     assert not grow_lib.is_shard_file("mri_volumes-train.tfrecord-00001-of-00009.partial", "mri_volumes")
 
 
+@pytest.mark.slow
 def test_array_record_shards_grow_by_copying_records(tmp_path):
     from conftest import in_process_config
 

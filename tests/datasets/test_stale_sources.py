@@ -87,6 +87,7 @@ def test_mri_volumes_grown_csv_is_never_reused_silently(tmp_path, build_in_proce
     assert _examples(kept) == 4 and len(list(kept.as_dataset(split="train"))) == kept.info.splits["train"].num_examples
 
 
+@pytest.mark.slow
 def test_hmdb51_new_changed_and_removed_clips_are_counted(tmp_path, build_in_process):
     manual, out = tmp_path / "manual", tmp_path / "out"
     expected = samples.write_hmdb51_layout(str(manual), videos_per_class=2, num_frames=(8, 10), height=48, width=64,
@@ -109,6 +110,7 @@ def test_hmdb51_new_changed_and_removed_clips_are_counted(tmp_path, build_in_pro
     assert "new_clip.avi" in message
 
 
+@pytest.mark.slow
 def test_fire_hrr_new_experiment_is_counted(tmp_path, build_in_process):
     manual, out = tmp_path / "manual", tmp_path / "out"
     config = fire.FireHrrConfig(name="w8_32x48", max_len=8, height=32, width=48, description="test windows")
@@ -127,6 +129,7 @@ def test_fire_hrr_new_experiment_is_counted(tmp_path, build_in_process):
     assert "exp_d" in message and "exp_b" in message
 
 
+@pytest.mark.slow
 def test_video_folder_class_folders_grow(tmp_path, build_in_process):
     manual, out = tmp_path / "manual", tmp_path / "out"
     for klass, n in (("jump", 3), ("wave", 3)):

@@ -40,6 +40,7 @@ def _url(request) -> str:
     return f"s3://{BUCKET}/{request.node.name}/toy/build_1.0.0.lock"
 
 
+@pytest.mark.slow
 def test_the_store_makes_conditional_writes(s3, request):
     """What the lease stands on, probed on the server: If-None-Match: * and If-Match on PUT and DELETE."""
     url = _url(request)
@@ -83,6 +84,7 @@ def test_bad_lease_settings_are_refused_naming_the_smallest_that_works(monkeypat
     assert lease.settings() == (lease.RENEW_S, lease.EXPIRY_S) == (10.0, 60.0)
 
 
+@pytest.mark.slow
 def test_a_renewed_lease_is_never_taken_and_is_removed_at_release(s3, request, caplog):
     url = _url(request)
     holder = lease.BucketLease(url, what="toy/a", renew_s=0.2, expiry_s=1.0)
@@ -128,6 +130,7 @@ def _child(url: str, s3: SeaweedS3) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_a_dead_holders_lease_expires_and_one_waiter_takes_it_over(s3, request, caplog):
     url = _url(request)
     proc = _child(url, s3)
@@ -166,6 +169,7 @@ def test_a_dead_holders_lease_expires_and_one_waiter_takes_it_over(s3, request, 
     assert lease.read(url) is None
 
 
+@pytest.mark.slow
 def test_a_holder_whose_lease_was_taken_stops_and_leaves_the_new_lease(s3, request):
     url = _url(request)
     proc = _child(url, s3)
@@ -188,6 +192,7 @@ def test_a_holder_whose_lease_was_taken_stops_and_leaves_the_new_lease(s3, reque
     assert lease.read(url) is None
 
 
+@pytest.mark.slow
 def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, request, tmp_path, caplog, monkeypatch):
     """The lease and the incomplete.* prefixes are read from the bucket, whatever the local staging folder holds."""
     from vidvol.builders.writer import bucket, bucket_state
@@ -220,6 +225,7 @@ def test_the_state_of_a_bucket_build_is_found_from_any_staging_folder(s3, reques
     assert "VIDVOL_BUCKET_LEASE=0, so this bucket build's lock and resume state stay on this driver" in caplog.text
 
 
+@pytest.mark.slow
 def test_in_fail_mode_a_lease_whose_clock_says_dead_is_watched_for_the_expiry_then_taken(s3, request, caplog):
     url = _url(request)
     then = time.time() - 100
