@@ -214,7 +214,7 @@ def _grown_hmdb51(manual: str, grown: str, fraction: float) -> tuple[int, int]:
     were added, of how many listed."""
     shutil.copytree(manual, grown, copy_function=os.link)
     splits = os.path.join(grown, samples.HMDB51_SPLITS_DIR)
-    files = sorted(os.listdir(splits))
+    files = sorted(f for f in os.listdir(splits) if f.endswith("_test_split1.txt"))  # the config's split set only
     listed = []
     for f in files:
         with open(os.path.join(splits, f), encoding="utf-8") as lines:
