@@ -158,13 +158,15 @@ def load(
                      tuning=tuning or Tuning(), training=training, seed=seed, drop_remainder=drop_remainder,
                      input_context=input_context)
     source = records.open_split(builder, split)
+    window = _stream_window(builder, plan, source, tuning, repeat)
+    # Ranged GETs per record (or per volume, for direct reads): latency to hide with more batches in flight and a
+    # private pool. Records a window serves are in memory already: they are read as from local disk.
     if plan.cache_limit is None and not (tuning and tuning.cycle_length) and source.files and all(
-            bucket.shard_of_url(f.path) is not None for f in source.files):  # ranged GETs: latency to hide
+            bucket.shard_of_url(f.path) is not None for f in source.files) and (window is None or plan.direct_reads):
         stored = sum(int(np.sum(f.lengths)) for f in source.files) / max(1, len(source))  # bytes per record
         plan = dataclasses.replace(plan, read_parallelism=sizing.bucket_read_parallelism(
             plan.float_batch_bytes, plan.memory_budget, int(stored * batch_size)),
             threadpool_size=sizing.bucket_threadpool_size())
-    window = _stream_window(builder, plan, source, tuning, repeat)
     if seed is None:  # over input pipelines every host must compute the same order: a shared seed
         seed = order.SHARED_SEED if plan.layout.pipelines > 1 else order.fresh_seed()
     draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
