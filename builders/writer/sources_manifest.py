@@ -21,7 +21,7 @@ from typing import Any
 
 from vidvol.builders.example_io import Source
 from vidvol.builders.writer import outputs
-from vidvol.builders.writer import resume as resume_lib
+from vidvol.builders.writer import fingerprint as fingerprint_lib
 from vidvol.core import redact
 
 MANIFEST_NAME = "sources.json"
@@ -65,7 +65,7 @@ def _paths(text: str, record: Any) -> list[str]:
     kind = type(record)
     names = _fields(kind)
     found: list[str] = []
-    resume_lib.input_paths([getattr(record, n) for n in names] if names is not None else record, found)
+    fingerprint_lib.input_paths([getattr(record, n) for n in names] if names is not None else record, found)
     return found
 
 
@@ -92,7 +92,7 @@ def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
             every.extend(found)
             per.append((str(key), text if prefix is None else text.replace(prefix, "<manual_dir>/"), found))
         texts[split] = per
-    stats = resume_lib.stat_inputs(every, content=content)
+    stats = fingerprint_lib.stat_inputs(every, content=content)
     out: dict[str, dict[str, str]] = {}
     sha256 = hashlib.sha256
     for split, per in texts.items():
