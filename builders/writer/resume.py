@@ -30,7 +30,7 @@ FINGERPRINT_NAME = "build_fingerprint.json"  # in the incomplete folder until th
 RESUME_ENV = "VIDVOL_RESUME"  # 0/false/no/off: never resume (`--no_resume`)
 HASH_INPUTS_ENV = "VIDVOL_HASH_INPUTS"  # 1/true/yes/on: fingerprint the inputs' bytes, not sizes and mtimes
 INFO_SUFFIX = ".info.json"
-_THREADS = 16
+_THREADS = 8  # shards hashed at once: each holds its read buffer (a bucket shard: 8 MiB parts)
 
 
 def _flag(name: str) -> bool | None:

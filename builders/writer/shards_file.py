@@ -26,11 +26,15 @@ from vidvol.core import artifacts
 from vidvol.core import redact
 
 DIGEST = "sha256"  # the checksum each shard entry records, by its hashlib name
-_CHUNK = 4 << 20
+_CHUNK = 1 << 20  # a remote shard's read size: threads hashing shards at once hold one each
 
 
 def file_digest(path: str) -> tuple[str, int]:
-    """(SHA-256 hex digest, size in bytes) of a file, read through tf.io.gfile (local, gs://, ...)."""
+    """(SHA-256 hex digest, size in bytes) of a file: a local one read into one small reused buffer
+    (`hashlib.file_digest`), others (gs://, ...) through tf.io.gfile a chunk at a time."""
+    if "://" not in path or path.startswith("file://"):
+        with open(path.removeprefix("file://"), "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest(), f.tell()
     h = hashlib.sha256()
     size = 0
     with tf.io.gfile.GFile(path, "rb") as f:
