@@ -324,15 +324,16 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
 STREAM_PART_BYTES = 16 << 20  # a whole object is fetched in ranges of this size, concurrently
 
 
-def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> bytes | bytearray:
+def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> Any:
     """The whole object of `size` bytes as one sequential GET, or ranges of `part_bytes` fetched concurrently.
 
     What a streamed read of a whole shard takes (`readers.tfdata.shard_window`): large ranges keep the
-    request count per byte low; a few at once fill the link. The parts land in one buffer.
+    request count per byte low; a few at once fill the link. The parts land in one buffer; a single GET's
+    response is returned as it came (an object with the buffer protocol: `memoryview` it), never copied.
     """
     size, part = int(size), max(1, int(part_bytes))
     if size <= part:
-        return read_many([(url, 0, size)])[0]
+        return read_many([(url, 0, size)], copy=False)[0]
     spans = [(url, a, min(size, a + part)) for a in range(0, size, part)]
     out = bytearray(size)
     for (_, a, b), data in zip(spans, read_many(spans, copy=False)):
