@@ -38,16 +38,29 @@ MAX_CHECKPOINT_BYTES = 16 << 10  # state, not data: a few KiB whatever the datas
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """{name: data_path} of the builds the cases read (hmdb51 three configs, fire_hrr, mri_volumes, video_folder)."""
-    root = tmp_path_factory.mktemp("resume")
+def resume_root(tmp_path_factory):
+    """The module's folder: sample inputs under hmdb/, fire/ and mri/, every build under data/."""
+    return tmp_path_factory.mktemp("resume")
+
+
+@pytest.fixture(scope="module")
+def hmdb_default(resume_root):
+    """hmdb51/split1_20x64x64 alone (all the fast lane's case reads, so it builds no other config): its data_path."""
+    root = resume_root
     samples.write_hmdb51_layout(str(root / "hmdb"), videos_per_class=6, num_frames=(8, 30), height=48, width=64,
                                 splits=(1,), seed=3)
+    return os.fspath(build(hmdb.Builder, "split1_20x64x64", root / "hmdb", root / "data").data_path)
+
+
+@pytest.fixture(scope="module")
+def built(resume_root, hmdb_default):
+    """{name: data_path} of the builds the cases read (hmdb51 three configs, fire_hrr, mri_volumes, video_folder)."""
+    root = resume_root
     samples.write_fire_hrr_frames(str(root / "fire"), experiments=(("exp_a", 12), ("exp_b", 7), ("exp_c", 9)),
                                   height=36, width=64)
     samples.write_mri_volumes(str(root / "mri"), num_subjects=6, with_split=True)
-    out = {}
-    for config in ("split1_20x64x64", "split1_all_112x112", "split1_20x64x64_raw"):
+    out = {"split1_20x64x64": hmdb_default}
+    for config in ("split1_all_112x112", "split1_20x64x64_raw"):
         out[config] = build(hmdb.Builder, config, root / "hmdb", root / "data").data_path
     out["fire"] = build(fire.Builder, "161x135x240", root / "fire", root / "data").data_path
     out["mri"] = build(mri.Builder, "small_32", root / "mri", root / "data").data_path
@@ -143,9 +156,9 @@ def test_every_pipeline_resumes_exactly_in_a_fresh_process(built, tmp_path):
         assert 0 < sizes[name] <= MAX_CHECKPOINT_BYTES, (name, sizes[name])
 
 
-def test_a_restored_iterator_continues_in_this_process_too(built, tmp_path):
+def test_a_restored_iterator_continues_in_this_process_too(hmdb_default, tmp_path):
     """The same contract without a second process (the fast lane's check): seeded, across the epoch boundary."""
-    case = dict(data_path=built["split1_20x64x64"], split="train", batch=2, kwargs={"seed": 3, "repeat": True},
+    case = dict(data_path=hmdb_default, split="train", batch=2, kwargs={"seed": 3, "repeat": True},
                 checkpoint=str(tmp_path / "c" / "ckpt"), restore_seed=77)
     skip = _per_epoch(case) - 1
     after, size = resume_cases.save(case, skip, 4)

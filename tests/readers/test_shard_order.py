@@ -218,6 +218,9 @@ print(json.dumps([i.decode() for _ in range(8) for i in next(it)["video_id"].num
 """
 
 
+# A second Python importing TensorFlow (~8 s of CPU): `make test` runs it; the fast lane keeps the same restore in
+# this process (test_a_checkpoint_resumes_exactly_and_from_two_pipelines_into_four).
+@pytest.mark.slow
 def test_a_fresh_process_continues_the_saved_order_exactly(uneven, tmp_path):
     """Saved here after 3 batches (seed 5); a new process without a seed restores it: the next 8 batches (across the
     epoch boundary) are those this process reads on."""
