@@ -92,18 +92,23 @@ def permute(positions: tf.Tensor, n: int, seed: tf.Tensor) -> tf.Tensor:
     n = int(n)
     if n <= 1:
         return tf.zeros_like(x)
-    half = half_bits(n)
-    mask = rng.u64((1 << half) - 1)
-    s = tf.bitcast(tf.cast(seed, tf.int64), tf.uint64)
+    out = _permute_fn(x, tf.cast(seed, tf.int64), tf.constant(half_bits(n), tf.int64), tf.constant(n, tf.int64))
+    return rng.with_shape(out, x.shape)
+
+
+def _permute(x: tf.Tensor, seed: tf.Tensor, half: tf.Tensor, n: tf.Tensor) -> tf.Tensor:
+    half = tf.bitcast(half, tf.uint64)
+    mask = tf.bitwise.left_shift(rng.u64(1), half) - rng.u64(1)
+    s = tf.bitcast(seed, tf.uint64)
     keys = [tf.bitwise.bitwise_xor(rng.mix(s[..., 0] + rng.u64(rng.GOLDEN * (r + 1))), s[..., 1]) for r in range(ROUNDS)]
 
     def encrypt(v: tf.Tensor) -> tf.Tensor:
-        left, right = tf.bitwise.right_shift(v, rng.u64(half)), tf.bitwise.bitwise_and(v, mask)
+        left, right = tf.bitwise.right_shift(v, half), tf.bitwise.bitwise_and(v, mask)
         for key in keys:
             left, right = right, tf.bitwise.bitwise_xor(left, tf.bitwise.bitwise_and(rng.mix(tf.bitwise.bitwise_xor(right, key)), mask))
-        return tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, rng.u64(half)), right)
+        return tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, half), right)
 
-    limit = rng.u64(n)
+    limit = tf.bitcast(n, tf.uint64)
     y = encrypt(tf.bitcast(x, tf.uint64))
 
     def walk(v: tf.Tensor) -> tf.Tensor:
@@ -111,3 +116,8 @@ def permute(positions: tf.Tensor, n: int, seed: tf.Tensor) -> tf.Tensor:
 
     y = tf.while_loop(lambda v: tf.reduce_any(v >= limit), lambda v: (walk(v),), (y,))[0]
     return tf.bitcast(y, tf.int64)
+
+
+# Traced once per process and called as one op (each `vidvol.load` made afresh reuses it: rng.example_seed).
+_permute_fn = tf.function(_permute, input_signature=[tf.TensorSpec(None, tf.int64)] * 2 + [tf.TensorSpec([], tf.int64)] * 2,
+                          autograph=False, reduce_retracing=True)

@@ -44,15 +44,42 @@ def mix_np(u: np.ndarray) -> np.ndarray:
     return u ^ (u >> np.uint64(31))
 
 
-def example_seed(seed, epoch, index, stream: int) -> tf.Tensor:
-    """A stateless `[2]` int64 seed for one example's draws of `stream` (tensors or ints; `index` may be a vector -> `[N, 2]`)."""
-    as_u64 = lambda v: tf.bitcast(tf.cast(v, tf.int64), tf.uint64)
+def _example_seed(seed: tf.Tensor, epoch: tf.Tensor, index: tf.Tensor, stream: tf.Tensor) -> tf.Tensor:
+    as_u64 = lambda v: tf.bitcast(v, tf.uint64)
     g = u64(GOLDEN)
-    a = mix(as_u64(seed) * g + u64(stream + 1))
+    a = mix(as_u64(seed) * g + tf.bitcast(stream + 1, tf.uint64))
     b = mix(a + as_u64(epoch) * g)
     c = mix(b + as_u64(index) * g)
     d = mix(c + u64(_FINAL))
     return tf.bitcast(tf.stack([c, d], axis=-1), tf.int64)
+
+
+_ANY_INT64 = tf.TensorSpec(None, tf.int64)
+# Traced once per process and called as one op: a pipeline made afresh (each `vidvol.load`) does not
+# rebuild these ~50 integer ops in every function that draws (`benchmarks/` reads: tf.data's tracing).
+_example_seed_fn = tf.function(_example_seed, input_signature=[_ANY_INT64] * 4, autograph=False, reduce_retracing=True)
+
+
+def static_shape(*values) -> tf.TensorShape:
+    """The broadcast static shape of tensors or ints (unknown dims stay unknown)."""
+    shape = tf.TensorShape([])
+    for v in values:
+        shape = tf.broadcast_static_shape(shape, tf.TensorShape(getattr(v, "shape", np.shape(v))))
+    return shape
+
+
+def with_shape(t: tf.Tensor, shape: tf.TensorShape) -> tf.Tensor:
+    """`t` with its static shape set (a traced function's output has none)."""
+    if not tf.executing_eagerly():
+        t.set_shape(shape)
+    return t
+
+
+def example_seed(seed, epoch, index, stream: int) -> tf.Tensor:
+    """A stateless `[2]` int64 seed for one example's draws of `stream` (tensors or ints; `index` may be a vector -> `[N, 2]`)."""
+    args = [tf.cast(v, tf.int64) for v in (seed, epoch, index)]
+    out = _example_seed_fn(*args, tf.constant(int(stream), tf.int64))
+    return with_shape(out, static_shape(*args).concatenate([2]))
 
 
 def seed_np(seed, epoch, index, stream: int) -> np.ndarray:
