@@ -1,4 +1,4 @@
-"""`benchmarks/cluster.py`: the driver-scale measurement at a tiny size, and the parts its numbers rest on.
+"""`benchmarks/sections/cluster.py`: the driver-scale measurement at a tiny size, and the parts its numbers rest on.
 
 The benchmark is a repository tool run as a script; here it runs as `make bench` runs it (a
 subprocess, each size in its own job process). Never asserts a speed: only that every phase is
@@ -31,15 +31,15 @@ SIZE = 2000
 
 
 
-cluster_builds = bench_module("cluster_builds")
-cluster_driver = bench_module("cluster_driver")
+cluster_builds = bench_module("common/dask_builds")
+cluster_driver = bench_module("common/dask_driver")
 
 
 @pytest.fixture(scope="module")
 def driver_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cluster_bench")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "cluster.py"), "--only", "driver", "--sizes", str(SIZE),
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "sections" / "cluster.py"), "--only", "driver", "--sizes", str(SIZE),
                            "--out", str(out)], capture_output=True, text=True, timeout=120, env=ENV, cwd=str(out))
     assert proc.returncode == 0, f"cluster.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return out, json.loads((out / "cluster.json").read_text()), time.monotonic() - start

@@ -1,10 +1,10 @@
 """Dask builds for the cluster section: one build on a fresh `LocalDaskCluster`, timed and monitored.
 
-`run_build` starts this script as a job (`python benchmarks/cluster_builds.py JOB.json RESULT.json`,
+`run_build` starts this script as a job (`python benchmarks/common/dask_builds.py JOB.json RESULT.json`,
 `jobs.run_job`): the job starts a cluster of N single-threaded worker processes, builds the dataset
 on it with `vidvol.beam_jobs.build.build(runner="dask")` under the RSS sampler
 (`measure.TreeSampler`) and the shard watch (`AttemptWatch`: first shard attempt opened -> last
-shard written; `builds.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
+shard written; `common/build_job.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
 `_plan` / `_run_pipeline` and the DaskRunner's `run_pipeline` (wrapped in the job process only;
 library code unchanged). `scaling` alternates 1- and 2-worker builds, `memory` builds N and 4N
 experiments; `summarize_scaling` derives the medians, speed-ups and where the time goes.
@@ -28,7 +28,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 MIB = 2**20
 
 
@@ -126,7 +129,7 @@ class _Stamps:
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     """Starts a cluster, builds `job['dataset']` on it under the RSS monitor and the shard watch; returns timings."""
     started = psutil_create_time()
-    import measure
+    from common import measure
     import psutil
 
     from vidvol.beam_jobs import build, dask_cluster, dask_runner
@@ -212,8 +215,8 @@ def psutil_create_time() -> float:
 def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,
               num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
-    import jobs
-    from streams import busy_cpu_seconds
+    from common import jobs
+    from common.streams import busy_cpu_seconds
 
     os.makedirs(work, exist_ok=True)
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
@@ -356,8 +359,8 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/cluster_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
-    import jobs
+    """`python benchmarks/common/dask_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
+    from common import jobs
 
     logging.basicConfig(level=logging.WARNING)
     return jobs.job_main(__file__, _build_job, argv)

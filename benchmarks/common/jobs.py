@@ -1,11 +1,11 @@
 """A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree.
 
 A measurement that must not share a process with the benchmark (its peak RSS, its imports, the
-processes it starts) runs one of this folder's scripts with `run_job` (cluster_builds.py,
-cluster_driver.py); `python` names another interpreter (another virtual environment) to run it in.
+processes it starts) runs one of this folder's scripts with `run_job` (common/dask_builds.py,
+common/dask_driver.py); `python` names another interpreter (another virtual environment) to run it in.
 `run_command` runs any command so, its process tree sampled by `measure.TreeSampler` if asked (builds).
-A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (reads.py, cluster_builds.py,
-cluster_driver.py). Stdlib only (`measure` inside `run_command`): loadable without the benchmarks folder on sys.path.
+A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (common/read_job.py, common/dask_builds.py,
+common/dask_driver.py). Stdlib only (`measure` inside `run_command`): loadable without the benchmarks folder on sys.path.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None,
         if timer:
             timer.start()
         if interval:
-            import measure
+            from common import measure
 
             sampler = measure.TreeSampler(proc.pid, interval)
             sampler.start()
