@@ -1,52 +1,14 @@
-"""vidvol benchmark: read throughput against the read-time pipelines and the decode limit, build scaling, memory.
+"""vidvol benchmark: the headline (reads and builds against their baselines and limits), then every section.
 
-    python benchmarks/run.py --out bench_out           # full (`make bench`), ~10 min on 2 cores
+    python benchmarks/run.py --out bench_out           # full (`make bench`)
     python benchmarks/run.py --quick --out bench_out   # tiny inputs, 1 run (`make bench-quick`, CI smoke)
 
-The benchmarks are a repository tool, not part of the installed package: they run as scripts from
-a source checkout (this folder is `sys.path[0]`: `from common import ...`, `from sections import ...`).
-Writes OUT/results.json, OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the
-checkout's `benchmarks/` folder (unless --no-publish; never outside a git work tree). Inputs are
-generated offline under OUT/inputs (OUT/inputs_quick, or --inputs) and reused by later runs.
-Measured, each against its baseline in the same run on the same files (benchmarks/README.md):
-
-- the headline (`Headline` below, always measured):
-  - reads (`sections/reads.py`): hmdb51 (default config) via `vidvol.load` vs the users' per-frame-seek
-    OpenCV pipeline and vs the decode limit; hmdb51 through plain `tfds.load` (+ cast/255, batch,
-    prefetch) and through `vidvol.load` seeded and unseeded, at batch 8 and 32, each against the decode
-    limit; its stored-raw twin (`<config>_raw`) vs the same baseline, vs the JPEG decode limit and its
-    disk cost; fire_hrr at full resolution vs per-frame `get_img` and the decode limit; mri_volumes
-    from 128^3 and 256x256x160 scans vs `nib.load(...).get_fdata()`; peak RSS of each;
-  - builds (`sections/builds.py`): fire_hrr full resolution with 1 vs 2 Beam workers; peak RSS of the
-    driver and of every Beam worker building 4 vs 16 experiments; builds against their tight-loop limit;
-- the sections registered in `SECTIONS` (each `--no-KEY` leaves it out):
-  - imports (`sections/imports.py`): `import vidvol`, `tfds.builder("hmdb51").info` and `python -m vidvol --help` (and
-    `verify --help`, `import tensorflow`), each a fresh interpreter, against `import tensorflow_datasets`;
-  - cluster (`sections/cluster.py`): the same builds on Beam's DaskRunner (a local dask scheduler + 1 or 2
-    worker processes): 1 vs 2 workers, dask worker peak RSS for 4 vs 16 experiments, and the
-    driver's part of a build for 10k / 100k / 1M synthetic sources (Kinetics is ~650k videos); it
-    adds ~15 min to a full run;
-  - random access (`sections/random_access.py`): the hmdb51 inputs built again with ArrayRecord shards; random
-    index reads (`vidvol.data_source`, one index and batches of 32) and Grain's model-ready batches
-    vs the sequential `vidvol.load` rate on the same data;
-  - resume (`sections/resume.py`): iterator checkpoint size and the time to the first batch after a restore at
-    10 % and 90 % of an epoch, on the run's hmdb51, fire_hrr and mri_volumes builds; the training
-    order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
-  - build resume (`sections/build_resume.py`): a fire_hrr and an hmdb51 build SIGKILLed at ~70 % of their shards,
-    the resumed run's time against the full build's; the resume check's cost on a 1M-source plan;
-  - bucket (`sections/bucket.py`): hmdb51 and MRI 128^3 read from a real S3 server (SeaweedFS on loopback)
-    by ranged GETs and through the shard cache vs local disk and vs the store's own GET limit; build
-    time into the bucket vs a local data_dir; peak RSS of each read;
-  - video augmentation (`sections/video_augment.py`): `vidvol.load` hmdb51 at batch 32 with `VideoAugment` (random
-    resized crop, random crop, evaluation 3 crops) vs without, paired per round: what augmenting costs;
-  - peers (`sections/peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
-    decord, PyAV, TorchCodec in a PyTorch DataLoader; TFDS's stock Video feature; MONAI and TorchIO),
-    beside the headline's vidvol rows; the peers run in their own venv (OUT/peers_venv, made from
-    setup.cfg's `bench` extra in a full run; a quick run without it records why they are missing).
-  - volume memory (`sections/volume_memory.py`): `tfds build mri_volumes` peak RSS (process tree) against the size a
-    .nii.gz source inflates to (64 MiB ... 1.5 GiB), a 1.4 KB header bomb in every build.
-  - fuzz (`sections/fuzz.py`): the fuzz lane's long budget (tests/fuzz_targets.py: NIfTI, video, CSV and split lists,
-    verify's metadata, Grain states, RAR entries): inputs tried, crashes, hangs and peak RSS per target.
+A repository tool, not part of the installed package: it runs from a source checkout, this folder as
+`sys.path[0]` (`from common import ...`, `from sections import ...`). Writes OUT/results.json,
+OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the checkout's `benchmarks/`
+(unless --no-publish; never outside a git work tree). Inputs are generated offline under OUT/inputs
+(OUT/inputs_quick, or --inputs) and reused by later runs. What each section measures, against what,
+and which module measures it: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -65,22 +27,9 @@ from typing import Any
 
 import psutil
 
-from sections import bucket
-from sections import build_resume
-from sections import builds
-from sections import cluster
-from sections import fuzz
-from sections import imports
-from common import inputs
-from sections import peers
-from sections import random_access
-from sections import reads
-from common import report
-from sections import resume
-from common import section
-from common import suite
-from sections import video_augment
-from sections import volume_memory
+from common import inputs, report, section, suite
+from sections import (bucket, build_resume, builds, cluster, fuzz, imports, peers, random_access, reads, resume,
+                      video_augment, volume_memory)
 from common.suite import CONTENDED_CORES
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/ of the source checkout

@@ -26,8 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from common.dask_builds import AttemptWatch
-from common import jobs
-from common import measure
+from common import jobs, measure
 from common.streams import busy_cpu_seconds
 
 MIB = 2**20

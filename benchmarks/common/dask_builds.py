@@ -16,7 +16,6 @@ Top-level imports are stdlib only: they are what the job process imports before 
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import re
@@ -216,25 +215,13 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
               num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
     from common import jobs
-    from common.streams import busy_cpu_seconds
 
-    os.makedirs(work, exist_ok=True)
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
            "log_dir": os.path.join(work, f"dask_{tag}"), "workers": workers, "interval": interval, "num_shards": num_shards}
     shutil.rmtree(job["log_dir"], ignore_errors=True)
-    job_path, result_path, log_path = (os.path.join(work, f"{tag}.{x}") for x in ("job.json", "result.json", "log"))
-    with open(job_path, "w", encoding="utf-8") as f:
-        json.dump(job, f)
     print(f"[cluster] build {dataset} from {manual_dir} on {workers} dask worker(s)", flush=True)
-    busy0, start = busy_cpu_seconds(), time.monotonic()
-    status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)
-    wall = time.monotonic() - start
-    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
-    if status != 0:
-        raise RuntimeError(f"dask build {tag} failed ({status}); log {log_path}:\n{jobs.tail(log_path)}")
-    with open(result_path, encoding="utf-8") as f:
-        r = json.load(f)
-    others = max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall
+    r, cost = jobs.json_job(__file__, job, work, tag, timeout)
+    wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
     r.update({
         "wall_s": round(wall, 2),
         "examples_per_s": round(r["examples"] / r["write_s"], 3) if r["write_s"] else None,
@@ -242,8 +229,6 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
         "e2e_examples_per_s": round(r["examples"] / wall, 3),
         "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "other_cores_busy": round(others, 2),
     })
-    with open(result_path, "w", encoding="utf-8") as f:
-        json.dump(r, f, indent=1)
     st = r["steps_s"]
     print(f"[cluster]   {r['examples']} examples in {r['shards']} shards: writing {r['write_s']} s "
           f"({r['examples_per_s']} ex/s, {r['shards_in_flight']} shards in flight), build() {r['build_s']} s, end to end "

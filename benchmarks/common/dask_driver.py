@@ -215,23 +215,9 @@ def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.
     """measure_driver(n) in a fresh process (this script as a job), so the peak RSS is this size's alone."""
     from common import jobs
 
-    os.makedirs(work, exist_ok=True)
-    job_path, result_path, log_path = (os.path.join(work, f"driver_{n}.{x}") for x in ("job.json", "json", "log"))
-    with open(job_path, "w", encoding="utf-8") as f:
-        json.dump({"n": n, "work": work, "submit": submit}, f)
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
-    from common.streams import busy_cpu_seconds
-
-    busy0, start = busy_cpu_seconds(), time.monotonic()
-    status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)
-    wall = time.monotonic() - start
-    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
-    others = max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall
-    if status != 0:
-        what = f"killed after {timeout:.0f} s" if status < 0 else f"exit {status}"
-        raise RuntimeError(f"driver scale {n} failed ({what}); log {log_path}:\n{jobs.tail(log_path)}")
-    with open(result_path, encoding="utf-8") as f:
-        r = json.load(f)
+    r, cost = jobs.json_job(__file__, {"n": n, "work": work, "submit": submit}, work, f"driver_{n}", timeout)
+    wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
     r["process_wall_s"] = round(wall, 1)
     r["cpu_s"] = round(cpu, 2)
     r["other_cores_busy"] = round(others, 2)  # cores other processes kept busy meanwhile (the job uses ~1)

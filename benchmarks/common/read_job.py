@@ -36,10 +36,7 @@ import tensorflow as tf
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import baselines
-from common import jobs
-from common import measure
-from common import streams
+from common import baselines, jobs, measure, streams
 
 logger = logging.getLogger(__name__)
 

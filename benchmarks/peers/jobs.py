@@ -338,8 +338,7 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
     """Times one peer pipeline `runs` times; returns the read-row figures, first-batch check data and versions."""
     import torch
 
-    from common import measure
-    from common import streams
+    from common import measure, streams
 
     os.makedirs(job.work, exist_ok=True)
     cores = len(os.sched_getaffinity(0))

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common import report
-from common import section
+from common import report, section
 from peers.jobs import VIDEO_PEERS  # the read-time decoders
 LABELS = {"opencv": "OpenCV (sequential grab)", "decord": "decord (get_batch)", "pyav": "PyAV (decode in order)",
           "torchcodec": "TorchCodec (exact seek)", "tfds_video": "TFDS stock tfds.features.Video (tfds.load)",

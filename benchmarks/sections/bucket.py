@@ -26,9 +26,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs
-from common import section
-from common import shuffle_quality
+from common import inputs, section, shuffle_quality
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 BUCKET = "vidvol-bench"

@@ -29,8 +29,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs
-from common import section
+from common import inputs, section
 from vidvol.testing import samples
 
 TARGET_RATIO = 0.40

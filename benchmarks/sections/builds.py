@@ -15,10 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sections import build_limit
-from common import build_job
-from common import inputs
-from common import measure
-from common import section
+from common import build_job, inputs, measure, section
 from common.suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size, raw_config
 
 METHOD = [

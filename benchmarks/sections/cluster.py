@@ -45,11 +45,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import dask_builds
-from common import dask_driver
-from common import measure
-from common import report
-from common import section
+from common import dask_builds, dask_driver, measure, report, section
 
 TARGET_SPEEDUP = 1.7
 TARGET_WORKER_GIB = 2.0

@@ -171,20 +171,12 @@ def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str
 
 def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: PeersSettings,
                python: str = sys.executable) -> dict[str, Any]:
-    """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.run_job`; its result, or RuntimeError with the log."""
+    """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.json_job`; its result, or RuntimeError with the log."""
     from common import jobs
 
-    folder = os.path.join(work, "jobs")
-    os.makedirs(folder, exist_ok=True)
-    paths = {x: os.path.join(folder, f"{tag}.{x}") for x in ("json", "result.json", "log")}
-    with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump(job, f)
-    status, _ = jobs.run_job(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), script), [paths["json"], paths["result.json"]], paths["log"],
-                             settings.job_timeout_s, python=python)
-    if status != 0:
-        raise RuntimeError(f"{script} job {tag} failed ({status}):\n{jobs.tail(paths['log'])}")
-    with open(paths["result.json"], encoding="utf-8") as f:
-        return json.load(f)
+    benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return jobs.json_job(os.path.join(benchmarks, script), job, os.path.join(work, "jobs"), tag, settings.job_timeout_s,
+                         python=python)[0]
 
 
 def peer_rows(doc: dict[str, Any], kind: str, work: str, python: str, settings: PeersSettings, peers: Sequence[str],

@@ -14,21 +14,18 @@ import dataclasses
 import glob
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any
 
 from vidvol.testing import samples
 
-from common import baselines
-from common import inputs
-from common import section
+from common import baselines, inputs, jobs, section
 from common.read_job import ReadJob
 from common.suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment, raw_config
 
 BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ of the source checkout
 GIB = 2**30
+READ_TIMEOUT_S = 3600.0  # one read job (a full run's longest takes a few minutes)
 
 METHOD = [
     "hmdb51 baseline: list of video paths -> `tf.py_function` opening each with `cv2.VideoCapture`, seeking "
@@ -83,20 +80,8 @@ def _read(ctx: section.Context, tag: str, job: ReadJob) -> dict[str, Any]:
 
         result = read_job.measure_read(job)
     else:
-        jobs = ctx.path("jobs")
-        os.makedirs(jobs, exist_ok=True)
-        job_path, result_path = os.path.join(jobs, f"{tag}.json"), os.path.join(jobs, f"{tag}.result.json")
-        with open(job_path, "w", encoding="utf-8") as f:
-            json.dump(dataclasses.asdict(job), f)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        with open(os.path.join(jobs, f"{tag}.log"), "w", encoding="utf-8") as log:
-            proc = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "common", "read_job.py"), job_path, result_path],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-        if proc.returncode != 0:
-            with open(os.path.join(jobs, f"{tag}.log"), encoding="utf-8") as f:
-                raise RuntimeError(f"read job {tag} failed ({proc.returncode}):\n{f.read()[-4000:]}")
-        with open(result_path, encoding="utf-8") as f:
-            result = json.load(f)
+        script = os.path.join(BENCHMARKS, "common", "read_job.py")
+        result = jobs.json_job(script, dataclasses.asdict(job), ctx.path("jobs"), tag, READ_TIMEOUT_S)[0]
     print(f"[bench]   {result['examples_per_s']:.3g} examples/s (runs {result['examples_per_s_runs']}), "
           f"{result['cores_used']:.2f} cores busy (others {result['other_cores_busy']:.2f}), "
           f"peak RSS {result['peak_rss_mib']:.0f} MiB", flush=True)

@@ -42,8 +42,7 @@ import numpy as np
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import report
-from common import section
+from common import report, section
 
 WINDOW = 32
 OLD_BUFFER_BYTES = 256 * 2**20  # the release before's default shuffle buffer

@@ -43,8 +43,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import report
-from common import section
+from common import report, section
 
 TARGET_COST = 0.10
 PIPELINES = ("off", "random_resized_crop", "random_crop", "random_resized_crop_stored_size", "eval_multi_crop")

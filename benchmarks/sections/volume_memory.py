@@ -31,9 +31,7 @@ import numpy as np
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import measure
-from common import report
-from common import section
+from common import measure, report, section
 
 MIB = 2**20
 GIB = 2**30
