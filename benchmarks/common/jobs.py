@@ -118,7 +118,8 @@ def job_main(script: str, run: Callable[[dict[str, Any]], dict[str, Any]], argv:
     """A job script's entry, `python SCRIPT JOB.json RESULT.json`: writes `run(job)` to RESULT.json."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        raise SystemExit(f"usage: python benchmarks/{os.path.basename(script)} JOB.json RESULT.json")
+        benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        raise SystemExit(f"usage: python benchmarks/{os.path.relpath(os.path.abspath(script), benchmarks)} JOB.json RESULT.json")
     with open(args[0], encoding="utf-8") as f:
         job = json.load(f)
     result = run(job)
