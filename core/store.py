@@ -8,8 +8,6 @@ error (reset, timeout, 5xx, 429) is retried with backoff; no message carries a s
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import errno
 import hashlib
 import logging
@@ -23,6 +21,7 @@ from collections.abc import Callable
 
 
 from vidvol.core import redact
+from vidvol.core.s3_direct import S3_USERINFO_RE as _S3_USERINFO_RE  # stdlib only: no store client at import
 from vidvol.core.urls import is_url, scheme
 
 logger = logging.getLogger(__name__)
@@ -100,8 +99,6 @@ def _filesystem(protocol: str, **options: str):
     return fs
 
 
-# `s3://KEY:SECRET@bucket/key`: credentials in the URL (percent-encoded where they hold `/`, `@` or `:`).
-_S3_USERINFO_RE = re.compile(r"^(s3a?://)([^/@?#:]+):([^/@?#]*)@")
 
 
 def _fs(url: str):
@@ -191,7 +188,7 @@ def credential_hint(url: str) -> str:
 
 def _access_denied(url: str, e: BaseException) -> AccessDeniedError:
     """The clear error for refused or missing credentials."""
-    return AccessDeniedError(f"access denied for {url}: {credential_hint(url)} ({_describe(e)})")
+    return AccessDeniedError(f"access denied for {redact.url(url)}: {credential_hint(url)} ({_describe(e)})")
 
 
 def _call(url: str, fn: Callable[[], T], *, what: str, retries: int = RETRIES) -> T:
@@ -247,24 +244,44 @@ def fs_path(url: str):
 
 def exists(url: str) -> bool:
     """Whether the object (or a prefix of objects) exists."""
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        return _call(url, lambda: s3_direct.exists(*direct), what="exists")
     fs, p = _fs(url)
     return _call(url, lambda: fs.exists(p), what="exists")
 
 
 def size(url: str) -> int:
     """The object's size in bytes."""
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        return _call(url, lambda: s3_direct.size(*direct), what="stat")
     fs, p = _fs(url)
     return int(_call(url, lambda: fs.size(p), what="stat"))
 
 
 def read_bytes(url: str) -> bytes:
     """The whole object (metadata files: small)."""
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        return _call(url, lambda: s3_direct.read_bytes(*direct), what="read")
     fs, p = _fs(url)
     return _call(url, lambda: fs.cat_file(p), what="read")
 
 
 def read_range(url: str, start: int, end: int) -> bytes:
     """Bytes `[start, end)` of the object, in one ranged GET."""
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        return _call(url, lambda: s3_direct.read_range(*direct, start, end), what=f"read bytes {start}-{end}")
     fs, p = _fs(url)
     return _call(url, lambda: fs.cat_file(p, start=start, end=end), what=f"read bytes {start}-{end}")
 
@@ -289,7 +306,9 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
     what = f"read {len(spans)} byte ranges"
     if all(r is not None and r[0] is ranged[spans[0][0]][0] for r in ranged.values()):
         client = ranged[spans[0][0]][0]
-        return _call(where, lambda: _get_ranges(client, [ranged[url][1] for url, _, _ in spans], spans, copy),
+        from vidvol.core import s3_direct
+
+        return _call(where, lambda: s3_direct.get_ranges(client, [ranged[url][1] for url, _, _ in spans], spans, copy),
                      what=what)
     fs, _ = _fs(spans[0][0])
     paths = [_fs(url)[1] for url, _, _ in spans]
@@ -321,8 +340,7 @@ def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> byt
     return out
 
 
-RANGED_GETS_ENV = "VIDVOL_RANGED_GETS"
-_RANGED: dict[tuple, Any] = {}
+RANGED_GETS_ENV = "VIDVOL_RANGED_GETS"  # s3_direct.RANGED_GETS_ENV (this module imports obstore's only when reading)
 _OBSTORE_STATUS_RE = re.compile(r"\bstatus(?: code)?:? (\d{3})\b", re.IGNORECASE)
 _OBSTORE_TRANSIENT_RE = re.compile(
     r"error sending request|connection (?:reset|refused|closed)|timed? ?out|broken pipe|incomplete|"
@@ -330,78 +348,10 @@ _OBSTORE_TRANSIENT_RE = re.compile(
 
 
 def _ranged(url: str) -> tuple[Any, str] | None:
-    """(obstore S3Store of the URL's bucket, the object's key), or None where s3fs does the ranged reads."""
-    if scheme(url) not in ("s3", "s3a") or os.environ.get(RANGED_GETS_ENV, "").lower() == "fsspec":
-        return None
-    try:
-        from obstore.store import S3Store
-    except ImportError:
-        return None
-    fs, path = _fs(url)
-    bucket_name, _, key = path.partition("/")
-    cache_key = (id(fs), bucket_name)
-    with _FS_LOCK:
-        if cache_key in _RANGED:
-            client = _RANGED[cache_key]
-            return None if client is None else (client, key)
-    client = _make_ranged(S3Store, fs, bucket_name)
-    with _FS_LOCK:
-        _RANGED[cache_key] = client  # the fs objects are cached (`_filesystem`): ids stay theirs
-    return None if client is None else (client, key)
+    """(obstore S3Store of the URL's bucket, the object's key), or None where s3fs does the reads (`s3_direct`)."""
+    from vidvol.core import s3_direct
 
-
-def _make_ranged(S3Store, fs, bucket_name: str):
-    env = os.environ.get
-    kwargs = dict(getattr(fs, "client_kwargs", None) or {})
-    endpoint = kwargs.get("endpoint_url") or getattr(fs, "endpoint_url", None) or env("AWS_ENDPOINT_URL_S3") \
-        or env("AWS_ENDPOINT_URL")
-    region = kwargs.get("region_name") or env("AWS_REGION") or env("AWS_DEFAULT_REGION")
-    if not (region or endpoint):
-        return None  # AWS with no region named: botocore (s3fs) finds the bucket's region, object_store would not
-    config: dict[str, Any] = {"region": region or "us-east-1"}
-    if getattr(fs, "anon", False):
-        config["skip_signature"] = True
-    else:
-        key_id, secret = getattr(fs, "key", None), getattr(fs, "secret", None)
-        token = getattr(fs, "token", None)
-        if not (key_id and secret):
-            key_id, secret, token = env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")
-        if not (key_id and secret):
-            return None
-        config.update(access_key_id=key_id, secret_access_key=secret)
-        if token:
-            config["session_token"] = token
-    if endpoint:
-        config["endpoint"] = endpoint
-    try:
-        return S3Store(bucket_name, config=config,
-                       client_options={"allow_http": bool(endpoint and endpoint.startswith("http://")),
-                                       "timeout": "120s", "connect_timeout": "10s"},
-                       retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=1),
-                                     "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
-                                                 "max_backoff": datetime.timedelta(seconds=1), "base": 2.0}})
-    except Exception as e:  # a configuration obstore refuses: s3fs reads instead
-        logger.debug("ranged reads of s3://%s through s3fs: obstore refused the configuration (%s)", bucket_name,
-                     type(e).__name__)
-        return None
-
-
-def _get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy: bool = True) -> list:
-    """One concurrent ranged GET per span (not coalesced: a shuffled batch's records are far apart)."""
-    import obstore
-    from obstore import exceptions
-
-    async def fetch():
-        return await asyncio.gather(*[obstore.get_range_async(client, key, start=int(a), end=int(b))
-                                      for key, (_, a, b) in zip(keys, spans)])
-
-    try:
-        got = asyncio.run(fetch())
-        return [bytes(b) for b in got] if copy else got
-    except exceptions.NotFoundError:
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory") from None
-    except (exceptions.PermissionDeniedError, exceptions.UnauthenticatedError) as e:
-        raise PermissionError(errno.EACCES, scrub(str(e))) from None
+    return s3_direct.client_for(url)
 
 
 def digest(url: str, chunk: int = 8 << 20) -> tuple[str, int]:
@@ -453,6 +403,12 @@ def upload(local: str, url: str) -> None:
 
 def download(url: str, local: str) -> None:
     """Downloads the object to the local path `local` (streamed to disk)."""
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        _call(url, lambda: s3_direct.download(*direct, local), what="download")
+        return
     fs, p = _fs(url)
     _call(url, lambda: fs.get_file(p, local), what="download")
 
@@ -475,6 +431,12 @@ def remove(url: str) -> None:
 
 def listdir(url: str) -> list[str]:
     """The URLs of the objects and prefixes directly under `url` (empty when there is none)."""
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        names = _call(url, lambda: s3_direct.listdir(*direct), what="list")
+        return sorted(f"{url.rstrip('/')}/{n}" for n in names)
     fs, p = _fs(url)
     try:
         entries = _call(url, lambda: fs.ls(p, detail=False, refresh=True), what="list")

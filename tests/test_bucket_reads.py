@@ -129,6 +129,44 @@ def test_ranged_gets_go_through_obstore_and_equal_s3fs_and_the_local_bytes(world
     assert store._ranged(urls[0]) is None
 
 
+_READER = r"""
+import sys, numpy as np, vidvol
+batches = vidvol.load(sys.argv[1], "train", 2, data_dir=sys.argv[2], seed=1, repeat=False,
+                      spec=vidvol.ReadSpec(order=vidvol.ShardOrder(1)))
+print(sum(len(np.asarray(b[-1])) for b in batches), "s3fs" in sys.modules, "botocore" in sys.modules)
+"""
+
+
+def test_a_bucket_reader_lists_and_reads_through_obstore_alone(world, env, monkeypatch, tmp_path):
+    """Listing, stat, whole and ranged reads and downloads give s3fs's answers through obstore, and a process that
+    reads a bucket dataset never imports s3fs or botocore (~30 MiB resident less); VIDVOL_RANGED_GETS=fsspec
+    sends it all through s3fs."""
+    _, root = world
+    base = f"s3://{BUCKET}/tf/{VERSION}"
+    info = root / "local" / VERSION / "dataset_info.json"
+    direct = (store.listdir(base), store.size(f"{base}/dataset_info.json"), store.read_bytes(f"{base}/dataset_info.json"),
+              store.read_range(f"{base}/dataset_info.json", 3, 40), store.exists(base), store.exists(f"{base}-gone"),
+              store.listdir(f"{base}-gone"))
+    store.download(f"{base}/dataset_info.json", str(tmp_path / "direct.json"))
+    monkeypatch.setenv(store.RANGED_GETS_ENV, "fsspec")
+    through_s3fs = (store.listdir(base), store.size(f"{base}/dataset_info.json"),
+                    store.read_bytes(f"{base}/dataset_info.json"), store.read_range(f"{base}/dataset_info.json", 3, 40),
+                    store.exists(base), store.exists(f"{base}-gone"), store.listdir(f"{base}-gone"))
+    assert direct == through_s3fs
+    assert direct[2] == info.read_bytes() and direct[3] == info.read_bytes()[3:40] and direct[1] == info.stat().st_size
+    assert f"{base}/dataset_info.json" in direct[0] and direct[4] and not direct[5] and direct[6] == []
+    assert (tmp_path / "direct.json").read_bytes() == info.read_bytes()
+    monkeypatch.delenv(store.RANGED_GETS_ENV)
+    with pytest.raises(FileNotFoundError, match="-gone"):
+        store.read_bytes(f"{base}-gone/dataset_info.json")
+    want = sum(len(b[-1]) for b in _batches(str(root / "local"), seed=1, spec=vidvol.ReadSpec(order=vidvol.ShardOrder(1))))
+    for env_value, imported in ((None, "False False"), ("fsspec", "True True")):
+        child = dict(os.environ, **({store.RANGED_GETS_ENV: env_value} if env_value else {}))
+        out = subprocess.run([sys.executable, "-c", _READER, NAME, f"s3://{BUCKET}/tf"], env=child, text=True,
+                             capture_output=True, check=True).stdout.split()
+        assert out == [str(want)] + imported.split(), out
+
+
 def test_a_bucket_pipeline_has_threads_of_its_own_for_the_waiting_reads(world, env):
     """Ranged GETs block their tf.data thread: a bucket pipeline gets a private pool larger than the cores; a local
     one keeps tf.data's shared pool."""

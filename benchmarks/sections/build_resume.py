@@ -29,7 +29,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs, section
+from common import inputs, measure, section
 from vidvol.testing import samples
 
 TARGET_RATIO = 0.40
@@ -57,7 +57,9 @@ GROW_METHOD = (
     "Grow: the full build's dataset (a hard-linked copy) built again by the same command over its inputs grown by "
     "5 % (hmdb51: every 20th listed clip hard-linked as `NAME_g.avi` with its split line; fire_hrr: every 20th "
     "experiment's frames linked as a new experiment); its build (the command's main) against the full build's, and "
-    "its peak RSS (the driver's or its largest child's) against the full build's.")
+    "its peak RSS (the driver's or its largest child's) against the full build's. Peak RSS: the driver's VmHWM, read "
+    "by itself at exit, and each child's VmHWM sampled every 0.2 s (not `ru_maxrss`, which a child started by "
+    "vfork + exec inherits from the driver).")
 PHASES_NOTE = ("Each build command runs as `python -c` importing and calling `vidvol.beam_jobs.build`'s main; it notes "
                "when its imports are done and when main returns, so the build alone (main) is told apart from the "
                "start-up (interpreter, imports) and the exit. The check's CPU is this process's, with the fingerprint's "
@@ -92,9 +94,9 @@ WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_threading")
 _PHASES = (
     "import json, os, resource, sys, time; up = time.time(); import vidvol.beam_jobs.build as b; imported = time.time(); "
     "sys.argv[0] = b.__file__; rc = b.main(sys.argv[1:]); done = time.time(); "
-    "rss = [resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]; "
+    "hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')]; "
     "f = open(os.environ['VIDVOL_BENCH_PHASES'], 'w'); "
-    "json.dump({'up': up, 'imported': imported, 'main_done': done, 'rss_kib': rss}, f); "
+    "json.dump({'up': up, 'imported': imported, 'main_done': done, 'driver_hwm_kib': hwm[0] if hwm else 0}, f); "
     "f.close(); sys.exit(rc)"
 )
 PHASES_ENV = "VIDVOL_BENCH_PHASES"
@@ -116,7 +118,9 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
     phases = log + ".phases.json"
     spawned, start = time.time(), time.monotonic()
     with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(phases), timeout=3600)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(phases))
+        with measure.TreeSampler(proc.pid, interval=0.2) as tree:  # the children's own VmHWM (not ru_maxrss)
+            proc.wait(timeout=3600)
     total, ended = time.monotonic() - start, time.time()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
@@ -124,8 +128,10 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
         t = json.load(f)
     phases = {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
               "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
-    if "rss_kib" in t:  # the driver's peak RSS and its largest child's (decoding children, SDK workers)
-        phases["peak_rss_mib"] = round(max(t["rss_kib"]) / 1024, 1)
+    if "driver_hwm_kib" in t:  # the driver's VmHWM and its largest child's (decoding children, SDK workers)
+        phases["driver_peak_mib"] = round(t["driver_hwm_kib"] / 1024, 1)
+        phases["child_peak_mib"] = round(tree.descendant_peak_mib(), 1)
+        phases["peak_rss_mib"] = max(phases["driver_peak_mib"], phases["child_peak_mib"])
     return total, phases
 
 

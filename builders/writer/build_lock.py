@@ -323,7 +323,52 @@ def _take_over_local(local: str, holder: dict[str, Any], ident: tuple[int, ...],
                 os.remove(claim)
 
 
-class BuildLock:
+class HeldBuild:
+    """What a held build lock (`BuildLock`) and a bucket lease (`lease.BucketLease`) share: the beat thread that
+    stops the build once it is lost, and who took it over, as `BuildLockLostError` says it."""
+
+    noun = "build lock"
+    what: str
+    path: str
+    on_lost: Callable[[], None] | None
+    lost_to: dict[str, Any] | None
+    lost_because: str | None
+    _stop: threading.Event
+    _mutex: threading.Lock
+
+    def _interval(self) -> float:
+        raise NotImplementedError
+
+    def _still_held(self) -> bool:
+        """Refreshes or renews the hold once; False when it is lost (`lost_to`, `lost_because` say why)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _describe(holder: dict[str, Any] | None, path: str) -> str:
+        return describe(holder, path)
+
+    def _beats(self) -> None:
+        while not self._stop.wait(self._interval()):
+            if not self._still_held():
+                logger.error("%s: this build lost its %s (%s); it stops now rather than at publish time",
+                             self.what, self.noun, self.lost_because or "taken over")
+                with self._mutex:
+                    if self.on_lost is not None and not self._stop.is_set():
+                        self.on_lost()
+                return
+
+    def stop_interrupts(self) -> None:
+        """No `on_lost` call from here on (the build it would stop is over)."""
+        with self._mutex:
+            self.on_lost = None
+
+    def _other_holder(self, removed: str) -> str:
+        """Who holds it now, for BuildLockLostError: another build, or nobody (and why)."""
+        return (f"another build ({self._describe(self.lost_to, self.path)})" if self.lost_to
+                else f"nobody: {self.lost_because}" if self.lost_because else f"nobody: {removed}")
+
+
+class BuildLock(HeldBuild):
     """The lock of one build; `acquire()`, `check_held()` before publishing, then `release()` (or use `hold`)."""
 
     def __init__(self, path: str, *, what: str, mode: str | None = None,
@@ -426,7 +471,7 @@ class BuildLock:
         self.lost_to = None
         self._last_ok = _now()
         self._stop.clear()
-        self._beat = threading.Thread(target=self._heartbeat, name="vidvol-build-lock", daemon=True)
+        self._beat = threading.Thread(target=self._beats, name="vidvol-build-lock", daemon=True)
         self._beat.start()
 
     def _check_timeout(self, holder: dict[str, Any], since: float) -> None:
@@ -470,28 +515,17 @@ class BuildLock:
             return False
         return True
 
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            if not self._refresh():
-                logger.error("%s: this build lost its build lock (%s); it stops now rather than at publish time",
-                             self.what, self.lost_because or "taken over")
-                with self._mutex:
-                    if self.on_lost is not None and not self._stop.is_set():
-                        self.on_lost()
-                return
+    def _interval(self) -> float:
+        return HEARTBEAT_S
 
-    def stop_interrupts(self) -> None:
-        """No `on_lost` call from here on (the build it would stop is over)."""
-        with self._mutex:
-            self.on_lost = None
+    def _still_held(self) -> bool:
+        return self._refresh()
 
     def check_held(self) -> None:
         """BuildLockLostError naming the other holder unless the lock is still this build's (refreshed now)."""
         if self._refresh():
             return
-        other = (f"another build ({describe(self.lost_to, self.path)})" if self.lost_to
-                 else f"nobody: {self.lost_because}" if self.lost_because
-                 else f"nobody: its lock file {self.path} was removed")
+        other = self._other_holder(f"its lock file {self.path} was removed")
         raise BuildLockLostError(
             f"{self.what}: this build lost its build lock to {other} while it ran, and stops before publishing its "
             f"dataset so that two builds never both write the version folder (its incomplete.* folder is removed). "

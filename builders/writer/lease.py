@@ -97,7 +97,7 @@ def looks_live(holder: dict[str, Any], now: float | None = None) -> bool:
     return (time.time() if now is None else now) - renewed < expiry
 
 
-class BucketLease:
+class BucketLease(build_lock.HeldBuild):
     """The lease of one build; `acquire()`, `check_held()` before publishing, then `release()` (or use `hold`).
 
     The same interface as `build_lock.BuildLock` (`waited_for`, `lost_to`, `on_lost`, `stop_interrupts`).
@@ -200,7 +200,7 @@ class BucketLease:
         self._check_conditions()
         self.lost_to = None
         self._stop.clear()
-        self._beat = threading.Thread(target=self._renewals, name="vidvol-build-lease", daemon=True)
+        self._beat = threading.Thread(target=self._beats, name="vidvol-build-lease", daemon=True)
         self._beat.start()
 
     def _check_conditions(self) -> None:
@@ -257,20 +257,14 @@ class BucketLease:
             self.lost_to = got[0] if got else {}
             return LOST
 
-    def _renewals(self) -> None:
-        while not self._stop.wait(self.renew_s):
-            if self._renew() == LOST:
-                logger.error("%s: this build lost its build lease (%s); it stops now rather than at publish time",
-                             self.what, self.lost_because or "taken over")
-                with self._mutex:
-                    if self.on_lost is not None and not self._stop.is_set():
-                        self.on_lost()
-                return
+    noun = "build lease"
+    _describe = staticmethod(describe)
 
-    def stop_interrupts(self) -> None:
-        """No `on_lost` call from here on (the build it would stop is over)."""
-        with self._mutex:
-            self.on_lost = None
+    def _interval(self) -> float:
+        return self.renew_s
+
+    def _still_held(self) -> bool:
+        return self._renew() != LOST
 
     def check_held(self) -> None:
         """Renews the lease now; BuildLockLostError naming the other holder if it is not this build's any more."""
@@ -281,10 +275,8 @@ class BucketLease:
             if state == LOST:
                 break
             time.sleep(min(1.0, self.renew_s / 4))
-        other = (f"another build ({describe(self.lost_to, self.path)})" if self.lost_to
-                 else f"nobody: {self.lost_because}" if self.lost_because
-                 else f"nobody: its lease {redact.url(self.path)} was removed (by a build that took it over and "
-                      f"ended, or by hand)")
+        other = self._other_holder(f"its lease {redact.url(self.path)} was removed (by a build that took it over "
+                                   f"and ended, or by hand)")
         raise BuildLockLostError(
             f"{self.what}: this build lost its build lease to {other} while it ran, and stops before publishing its "
             f"dataset so that two builds never both publish. A lease is taken over when it stays unrenewed for "
