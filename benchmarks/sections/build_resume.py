@@ -470,10 +470,9 @@ class BuildResume(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs and its smaller fire_hrr input set."""
-        s = ctx.settings
+        """The run's hmdb51 and fire_hrr input sets (stamped: the replicated plans record what they were made from)."""
         return {"hmdb51_manual": os.path.join(ctx.inputs_dir, "hmdb51"),
-                "fire_manual": ctx.path("manual", f"fire_{min(s.fire_counts)}")}
+                "fire_manual": os.path.join(ctx.inputs_dir, "fire_hrr")}
 
     def run_settings(self, ctx: section.Context) -> BuildResumeSettings:
         base = self.mode_settings(ctx.settings.quick)
