@@ -131,6 +131,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     # None leaves it to VIDVOL_GROW (on by default); False stops such a build with StaleDatasetError (--no_grow).
     grow: bool | None = None
     _grow_from: grow_lib.GrowFrom | None = None  # on the builder building a grow beside the prepared dataset
+    _checked: tuple[tuple, grow_lib.GrowFrom | None] | None = None  # check_up_to_date's last (manual_dir...), answer
     _published = _grow_line = _log_dir = None  # where that grow is published, its summary line, its build log's folder
 
     def _out(self, path: str) -> str:
@@ -233,6 +234,14 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         """
         if download_config is None or not download_config.manual_dir:
             return None  # tfds.load of a prepared dataset: no manual_dir to compare with
+        key = (os.fspath(download_config.manual_dir), download_dir and os.fspath(download_dir))
+        if self._checked is not None and self._checked[0] == key:
+            return self._checked[1]  # `python -m vidvol build` checked first with this builder: not planned twice
+        grow = self._check_up_to_date(download_config, download_dir)
+        self._checked = (key, grow)
+        return grow
+
+    def _check_up_to_date(self, download_config, download_dir=None) -> grow_lib.GrowFrom | None:
         name, where = self._display_name(), redact.url(self._out(os.fspath(self.data_path)))
         manual_dir = redact.url(os.fspath(download_config.manual_dir))
         changes = self.source_changes(download_config, download_dir)

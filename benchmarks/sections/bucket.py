@@ -16,6 +16,7 @@ quality of that order against a uniform shuffle (`common/shuffle_quality.py`) is
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -132,6 +133,20 @@ for label, parts in groups.items():
 print(json.dumps({"bytes": total, "rates": rates, "second_s": total / 1e6 / max(rates.values())}))
 """
 
+# The store client's own resident cost in a reading process: RSS after TensorFlow and vidvol are imported, then
+# after the client lists the dataset and fetches one shard whole (obstore's library and runtime; no decoding).
+_CLIENT = r"""
+import json, sys
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:")) / 1024
+import tensorflow, vidvol
+from vidvol.core import store
+before = rss()
+shard = next(u for u in store.listdir(sys.argv[1]) if ".tfrecord-" in u)
+store.read_object(shard, store.size(shard))
+print(json.dumps({"client_mib": rss() - before, "s3fs": "s3fs" in sys.modules}))
+"""
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BucketSettings(section.Settings):
     hmdb51: dict[str, Any]
@@ -219,6 +234,8 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
             read("bucket, 1 core", remote, "-", reader)
         finally:
             _pin(server.pid, set(cores))
+    version = os.path.relpath(glob.glob(os.path.join(local, name.split("/")[0], "*", "*", "dataset_info.json"))[0], local)
+    out["client"] = _child(_CLIENT, [f"{remote}/{os.path.dirname(version)}"], env)
     env["VIDVOL_CACHE_DIR"] = os.path.join(work, label, "cache-gets")
     gets = _child(_GETS, [name, remote, str(settings.batch)], env)
     mb = gets["bytes"] / 1e6
@@ -306,6 +323,11 @@ class BucketReads(section.Section):
                              f"{r['first_s']:.1f} s", f"{r['peak_rss_mib']:.0f} MiB"])
             rows.append([d["dataset"], "GET limit (no decode)", "", f"{d['get_limit_mb_per_s']:.1f}", "", ""])
         out += report.table(["dataset", "read", "examples/s", "MB/s", "first pass", "peak RSS"], rows)
+        clients = [f"{d['dataset']} {d['client']['client_mib']:.0f} MiB" for d in doc["datasets"] if "client" in d]
+        if clients:
+            out += ["The store client's own resident memory in a reading process (listing the version, fetching one "
+                    "shard whole, after TensorFlow and vidvol are imported; s3fs and botocore not loaded): "
+                    + ", ".join(clients) + ". No window setting changes it.", ""]
         out += report.table(["dataset", "build into local data_dir", "build into the bucket"],
                             [[d["dataset"], f"{d['build_local_s']:.1f} s", f"{d['build_bucket_s']:.1f} s"]
                              for d in doc["datasets"]])

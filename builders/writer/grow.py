@@ -383,6 +383,7 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
     live, config_dir = builder._out(local), os.path.dirname(local)
     with build_lock.hold(builder.data_path, what=name) as lock:
         if lock.waited_for is not None:
+            builder._checked = None  # the build it waited for may have grown it: compare again
             grow = builder.check_up_to_date(download_config, download_dir)
             if grow is None:
                 builder.info.read_from_directory(builder.data_path)

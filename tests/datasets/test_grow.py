@@ -154,6 +154,30 @@ def test_no_grow_stops_as_before(tmp_path, build_in_process, monkeypatch):
     assert "1 added, 0 changed, 0 removed, 4 kept" in str(info.value) and "growing is off" in str(info.value)
 
 
+def test_vidvol_build_plans_a_grown_manual_dir_once_for_the_check(tmp_path, monkeypatch):
+    """`python -m vidvol build` (its in-process entry) compares the manual_dir with sources.json, then grows through the
+    same builder: the sources are planned once for the comparison and once by the grow's build, not again between."""
+    from vidvol.beam_jobs import build
+
+    manual, out = tmp_path / "manual", tmp_path / "out"
+    samples.write_mri_volumes(str(manual), num_subjects=5, shape=(16, 16, 16))
+    header, *rows = _rows(manual / "labels.csv")
+    _write_rows(manual / "labels.csv", [header, *rows[:4]])
+    build.build("mri_volumes/small_32", manual_dir=str(manual), data_dir=str(out), num_shards=2)
+    _write_rows(manual / "labels.csv", [header, *rows])
+    plans, plan = [], mri.Builder._split_generators
+
+    def counted(self, dl_manager):
+        plans.append(type(self).__name__)
+        return plan(self, dl_manager)
+
+    monkeypatch.setattr(mri.Builder, "_split_generators", counted)
+    result = build.build("mri_volumes/small_32", manual_dir=str(manual), data_dir=str(out), num_shards=2)
+    assert result.grown and "1 added, 0 changed, 0 removed, 4 kept" in result.grown, result
+    assert len(plans) == 2, plans
+    assert sum(s["examples"] for s in result.splits.values()) == 5
+
+
 @pytest.mark.slow
 def test_hmdb51_grows_from_its_split_lists(tmp_path, build_in_process, caplog):
     manual, out, clean = tmp_path / "manual", tmp_path / "out", tmp_path / "clean"
