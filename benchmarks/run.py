@@ -1,52 +1,14 @@
-"""vidvol benchmark: read throughput against the read-time pipelines and the decode limit, build scaling, memory.
+"""vidvol benchmark: the headline (reads and builds against their baselines and limits), then every section.
 
-    python benchmarks/run.py --out bench_out           # full (`make bench`), ~10 min on 2 cores
+    python benchmarks/run.py --out bench_out           # full (`make bench`)
     python benchmarks/run.py --quick --out bench_out   # tiny inputs, 1 run (`make bench-quick`, CI smoke)
 
-The benchmarks are a repository tool, not part of the installed package: they run as scripts from
-a source checkout (their folder is `sys.path[0]`, so sibling modules import as `import reads`).
-Writes OUT/results.json, OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the
-checkout's `benchmarks/` folder (unless --no-publish; never outside a git work tree). Inputs are
-generated offline under OUT/inputs (OUT/inputs_quick, or --inputs) and reused by later runs.
-Measured, each against its baseline in the same run on the same files (benchmarks/README.md):
-
-- the headline (`Headline` below, always measured):
-  - reads (`read_sections.py`): hmdb51 (default config) via `vidvol.load` vs the users' per-frame-seek
-    OpenCV pipeline and vs the decode limit; hmdb51 through plain `tfds.load` (+ cast/255, batch,
-    prefetch) and through `vidvol.load` seeded and unseeded, at batch 8 and 32, each against the decode
-    limit; its stored-raw twin (`<config>_raw`) vs the same baseline, vs the JPEG decode limit and its
-    disk cost; fire_hrr at full resolution vs per-frame `get_img` and the decode limit; mri_volumes
-    from 128^3 and 256x256x160 scans vs `nib.load(...).get_fdata()`; peak RSS of each;
-  - builds (`build_sections.py`): fire_hrr full resolution with 1 vs 2 Beam workers; peak RSS of the
-    driver and of every Beam worker building 4 vs 16 experiments; builds against their tight-loop limit;
-- the sections registered in `SECTIONS` (each `--no-KEY` leaves it out):
-  - imports (`imports.py`): `import vidvol`, `tfds.builder("hmdb51").info` and `python -m vidvol --help` (and
-    `verify --help`, `import tensorflow`), each a fresh interpreter, against `import tensorflow_datasets`;
-  - cluster (`cluster.py`): the same builds on Beam's DaskRunner (a local dask scheduler + 1 or 2
-    worker processes): 1 vs 2 workers, dask worker peak RSS for 4 vs 16 experiments, and the
-    driver's part of a build for 10k / 100k / 1M synthetic sources (Kinetics is ~650k videos); it
-    adds ~15 min to a full run;
-  - random access (`random_access.py`): the hmdb51 inputs built again with ArrayRecord shards; random
-    index reads (`vidvol.data_source`, one index and batches of 32) and Grain's model-ready batches
-    vs the sequential `vidvol.load` rate on the same data;
-  - resume (`resume.py`): iterator checkpoint size and the time to the first batch after a restore at
-    10 % and 90 % of an epoch, on the run's hmdb51, fire_hrr and mri_volumes builds; the training
-    order's mixing across and within shards, old (shuffle buffer) vs new (keyed permutation).
-  - build resume (`build_resume.py`): a fire_hrr and an hmdb51 build SIGKILLed at ~70 % of their shards,
-    the resumed run's time against the full build's; the resume check's cost on a 1M-source plan;
-  - bucket (`bucket.py`): hmdb51 and MRI 128^3 read from a real S3 server (SeaweedFS on loopback)
-    by ranged GETs and through the shard cache vs local disk and vs the store's own GET limit; build
-    time into the bucket vs a local data_dir; peak RSS of each read;
-  - video augmentation (`video_augment.py`): `vidvol.load` hmdb51 at batch 32 with `VideoAugment` (random
-    resized crop, random crop, evaluation 3 crops) vs without, paired per round: what augmenting costs;
-  - peers (`peers.py`): the same hmdb51 clips and MRI volumes through the tools users know (OpenCV,
-    decord, PyAV, TorchCodec in a PyTorch DataLoader; TFDS's stock Video feature; MONAI and TorchIO),
-    beside the headline's vidvol rows; the peers run in their own venv (OUT/peers_venv, made from
-    setup.cfg's `bench` extra in a full run; a quick run without it records why they are missing).
-  - volume memory (`volume_memory.py`): `tfds build mri_volumes` peak RSS (process tree) against the size a
-    .nii.gz source inflates to (64 MiB ... 1.5 GiB), a 1.4 KB header bomb in every build.
-  - fuzz (`fuzz.py`): the fuzz lane's long budget (tests/fuzz_targets.py: NIfTI, video, CSV and split lists,
-    verify's metadata, Grain states, RAR entries): inputs tried, crashes, hangs and peak RSS per target.
+A repository tool, not part of the installed package: it runs from a source checkout, this folder as
+`sys.path[0]` (`from common import ...`, `from sections import ...`). Writes OUT/results.json,
+OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the checkout's `benchmarks/`
+(unless --no-publish; never outside a git work tree). Inputs are generated offline under OUT/inputs
+(OUT/inputs_quick, or --inputs) and reused by later runs. What each section measures, against what,
+and which module measures it: benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -65,23 +27,10 @@ from typing import Any
 
 import psutil
 
-import bucket
-import build_resume
-import build_sections
-import cluster
-import fuzz
-import imports
-import inputs
-import peers
-import random_access
-import read_sections
-import report
-import resume
-import section
-import suite
-import video_augment
-import volume_memory
-from suite import CONTENDED_CORES
+from common import inputs, report, section, suite
+from sections import (bucket, build_resume, builds, cluster, fuzz, imports, peers, random_access, reads, resume,
+                      video_augment, volume_memory)
+from common.suite import CONTENDED_CORES
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/ of the source checkout
 GIB = 2**30
@@ -169,16 +118,16 @@ class Headline(section.Section):
     summary = "reads and builds (always measured)"
     FULL = suite.FULL
     QUICK = suite.QUICK
-    method = read_sections.METHOD + build_sections.METHOD
+    method = reads.METHOD + builds.METHOD
 
     def measure(self, work: str, settings: section.Settings, *, ctx: section.Context) -> dict[str, Any]:
         """Inputs, builds (and builds against their limit), reads, then the hmdb51 read paths, into `ctx.out`."""
         results: dict[str, Any] = {"inputs": write_inputs(ctx)}
-        built = build_sections.build_all(ctx)
-        results["build_limit"] = build_sections.build_limit_all(ctx, built)
+        built = builds.build_all(ctx)
+        results["build_limit"] = builds.build_limit_all(ctx, built)
         results["no_config"] = built["no_config"]
-        results["read"] = read_sections.read_all(ctx, built)
-        results["hmdb51_paths"] = read_sections.hmdb51_paths(ctx, results["read"]["hmdb51"])
+        results["read"] = reads.read_all(ctx, built)
+        results["hmdb51_paths"] = reads.hmdb51_paths(ctx, results["read"]["hmdb51"])
         lim = results["read"]["hmdb51"]["limit"]  # what the stored frames cost to decode: compare with real footage
         results["inputs"]["hmdb51"].update(stored_frame_kib=round(lim["mean_stored_frame_bytes"] / 1024, 2),
                                            decode_frames_per_s_per_core=round(lim["frames_per_s_one_core"]))
@@ -199,8 +148,8 @@ class Headline(section.Section):
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """The headline promises: reads, builds, then the hmdb51 read paths."""
-        return (read_sections.targets(doc["read"]) + build_sections.targets(doc)
-                + read_sections.path_targets(doc.get("hmdb51_paths")))
+        return (reads.targets(doc["read"]) + builds.targets(doc)
+                + reads.path_targets(doc.get("hmdb51_paths")))
 
 
 HEADLINE = Headline()
@@ -222,7 +171,7 @@ SECTIONS: tuple[section.Section, ...] = (
 
 
 def renderers(sections: Sequence[section.Section] = SECTIONS) -> dict[str, Any]:
-    """{key: markdown lines of a section document} for report.py."""
+    """{key: markdown lines of a section document} for common/report.py."""
     return {s.key: s.markdown for s in sections}
 
 

@@ -77,7 +77,7 @@ def permute(positions: tf.Tensor, n: int, seed: tf.Tensor) -> tf.Tensor:
     since 2^bits < 4n). Six rounds because four rounds of a balanced Feistel network are the minimum
     for a pseudo-random permutation in theory; two more cost little (a few integer ops per position)
     and remove the residual structure a simple round function leaves at four (measured by
-    `benchmarks/resume.py`'s order metrics).
+    `benchmarks/sections/resume.py`'s order metrics).
 
     Args:
       positions: int64 positions, any shape, each in [0, n).

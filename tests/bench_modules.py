@@ -1,12 +1,12 @@
-"""`benchmarks/<name>.py` loaded as a module in tests: the benchmarks are scripts, their folder is not on sys.path.
+"""`benchmarks/<folder>/<name>.py` imported in tests: the benchmarks are scripts, their folder is not installed.
 
-Only modules whose top level imports no sibling load this way (a sibling imported inside a function is fine
-until that function runs). Each call executes the file afresh, under the name `vidvol_bench_<name>`.
+`benchmarks/` is the suite's import root (`common`, `sections`, `peers`, `studies`); it goes at the END of
+sys.path here, so it never shadows an installed module. A module loads once, under its dotted name.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import pathlib
 import sys
 import types
@@ -15,9 +15,9 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def bench_module(name: str) -> types.ModuleType:
-    """benchmarks/<name>.py as a module (`name` may name a subfolder: "studies/stock_writer")."""
-    spec = importlib.util.spec_from_file_location(f"vidvol_bench_{name.replace('/', '_')}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/<name>.py as a module (`name` names its folder: "common/measure", "studies/stock_writer")."""
+    if not (BENCHMARKS / f"{name}.py").is_file():
+        raise FileNotFoundError(f"no benchmarks/{name}.py; see benchmarks/README.md's layout")
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    return importlib.import_module(name.replace("/", "."))

@@ -3,7 +3,7 @@
 `TARGETS` names each target's maker; `make(name, workdir)` writes its seed inputs and returns the `Target`, whose
 `check(data)` runs one mutated input and says "example", "skip" or "error", or raises `Finding` (a crash, hang,
 wrong example or unclear error). `mutate(data, ops)` applies `ops` (`ops_strategy()` for hypothesis, `random_ops`
-for a seeded loop). tests/test_fuzz.py runs a short budget; benchmarks/fuzz.py a long one (`run_budget`).
+for a seeded loop). tests/test_fuzz.py runs a short budget; benchmarks/sections/fuzz.py a long one (`run_budget`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from vidvol.testing import samples
 
 from bench_modules import bench_module
 
-inputs = bench_module("inputs")
+inputs = bench_module("common/inputs")
 
 
 def test_hmdb51_replicas_are_links_with_their_split_lines(tmp_path):

@@ -1,4 +1,4 @@
-"""The peers section (`benchmarks/peers.py`): its figures from a stored document, its venv, and real peers.
+"""The peers section (`benchmarks/sections/peers.py`): its figures from a stored document, its venv, and real peers.
 
 Without the peers venv (what `make test` and CI have): the frame indices the peers decode are
 vidvol's own, the `bench` extra parses and a venv is judged usable or not with the reason, and
@@ -33,9 +33,9 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 
-peer_jobs = bench_module("peer_jobs")
-peers_env = bench_module("peers_env")
-jobs = bench_module("jobs")
+peer_jobs = bench_module("peers/jobs")
+peers_env = bench_module("peers/env")
+jobs = bench_module("common/jobs")
 
 
 def _peers_venv() -> str | None:
@@ -124,9 +124,9 @@ def stored_document() -> dict:
 
 
 def _resummarize(tmp_path, doc: dict) -> tuple[dict, str]:
-    """`python benchmarks/peers.py --resummarize --out tmp` on the document; (its peers.json, PEERS.md)."""
+    """`python benchmarks/sections/peers.py --resummarize --out tmp` on the document; (its peers.json, PEERS.md)."""
     (tmp_path / "peers.json").write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "peers.py"), "--resummarize", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "sections" / "peers.py"), "--resummarize", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300, env=ENV, cwd=str(tmp_path))
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return json.loads((tmp_path / "peers.json").read_text()), (tmp_path / "PEERS.md").read_text()
@@ -206,7 +206,7 @@ def _run_peer(tmp_path, **job) -> dict:
     job = dict(work=str(tmp_path / job["peer"]), runs=1, min_seconds=0.2, warmup_batches=1, rounds=1, **job)
     paths = {x: tmp_path / f"{job['peer']}{'_aug' if job.get('augment') else ''}.{x}" for x in ("json", "result", "log")}
     paths["json"].write_text(json.dumps(job))
-    status, _ = jobs.run_job(str(BENCHMARKS / "peer_jobs.py"), [str(paths["json"]), str(paths["result"])],
+    status, _ = jobs.run_job(str(BENCHMARKS / "peers" / "jobs.py"), [str(paths["json"]), str(paths["result"])],
                              str(paths["log"]), 300, python=peers_env.python_of(VENV))
     assert status == 0, jobs.tail(str(paths["log"]))
     result = json.loads(paths["result"].read_text())
@@ -234,7 +234,7 @@ def test_every_video_peer_decodes_the_evenly_spaced_frames(tmp_path):
 @pytest.mark.slow
 @needs_venv
 def test_every_volume_peer_returns_what_nibabel_reads(tmp_path):
-    inputs = bench_module("inputs")
+    inputs = bench_module("common/inputs")
     inputs.write_inputs([inputs.mri_plan(str(tmp_path / "mri"), num=2, shape=(32, 32, 32))])
     paths = inputs.mri_paths(str(tmp_path / "mri"))
     for peer in peer_jobs.VOLUME_PEERS:

@@ -38,10 +38,10 @@ ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 
-baselines = bench_module("baselines")
-inputs = bench_module("inputs")
-report = bench_module("report")
-section = bench_module("section")
+baselines = bench_module("common/baselines")
+inputs = bench_module("common/inputs")
+report = bench_module("common/report")
+section = bench_module("common/section")
 
 
 def _snapshot(folder: pathlib.Path) -> dict[str, tuple[int, int]]:

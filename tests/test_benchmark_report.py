@@ -1,4 +1,4 @@
-"""`benchmarks/report.py` regenerates RESULTS.md from results.json and keeps its hand-kept studies block.
+"""`benchmarks/common/report.py` regenerates RESULTS.md from results.json and keeps its hand-kept studies block.
 
 RESULTS.md is rewritten on every full `make bench`; the figures of the one-off study scripts live in
 it between `<!-- studies -->` and `<!-- /studies -->`, so regenerating must carry that block over
@@ -22,7 +22,7 @@ from bench_modules import bench_module
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 
-report = bench_module("report")
+report = bench_module("common/report")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The video augmentation section (`benchmarks/video_augment.py`): its costs, targets and Markdown from a stored document.
+"""The video augmentation section (`benchmarks/sections/video_augment.py`): its costs, targets and Markdown from a stored document.
 
 The section measures `vidvol.load` with and without `VideoAugment` in alternating rounds; here a
 stored document (as `measure` writes it) is re-derived by `video_augment.py --resummarize`: each
@@ -38,7 +38,7 @@ def _resummarized(out_dir: pathlib.Path, runs: dict, **fields) -> dict:
            "results": {p: _summary(r) for p, r in runs.items()}, "duration_s": 60.0,
            "augments": {p: f"VideoAugment({p})" for p in runs}, **fields}
     (out_dir / "video_augment.json").write_text(json.dumps(doc))
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "video_augment.py"), "--resummarize", "--out", str(out_dir)],
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "sections" / "video_augment.py"), "--resummarize", "--out", str(out_dir)],
                           capture_output=True, text=True, timeout=300, cwd=str(out_dir),
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0, proc.stderr[-3000:]

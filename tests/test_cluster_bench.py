@@ -1,4 +1,4 @@
-"""`benchmarks/cluster.py`: the driver-scale measurement at a tiny size, and the parts its numbers rest on.
+"""`benchmarks/sections/cluster.py`: the driver-scale measurement at a tiny size, and the parts its numbers rest on.
 
 The benchmark is a repository tool run as a script; here it runs as `make bench` runs it (a
 subprocess, each size in its own job process). Never asserts a speed: only that every phase is
@@ -31,15 +31,15 @@ SIZE = 2000
 
 
 
-cluster_builds = bench_module("cluster_builds")
-cluster_driver = bench_module("cluster_driver")
+dask_builds = bench_module("common/dask_builds")
+dask_driver = bench_module("common/dask_driver")
 
 
 @pytest.fixture(scope="module")
 def driver_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cluster_bench")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "cluster.py"), "--only", "driver", "--sizes", str(SIZE),
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "sections" / "cluster.py"), "--only", "driver", "--sizes", str(SIZE),
                            "--out", str(out)], capture_output=True, text=True, timeout=120, env=ENV, cwd=str(out))
     assert proc.returncode == 0, f"cluster.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return out, json.loads((out / "cluster.json").read_text()), time.monotonic() - start
@@ -48,8 +48,8 @@ def driver_run(tmp_path_factory):
 def test_driver_scale_counts_read_back_equal_the_sources(driver_run):
     out, section, _ = driver_run
     (row,) = section["driver"]["rows"]
-    expected_shards = plan.num_shards_for(SIZE, cluster_driver.KINETICS_EXAMPLE_BYTES,
-                                                 max_shard_size=cluster_driver.KINETICS_MAX_SHARD)
+    expected_shards = plan.num_shards_for(SIZE, dask_driver.KINETICS_EXAMPLE_BYTES,
+                                                 max_shard_size=dask_driver.KINETICS_MAX_SHARD)
     assert row["entries"] == SIZE
     assert row["examples_read_back"] == SIZE and row["keys_match"] is True
     assert row["shards"] == row["shards_read_back"] == expected_shards
@@ -84,7 +84,7 @@ def test_driver_scale_output_structure(driver_run):
 
 def test_attempt_watch_follows_attempts_through_the_rename(tmp_path):
     shard = tmp_path / "fire_hrr-train.tfrecord-00000-of-00002.partial"
-    watch = cluster_builds.AttemptWatch(str(tmp_path))
+    watch = dask_builds.AttemptWatch(str(tmp_path))
     attempt = tmp_path / (shard.name + ".0123456789ab.tmp")
     attempt.write_bytes(b"x")
     watch.poll()
@@ -109,7 +109,7 @@ def test_scaling_summary_speedups():
                 "steps_s": steps, "worker_cpu_s": {"scheduler": 1.0, "worker-0": 4.0 * workers},
                 "shard_opens_after_submit_s": []}
 
-    s = cluster_builds.summarize_scaling("fire_hrr/x", {1: [run(1, 8.0, 20.0), run(1, 10.0, 22.0)],
+    s = dask_builds.summarize_scaling("fire_hrr/x", {1: [run(1, 8.0, 20.0), run(1, 10.0, 22.0)],
                                                         2: [run(2, 4.0, 16.0), run(2, 6.0, 18.0)]})
     assert math.isclose(s["speedup"], statistics_median([8 / 4, 8 / 6]) / statistics_median([1.0, 0.8]))
     assert [p["speedup"] for p in s["pairs"]] == [2.0, round((8 / 6) / 0.8, 3)]

@@ -1,4 +1,4 @@
-"""benchmarks/measure.py (through tests/peak_memory.py): a child's peak is its own, not its launcher's; a tree is sampled."""
+"""benchmarks/common/measure.py (through tests/peak_memory.py): a child's peak is its own, not its launcher's; a tree is sampled."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ resolved as vidvol resolves it) and runs TFDS's CLI with the same arguments:
 
 Its result (RESULTS.md, "Build memory"): the stock writer's workers peak at 1.7-2.4 GiB on 188 MiB of
 fire_hrr, growing with the shard size, the streaming writer's at 838 MiB whatever the shard size. To
-measure it again: `builds.build(..., tfds_cli=[sys.executable, "benchmarks/studies/stock_writer.py"])`.
+measure it again: `build_job.build(..., tfds_cli=[sys.executable, "benchmarks/studies/stock_writer.py"])`.
 """
 
 from __future__ import annotations

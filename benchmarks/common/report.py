@@ -28,7 +28,7 @@ Render = Callable[[Mapping[str, Any]], list[str]]  # a section document -> its M
 # A hand-kept block of RESULTS.md (figures of one-off study scripts, with their dates): everything from
 # STUDIES_BEGIN to STUDIES_END is carried into every regenerated RESULTS.md, at its end.
 STUDIES_BEGIN, STUDIES_END = "<!-- studies -->", "<!-- /studies -->"
-PUBLISHED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")  # the committed copy
+PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "RESULTS.md")  # the committed copy
 
 
 def fmt(value: float, unit: str) -> str:

@@ -1,7 +1,7 @@
 """vidvol beside the tools users know, on the benchmark's own inputs (OpenCV, decord, PyAV, TorchCodec, TFDS, MONAI, TorchIO).
 
-    python benchmarks/peers.py --out OUT           # after `python benchmarks/run.py --out OUT` (its inputs, builds, rows)
-    python benchmarks/peers.py --out OUT --quick   # likewise after a quick run (skipped without a peers venv)
+    python benchmarks/sections/peers.py --out OUT           # after `python benchmarks/run.py --out OUT` (its inputs, builds, rows)
+    python benchmarks/sections/peers.py --out OUT --quick   # likewise after a quick run (skipped without a peers venv)
 
 `make bench` runs it as the "peers" section of `run.py` (`SECTION`), after the headline, on the
 headline's inputs and builds. Standalone it measures against OUT/results.json of such a run.
@@ -9,16 +9,16 @@ headline's inputs and builds. Standalone it measures against OUT/results.json of
 - Video: the hmdb51 split-1 train clips (XVID 320x240 .avi), 20 evenly spaced frames -> 64x64
   float32 in [0, 1], at the headline's read-path batch sizes (8 and 32): each read-time decoder
   (OpenCV sequential grab, decord, PyAV, TorchCodec exact seek) as a map-style dataset under a
-  PyTorch `DataLoader(num_workers=2)` (`peer_jobs.py`, in the peers venv), and TFDS's stock
-  `tfds.features.Video` storage of the same frames read with plain `tfds.load` (`peers_tfds.py`,
-  a `reads.py` job in vidvol's venv).
+  PyTorch `DataLoader(num_workers=2)` (`peers/jobs.py`, in the peers venv), and TFDS's stock
+  `tfds.features.Video` storage of the same frames read with plain `tfds.load` (`peers/tfds.py`,
+  a `common/read_job.py` job in vidvol's venv).
 - Volumes: the mri_volumes train files of the first source size (128^3 int16 .nii.gz), batches
   of 4: MONAI `Dataset`, `PersistentDataset`, `CacheDataset` and TorchIO `SubjectsDataset`, with
   augmentation off and on (`peer_jobs.MONAI_AUGMENT`, `peer_jobs.TORCHIO_AUGMENT`).
 - vidvol's side is what the headline measured on the same data (`vidvol_rows`): `vidvol.load`
   float32 at batch 8 and 32 with seed=0, the stored-raw config, and mri_volumes float32 + mask,
   `output_dtype='int16'` and float32 + mask with the MONAI peer's augmentation (`suite.mri_augment`:
-  96^3 patches, flip, quarter turn, scale, shift) (read here with the headline's own `reads.ReadJob`
+  96^3 patches, flip, quarter turn, scale, shift) (read here with the headline's own `read_job.ReadJob`
   when the headline's MRI batch is not the peers' batch).
 
 Each peer row is its own process with warm-up and `runs` timed runs (medians), like every read row.
@@ -37,9 +37,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import peers_report
-import section
-from peer_jobs import VIDEO_PEERS, VOLUME_PEERS
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from peers import report as peers_report
+from common import section
+from peers.jobs import VIDEO_PEERS, VOLUME_PEERS
 
 CORR_MIN = 0.95  # a peer's example 0 against vidvol's stored frames (volume) of the same file
 KEEP = ("examples_per_s", "examples_per_s_runs", "cpu_examples_per_s", "cores_used", "other_cores_busy", "peak_rss_mib",
@@ -59,7 +61,7 @@ class PeersSettings(section.Settings):
     warmup_batches: int = 2
     rounds: int = 8  # a peer's timed run spans at least rounds x num_workers batches
     create_venv: bool = True  # full: make OUT/peers_venv when it is missing; quick: never
-    isolate: bool = True  # vidvol-side reads.py jobs in their own process (quick: in this one)
+    isolate: bool = True  # vidvol-side common/read_job.py jobs in their own process (quick: in this one)
     job_timeout_s: float = 1200.0
 
 
@@ -90,7 +92,7 @@ METHOD = [
     "RandShiftIntensityd(0.1) (after the caches). TorchIO: ToCanonical -> CropOrPad(128) -> To(float32); augmented: + "
     "RandomFlip(axis 0, p=0.5) + RandomGamma(log_gamma +-0.1), the nearest stock set without affine (TorchIO has no "
     "random crop outside its patch Queue, nor intensity scale/shift).",
-    "vidvol rows are the headline's own measurements on the same builds (reads.py jobs), or the same ReadJob at the peers' "
+    "vidvol rows are the headline's own measurements on the same builds (common/read_job.py jobs), or the same ReadJob at the peers' "
     "MRI batch; the augmented video row is the video_augment section's random resized crop + flip back to 64x64 (the "
     "peers' output size), against the peers' plain decode (which augmenting would only slow down). Ratios: vidvol.load "
     "examples/s over the peer's, at the same batch size; `best read-time video peer` is the fastest decoder whose first "
@@ -117,7 +119,7 @@ def vidvol_rows(headline: dict[str, Any], settings: PeersSettings) -> dict[str, 
     raw = headline.get("read", {}).get("hmdb51_raw")
     if raw:
         out["raw"] = {"pipeline": "vidvol.load", "config": raw["config"], **_keep(raw["loader"])}
-    import video_augment
+    from sections import video_augment
 
     augmented = video_augment.vidvol_row(headline.get("video_augment"))
     if augmented:
@@ -129,7 +131,7 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
              mri_data: str) -> dict[str, Any]:
     """vidvol's float32 + mask, int16 and augmented (float32 + mask, the MONAI peer's set: `suite.mri_augment`) rows at
     the peers' batch: the headline's, or the same ReadJob run here."""
-    from suite import mri_augment
+    from common.suite import mri_augment
 
     read = headline.get("read", {})
     rows = {}
@@ -140,7 +142,7 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
                 augment if mode == "augment" else None):
             result = mine
         else:
-            from reads import ReadJob
+            from common.read_job import ReadJob
 
             modes = ({"output_dtype": "int16", "mask_dtype": None} if mode == "int16" else
                      {"augment": augment} if mode == "augment" else {})
@@ -158,37 +160,28 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
 
 
 def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str, Any]:
-    """A `reads.ReadJob` in its own process (`reads.py`), or in this one when not isolating."""
+    """A `read_job.ReadJob` in its own process (`common/read_job.py`), or in this one when not isolating."""
     print(f"[peers] {tag} ({job.pipeline}, batch {job.batch_size})", flush=True)
     if not settings.isolate:
-        import reads
+        from common import read_job
 
-        return reads.measure_read(job)
-    return run_script(work, tag, "reads.py", dataclasses.asdict(job), settings)
+        return read_job.measure_read(job)
+    return run_script(work, tag, "common/read_job.py", dataclasses.asdict(job), settings)
 
 
 def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: PeersSettings,
                python: str = sys.executable) -> dict[str, Any]:
-    """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.run_job`; its result, or RuntimeError with the log."""
-    import jobs
+    """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.json_job`; its result, or RuntimeError with the log."""
+    from common import jobs
 
-    folder = os.path.join(work, "jobs")
-    os.makedirs(folder, exist_ok=True)
-    paths = {x: os.path.join(folder, f"{tag}.{x}") for x in ("json", "result.json", "log")}
-    with open(paths["json"], "w", encoding="utf-8") as f:
-        json.dump(job, f)
-    here = os.path.dirname(os.path.abspath(__file__))
-    status, _ = jobs.run_job(os.path.join(here, script), [paths["json"], paths["result.json"]], paths["log"],
-                             settings.job_timeout_s, python=python)
-    if status != 0:
-        raise RuntimeError(f"{script} job {tag} failed ({status}):\n{jobs.tail(paths['log'])}")
-    with open(paths["result.json"], encoding="utf-8") as f:
-        return json.load(f)
+    benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return jobs.json_job(os.path.join(benchmarks, script), job, os.path.join(work, "jobs"), tag, settings.job_timeout_s,
+                         python=python)[0]
 
 
 def peer_rows(doc: dict[str, Any], kind: str, work: str, python: str, settings: PeersSettings, peers: Sequence[str],
               paths: Sequence[str], labels: Sequence[int], batch: int, **extra: Any) -> None:
-    """Each peer pipeline timed by `peer_jobs.py` in the peers venv: its row into doc[kind], or into doc['failed']."""
+    """Each peer pipeline timed by `peers/jobs.py` in the peers venv: its row into doc[kind], or into doc['failed']."""
     for peer in peers:
         tag = f"{peer}_b{batch}" + ("_aug" if extra.get("augment") else "")
         try:
@@ -201,12 +194,12 @@ def peer_rows(doc: dict[str, Any], kind: str, work: str, python: str, settings: 
 
 def peer_row(work: str, python: str, settings: PeersSettings, peer: str, tag: str, paths: Sequence[str],
              labels: Sequence[int], batch: int, **extra: Any) -> dict[str, Any]:
-    """One peer pipeline timed by `peer_jobs.py` in the peers venv; its row."""
+    """One peer pipeline timed by `peers/jobs.py` in the peers venv; its row."""
     print(f"[peers] {tag}", flush=True)
     job = dict(peer=peer, paths=list(paths), labels=list(labels), batch_size=batch, work=os.path.join(work, tag),
                num_workers=settings.num_workers, runs=settings.runs, min_seconds=settings.min_seconds,
                warmup_batches=settings.warmup_batches, rounds=settings.rounds, **extra)
-    r = run_script(work, tag, "peer_jobs.py", job, settings, python=python)
+    r = run_script(work, tag, "peers/jobs.py", job, settings, python=python)
     print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
           f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
     return {"pipeline": peer, **r}
@@ -284,7 +277,7 @@ class Peers(section.Section):
 
     key = "peers"
     label = "peers"
-    summary = "peers section (peers.py: decord, PyAV, TorchCodec, OpenCV, TFDS Video, MONAI, TorchIO; its own venv)"
+    summary = "peers section (sections/peers.py: decord, PyAV, TorchCodec, OpenCV, TFDS Video, MONAI, TorchIO; its own venv)"
     FULL = PeersSettings(mode="full", runs=3)
     QUICK = PeersSettings(mode="quick", runs=1, min_seconds=0.3, video_batches=(2,), raw_batch=2, mri_size=32,
                           warmup_batches=1, rounds=2, create_venv=False, isolate=False, job_timeout_s=300.0)
@@ -294,8 +287,8 @@ class Peers(section.Section):
                 mri_root: str, mri_data: str, mri_config: str, mri_key: str, venv: str,
                 headline: dict[str, Any]) -> dict[str, Any]:
         """TFDS's stock video rows, then (with the peers venv) every read-time peer and vidvol's MRI rows at its batch."""
-        import inputs
-        import peers_env
+        from common import inputs
+        from peers import env as peers_env
         from vidvol.testing import samples
 
         classes = list(samples.HMDB51_CLASSES)
@@ -341,8 +334,8 @@ class Peers(section.Section):
         """TFDS's stock `tfds.features.Video` of the same frames, built afresh, read with plain tfds.load per batch."""
         import shutil
 
-        import peers_tfds
-        from reads import ReadJob
+        from peers import tfds as peers_tfds
+        from common.read_job import ReadJob
 
         data_dir = os.path.join(work, "tfds_video")
         shutil.rmtree(data_dir, ignore_errors=True)  # the inputs may have changed since the last run
@@ -397,7 +390,7 @@ class Peers(section.Section):
 
     def standalone_inputs(self, out: str, settings: PeersSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
         """What a benchmark run into OUT left: its results.json (headline rows), inputs and builds."""
-        import suite
+        from common import suite
 
         path = os.path.join(out, "results.json")
         if not os.path.isfile(path):

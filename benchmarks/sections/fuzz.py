@@ -1,7 +1,7 @@
 """The fuzz lane's long budget: seeded mutations of every target, counted by outcome, with peak RSS per target.
 
-    python benchmarks/fuzz.py --out DIR             # full: 3000 inputs per target
-    python benchmarks/fuzz.py --quick --out DIR     # 20 per target (smoke)
+    python benchmarks/sections/fuzz.py --out DIR             # full: 3000 inputs per target
+    python benchmarks/sections/fuzz.py --quick --out DIR     # 20 per target (smoke)
 
 The targets are tests/fuzz_targets.py's (the same as `make test`'s short budget in tests/test_fuzz.py): each runs in
 a process of its own (`fuzz_targets.run_budget`, a fixed seed), its decodes in decoding children as in a build.
@@ -20,10 +20,11 @@ import sys
 import time
 from typing import Any
 
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import report, section
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 TESTS = os.path.join(os.path.dirname(HERE), "tests")
 BAD = ("crash", "hang", "wrong", "unclear")
 
@@ -31,7 +32,8 @@ _TARGETS = r"""
 import json, logging, sys, time
 sys.path[:0] = [sys.argv[4], sys.argv[5]]
 logging.disable(logging.ERROR)  # the decoders' complaints about damaged inputs (nibabel's, the child's relayed lines)
-import fuzz_targets, measure
+import fuzz_targets
+from common import measure
 from vidvol.builders import isolation
 names, work, inputs = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3])
 for name in names:
@@ -78,7 +80,7 @@ class Fuzz(section.Section):
 
     key = "fuzz"
     label = "fuzz"
-    summary = "fuzz section (fuzz.py: seeded mutations of every fuzz target, outcomes and peak RSS per target)"
+    summary = "fuzz section (sections/fuzz.py: seeded mutations of every fuzz target, outcomes and peak RSS per target)"
     FULL = FuzzSettings(mode="full", runs=1)
     QUICK = FuzzSettings(mode="quick", runs=1, inputs=20, isolate=False)
     method = [
@@ -127,7 +129,7 @@ class Fuzz(section.Section):
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
         out = ["## Fuzzing", "",
-               f"`benchmarks/fuzz.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
+               f"`benchmarks/sections/fuzz.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
                f"{doc['inputs_per_target']} inputs per target (seed {doc['seed']}), tests/fuzz_targets.py.", ""]
         out += report.targets_table(doc["targets"], cpu=False) + report.misses(doc["targets"])
         out += report.table(

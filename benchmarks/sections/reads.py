@@ -3,8 +3,8 @@
 hmdb51 (default config, its `output_dtype='uint8'` mode and its stored-raw twin), fire_hrr and
 mri_volumes from two source sizes (and, for the first, the float32 and int16 modes without mask);
 then hmdb51 through plain `tfds.load` and seeded/unseeded `vidvol.load` at each batch size
-(`hmdb51_paths`). Each pipeline is a `reads.ReadJob`, in its own process in a full run
-(`benchmarks/reads.py JOB.json OUT.json`); the decode (or volume) limit is timed in the same process
+(`hmdb51_paths`). Each pipeline is a `read_job.ReadJob`, in its own process in a full run
+(`benchmarks/common/read_job.py JOB.json OUT.json`); the decode (or volume) limit is timed in the same process
 before and after each run.
 """
 
@@ -14,21 +14,18 @@ import dataclasses
 import glob
 import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any
 
 from vidvol.testing import samples
 
-import baselines
-import inputs
-import section
-from reads import ReadJob
-from suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment, raw_config
+from common import baselines, inputs, jobs, section
+from common.read_job import ReadJob
+from common.suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment, raw_config
 
-HERE = os.path.dirname(os.path.abspath(__file__))  # benchmarks/ of the source checkout
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ of the source checkout
 GIB = 2**30
+READ_TIMEOUT_S = 3600.0  # one read job (a full run's longest takes a few minutes)
 
 METHOD = [
     "hmdb51 baseline: list of video paths -> `tf.py_function` opening each with `cv2.VideoCapture`, seeking "
@@ -79,24 +76,12 @@ def _read(ctx: section.Context, tag: str, job: ReadJob) -> dict[str, Any]:
     """Runs one read job (in its own process when isolating); returns its result."""
     print(f"[bench] read {tag} via {job.pipeline}", flush=True)
     if not ctx.settings.isolate:
-        import reads
+        from common import read_job
 
-        result = reads.measure_read(job)
+        result = read_job.measure_read(job)
     else:
-        jobs = ctx.path("jobs")
-        os.makedirs(jobs, exist_ok=True)
-        job_path, result_path = os.path.join(jobs, f"{tag}.json"), os.path.join(jobs, f"{tag}.result.json")
-        with open(job_path, "w", encoding="utf-8") as f:
-            json.dump(dataclasses.asdict(job), f)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        with open(os.path.join(jobs, f"{tag}.log"), "w", encoding="utf-8") as log:
-            proc = subprocess.run([sys.executable, os.path.join(HERE, "reads.py"), job_path, result_path],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
-        if proc.returncode != 0:
-            with open(os.path.join(jobs, f"{tag}.log"), encoding="utf-8") as f:
-                raise RuntimeError(f"read job {tag} failed ({proc.returncode}):\n{f.read()[-4000:]}")
-        with open(result_path, encoding="utf-8") as f:
-            result = json.load(f)
+        script = os.path.join(BENCHMARKS, "common", "read_job.py")
+        result = jobs.json_job(script, dataclasses.asdict(job), ctx.path("jobs"), tag, READ_TIMEOUT_S)[0]
     print(f"[bench]   {result['examples_per_s']:.3g} examples/s (runs {result['examples_per_s_runs']}), "
           f"{result['cores_used']:.2f} cores busy (others {result['other_cores_busy']:.2f}), "
           f"peak RSS {result['peak_rss_mib']:.0f} MiB", flush=True)

@@ -1,7 +1,7 @@
 """Resuming a killed build: the resumed run's time against the full build's, and what the resume check costs.
 
-    python benchmarks/build_resume.py --out DIR            # its own fire_hrr and hmdb51 inputs, a 1M-source plan
-    python benchmarks/build_resume.py --quick --out DIR    # tiny inputs, a 10k-source plan (smoke)
+    python benchmarks/sections/build_resume.py --out DIR            # its own fire_hrr and hmdb51 inputs, a 1M-source plan
+    python benchmarks/sections/build_resume.py --quick --out DIR    # tiny inputs, a 10k-source plan (smoke)
 
 `make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
 dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 worker threads), then the same command into another
@@ -27,9 +27,9 @@ import sys
 import time
 from typing import Any
 
-import inputs
-import measure
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import inputs, measure, section
 from vidvol.testing import samples
 
 TARGET_RATIO = 0.40
@@ -374,7 +374,7 @@ def _fixed(b: dict[str, Any]) -> str:
 class BuildResume(section.Section):
     key = "build_resume"
     label = "build resume"
-    summary = "build resume section (build_resume.py: a killed build's resumed run vs the full build, resume check cost)"
+    summary = "build resume section (sections/build_resume.py: a killed build's resumed run vs the full build, resume check cost)"
     FULL = BuildResumeSettings(mode="full", runs=1, hmdb51=dict(num_classes=4, videos_per_class=20, num_frames=(60, 200),
                                height=240, width=320), fire=dict(experiments=10, frames=161, height=540, width=960),
                                hmdb51_config="split1_20x64x64", fire_config="161x135x240", num_shards=20,
@@ -430,10 +430,10 @@ class BuildResume(section.Section):
         return rows
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        import report
+        from common import report
 
         out = ["## Resuming a killed build", "",
-               f"`benchmarks/build_resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores).", ""]
+               f"`benchmarks/sections/build_resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores).", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
         counts = doc.get("inputs") or {}
         if any(counts.values()):
@@ -470,10 +470,9 @@ class BuildResume(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs and its smaller fire_hrr input set."""
-        s = ctx.settings
+        """The run's hmdb51 and fire_hrr input sets (stamped: the replicated plans record what they were made from)."""
         return {"hmdb51_manual": os.path.join(ctx.inputs_dir, "hmdb51"),
-                "fire_manual": ctx.path("manual", f"fire_{min(s.fire_counts)}")}
+                "fire_manual": os.path.join(ctx.inputs_dir, "fire_hrr")}
 
     def run_settings(self, ctx: section.Context) -> BuildResumeSettings:
         base = self.mode_settings(ctx.settings.quick)

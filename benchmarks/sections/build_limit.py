@@ -17,6 +17,8 @@ Beam imports in the driver and in each SDK worker) and the driver's planning and
 
 from __future__ import annotations
 
+import sys
+
 import os
 import tempfile
 import time
@@ -25,6 +27,9 @@ from typing import Any
 
 import cv2
 import numpy as np
+
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
@@ -151,7 +156,7 @@ def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, fram
     }
 
 
-if __name__ == "__main__":  # python benchmarks/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
+if __name__ == "__main__":  # python benchmarks/sections/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
     import json
     import sys
 

@@ -4,7 +4,7 @@ A section measures one thing (Dask builds, random access, ...) into a JSON docum
 what is derived from them (summaries, notes), its `targets` (one row per promise) and its `method`.
 `run.py` runs the headline (reads and builds) and then every section registered in `run.SECTIONS`,
 each on the run's inputs and builds (`Section.in_run`), and stores each document under its key in
-results.json; `report.py` renders each after the headline's build tables (`Section.markdown`). Run
+results.json; `common/report.py` renders each after the headline's build tables (`Section.markdown`). Run
 alone, a section module is a script (`Section.main`): OUT/KEY.json and OUT/KEY.md. See README.md.
 
 Stdlib only (it is loaded by tests without the benchmarks folder on sys.path); `report` is imported
@@ -265,7 +265,7 @@ class Section(abc.ABC):
             inputs_dir = os.path.abspath(args.inputs or default_inputs_dir(out, settings.mode))
             doc = self.measure_section(os.path.join(out, self.key), settings,
                                        **self.standalone_inputs(out, settings, inputs_dir, args))
-        import report
+        from common import report
 
         bad = report.finite_numbers(doc)
         if bad:

@@ -1,7 +1,7 @@
 """Datasets in a bucket: read rates against local disk and the store's own GET limit, build time, peak RSS.
 
-    python benchmarks/bucket.py --out DIR           # hmdb51 (decode-bound) and MRI 128^3 (byte-bound)
-    python benchmarks/bucket.py --quick --out DIR   # tiny inputs (smoke)
+    python benchmarks/sections/bucket.py --out DIR           # hmdb51 (decode-bound) and MRI 128^3 (byte-bound)
+    python benchmarks/sections/bucket.py --quick --out DIR   # tiny inputs (smoke)
 
 A real S3 server (SeaweedFS on loopback, tests/services.py) serves the same builds a local data_dir holds.
 Each read is `vidvol.load` over the train split in its own process (peak RSS: its VmHWM): from local disk, from
@@ -10,7 +10,7 @@ bytes fetched by concurrent ranged GETs alone. Targets: hmdb51 from the bucket >
 MRI >= 80 % of the GET limit (the per-example order, one ranged GET per example); in the shard-streaming order
 (`ReadSpec(order=ShardOrder(block))`, each shard fetched whole into a memory window) hmdb51 >= 90 % of the same
 order from local disk, MRI >= 90 % of the GET limit, and peak RSS <= the local read's + the window. The shuffle
-quality of that order against a uniform shuffle (`shuffle_quality.py`) is measured on the hmdb51 build. `make bench` runs it as the "bucket" section of `run.py`.
+quality of that order against a uniform shuffle (`common/shuffle_quality.py`) is measured on the hmdb51 build. `make bench` runs it as the "bucket" section of `run.py`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import sys
 import time
 from typing import Any
 
-import inputs
-import section
-import shuffle_quality
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import inputs, section, shuffle_quality
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 BUCKET = "vidvol-bench"
 TARGET = 0.80  # the per-example order's ranged GETs (one per example)
 STREAM_TARGET = 0.90  # the shard-streaming order (whole shards)
@@ -59,7 +59,8 @@ METHOD = (
 _READ = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[5])
-import measure, tensorflow as tf, vidvol
+import tensorflow as tf, vidvol
+from common import measure
 name, data_dir, batch, limit, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[6])
 block = int(sys.argv[7])  # 0: the per-example order; else ShardOrder(block)
 tuning = vidvol.Tuning(cache_limit=limit) if limit != "-" else None
@@ -254,7 +255,7 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
 class BucketReads(section.Section):
     key = "bucket"
     label = "bucket"
-    summary = "bucket section (bucket.py: reads from SeaweedFS vs local disk and the GET limit, build time, RSS)"
+    summary = "bucket section (sections/bucket.py: reads from SeaweedFS vs local disk and the GET limit, build time, RSS)"
     FULL = BucketSettings(mode="full", runs=1, hmdb51=dict(num_classes=4, videos_per_class=20, num_frames=(60, 200),
                           height=240, width=320), mri=dict(num=48, shape=(160, 192, 144)))
     QUICK = BucketSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=4, num_frames=(20, 40),
@@ -305,10 +306,10 @@ class BucketReads(section.Section):
         return rows
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        import report
+        from common import report
 
         out = ["## Datasets in a bucket", "",
-               f"`benchmarks/bucket.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} "
+               f"`benchmarks/sections/bucket.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} "
                "cores), SeaweedFS on loopback"
                + (f"; load average {doc['load_average']:.1f} at the end (a shared machine: rates understated and "
                   "noisy, the ratios of reads timed side by side steadier)"

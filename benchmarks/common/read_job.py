@@ -2,10 +2,10 @@
 
 A `ReadJob` (plain JSON) names the pipeline: `loader` (`vidvol.load`, model-ready batches, with
 or without a seed), `tfds_load` (plain `tfds.load` + a cast/255 map + batch + prefetch, what a
-notebook user writes) or a baseline from `baselines.py`. `measure_read` streams it `runs` times (fresh iterator, a few
+notebook user writes) or a baseline from `common/baselines.py`. `measure_read` streams it `runs` times (fresh iterator, a few
 warm-up batches, then at least `min_seconds` of batches over `.repeat()`ed epochs) and returns
 the examples per second of every run plus the process's peak RSS while streaming. Each job runs
-in its own process in a full benchmark (`python benchmarks/reads.py JOB.json OUT.json`),
+in its own process in a full benchmark (`python benchmarks/common/read_job.py JOB.json OUT.json`),
 so peaks do not mix.
 
 A job over JPEG frames can name its shard files (`limit_files`): then, right before and right after
@@ -34,10 +34,9 @@ from typing import Any
 
 import tensorflow as tf
 
-import baselines
-import jobs
-import measure
-import streams
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import baselines, jobs, measure, streams
 
 logger = logging.getLogger(__name__)
 
@@ -207,7 +206,7 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/reads.py JOB.json OUT.json`: one isolated measurement."""
+    """`python benchmarks/common/read_job.py JOB.json OUT.json`: one isolated measurement."""
     return jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job)), argv)
 
 

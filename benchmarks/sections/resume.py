@@ -1,7 +1,7 @@
 """Stopping and resuming `vidvol.load`: checkpoint size, restore cost, and the shuffle's quality old vs new.
 
-    python benchmarks/resume.py --out DIR            # full: sample builds of hmdb51, fire_hrr, mri_volumes
-    python benchmarks/resume.py --quick --out DIR    # tiny builds, one run (smoke)
+    python benchmarks/sections/resume.py --out DIR            # full: sample builds of hmdb51, fire_hrr, mri_volumes
+    python benchmarks/sections/resume.py --quick --out DIR    # tiny builds, one run (smoke)
 
 `make bench` runs it as the "resume" section of `run.py` (`SECTION`) on the run's own TFRecord builds
 (hmdb51 default config, the smaller fire_hrr build, the first mri_volumes build); standalone it builds
@@ -40,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import report, section
 
 WINDOW = 32
 OLD_BUFFER_BYTES = 256 * 2**20  # the release before's default shuffle buffer
@@ -230,7 +231,7 @@ def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]
 class Resume(section.Section):
     key = "resume"
     label = "resume"
-    summary = "resume section (resume.py: checkpoint size, restore cost, shuffle quality old vs new)"
+    summary = "resume section (sections/resume.py: checkpoint size, restore cost, shuffle quality old vs new)"
     FULL = ResumeSettings(mode="full", runs=3)
     QUICK = ResumeSettings(mode="quick", runs=1, epochs=2, seeds=1, shapes=SHAPES_QUICK,
                            sample_sizes=dict(hmdb_videos=4, fire_experiments=2, mri=6))
@@ -264,7 +265,7 @@ class Resume(section.Section):
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
         out = ["## Stopping and resuming: checkpoints, restore cost, shuffle quality", "",
-               f"`benchmarks/resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores, "
+               f"`benchmarks/sections/resume.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min, {doc['cores']} cores, "
                f"medians of {doc['runs']} run(s)).", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
         out += report.table(

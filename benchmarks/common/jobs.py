@@ -1,11 +1,11 @@
 """A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree.
 
 A measurement that must not share a process with the benchmark (its peak RSS, its imports, the
-processes it starts) runs one of this folder's scripts with `run_job` (cluster_builds.py,
-cluster_driver.py); `python` names another interpreter (another virtual environment) to run it in.
+processes it starts) runs one of this folder's scripts with `run_job` (common/dask_builds.py,
+common/dask_driver.py); `python` names another interpreter (another virtual environment) to run it in.
 `run_command` runs any command so, its process tree sampled by `measure.TreeSampler` if asked (builds).
-A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (reads.py, cluster_builds.py,
-cluster_driver.py). Stdlib only (`measure` inside `run_command`): loadable without the benchmarks folder on sys.path.
+A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (common/read_job.py, common/dask_builds.py,
+common/dask_driver.py). Stdlib only (`measure` inside `run_command`): loadable without the benchmarks folder on sys.path.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,32 @@ def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
     """Runs `python script args` in a fresh process (log to log_path); (exit status, rusage of its tree)."""
     status, usage, _ = run_command([python, os.path.abspath(script), *args], log_path, timeout)
     return status, usage
+
+
+def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: float, *,
+             python: str = sys.executable) -> tuple[dict[str, Any], dict[str, float]]:
+    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) under `run_job`: its result and its costs.
+
+    Returns:
+        (the job's result, {"wall": seconds, "cpu": CPU seconds of its tree, "others": cores other processes kept
+        busy meanwhile}); RuntimeError with the log's tail when it fails or runs past `timeout`.
+    """
+    from common.streams import busy_cpu_seconds
+
+    os.makedirs(folder, exist_ok=True)
+    job_path, result_path, log_path = (os.path.join(folder, f"{tag}.{x}") for x in ("job.json", "result.json", "log"))
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump(job, f)
+    busy0, start = busy_cpu_seconds(), time.monotonic()
+    status, usage = run_job(script, [job_path, result_path], log_path, timeout, python=python)
+    wall = time.monotonic() - start
+    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
+    if status != 0:
+        what = f"killed after {timeout:.0f} s" if status < 0 else f"exit {status}"
+        raise RuntimeError(f"{os.path.basename(script)} job {tag} failed ({what}); log {log_path}:\n{tail(log_path)}")
+    with open(result_path, encoding="utf-8") as f:
+        result = json.load(f)
+    return result, {"wall": wall, "cpu": cpu, "others": max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall}
 
 
 def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *,
@@ -47,7 +74,7 @@ def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None,
         if timer:
             timer.start()
         if interval:
-            import measure
+            from common import measure
 
             sampler = measure.TreeSampler(proc.pid, interval)
             sampler.start()
@@ -91,7 +118,8 @@ def job_main(script: str, run: Callable[[dict[str, Any]], dict[str, Any]], argv:
     """A job script's entry, `python SCRIPT JOB.json RESULT.json`: writes `run(job)` to RESULT.json."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        raise SystemExit(f"usage: python benchmarks/{os.path.basename(script)} JOB.json RESULT.json")
+        benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        raise SystemExit(f"usage: python benchmarks/{os.path.relpath(os.path.abspath(script), benchmarks)} JOB.json RESULT.json")
     with open(args[0], encoding="utf-8") as f:
         job = json.load(f)
     result = run(job)

@@ -1,8 +1,8 @@
 """One peer read pipeline, timed inside the peers' virtual environment (PyTorch, no TensorFlow, no vidvol).
 
-    OUT/peers_venv/bin/python benchmarks/peer_jobs.py JOB.json RESULT.json   (`jobs.job_main`)
+    OUT/peers_venv/bin/python benchmarks/peers/jobs.py JOB.json RESULT.json   (`jobs.job_main`)
 
-`peers.py` writes JOB.json (a `PeerJob`) and runs this script with `jobs.run_job(..., python=<the
+`sections/peers.py` writes JOB.json (a `PeerJob`) and runs this script with `jobs.run_job(..., python=<the
 peers venv's python>)`, one process per row. A job builds the peer's map-style dataset over the
 benchmark's own files, wraps it in a DataLoader (`num_workers` worker processes, batches of
 `batch_size`, shuffled by a seeded sampler that runs over the files again and again, so batches flow
@@ -10,7 +10,7 @@ across epochs as `vidvol.load(..., repeat=True)` does), takes warm-up batches, t
 fresh iterators for at least `min_seconds` and `rounds` batches per worker each (each worker makes
 whole batches, so batches arrive in rounds; `streams.stream_rate`, CPU of the process tree: the
 workers do the decoding). It reports the rates, the tree's peak RSS, the first batch's shape and
-dtype with one example saved for `peers.py`'s correctness check, and the versions it ran with.
+dtype with one example saved for `sections/peers.py`'s correctness check, and the versions it ran with.
 
 Video peers (`VIDEO_PEERS`): one clip per item, `num_frames` frame indices spread evenly over the
 video exactly as vidvol's builder picks them (`uniform_indices`), decoded by the peer to RGB uint8,
@@ -44,6 +44,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 VIDEO_PEERS = ("opencv", "decord", "pyav", "torchcodec")
 VOLUME_PEERS = ("monai_dataset", "monai_persistent", "monai_cache", "torchio")
@@ -335,8 +338,7 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
     """Times one peer pipeline `runs` times; returns the read-row figures, first-batch check data and versions."""
     import torch
 
-    import measure
-    import streams
+    from common import measure, streams
 
     os.makedirs(job.work, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
@@ -357,8 +359,8 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/peer_jobs.py JOB.json RESULT.json`: one peer pipeline, timed."""
-    import jobs
+    """`python benchmarks/peers/jobs.py JOB.json RESULT.json`: one peer pipeline, timed."""
+    from common import jobs
 
     return jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job)), argv)
 

@@ -1,7 +1,7 @@
 """Peak RSS of an mri_volumes build against the size of its source scan, with a header bomb beside it.
 
-    python benchmarks/volume_memory.py --out DIR            # full: sources inflating to 64 MiB ... 1.5 GiB
-    python benchmarks/volume_memory.py --quick --out DIR    # small sources (smoke)
+    python benchmarks/sections/volume_memory.py --out DIR            # full: sources inflating to 64 MiB ... 1.5 GiB
+    python benchmarks/sections/volume_memory.py --quick --out DIR    # small sources (smoke)
 
 `make bench` runs it as the "volume_memory" section of `run.py` (`SECTION`). For each source size S:
 one int16 `.nii.gz` scan that inflates to S bytes (a block-patterned ellipsoid in zeros, so it
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-import measure
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import measure, report, section
 
 MIB = 2**20
 GIB = 2**30
@@ -158,7 +158,7 @@ def _record(monitor, data_dir: str, exit_code: int, wall: float, error: str) -> 
 
 def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, timeout: float) -> dict[str, Any]:
     """`tfds build mri_volumes/128` in a subprocess (one Beam worker process) under a process-tree RSS sampler."""
-    import jobs
+    from common import jobs
 
     shutil.rmtree(data_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "tensorflow_datasets.scripts.cli.main", "build", f"mri_volumes/{CONFIG}",
@@ -196,7 +196,7 @@ class VolumeMemory(section.Section):
 
     key = "volume_memory"
     label = "volume memory"
-    summary = "MRI build peak RSS against source size, with a header bomb (volume_memory.py)"
+    summary = "MRI build peak RSS against source size, with a header bomb (sections/volume_memory.py)"
     FULL = VolumeMemorySettings(mode="full", runs=1)
     QUICK = VolumeMemorySettings(mode="quick", runs=1, sizes_mib=(1, 4), isolate=False)
     method = [
@@ -249,7 +249,7 @@ class VolumeMemory(section.Section):
     def markdown(self, doc: dict[str, Any]) -> list[str]:
         """Targets, then one row per source size."""
         out = ["## MRI build memory against source size", "",
-               f"`benchmarks/volume_memory.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
+               f"`benchmarks/sections/volume_memory.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
                f"`tfds build mri_volumes/{doc['config']}` over one int16 .nii.gz source and a 1.4 KB header bomb "
                "claiming 20000^3 int16, " + ("one Beam worker process." if doc["isolated"] else
                                               "built in the benchmark's process (quick mode: plumbing, not memory)."), ""]

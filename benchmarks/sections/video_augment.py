@@ -1,7 +1,7 @@
 """What read-time video augmentation costs: `vidvol.load` hmdb51 with `ReadSpec(augment=VideoAugment(...))` on vs off.
 
-    python benchmarks/video_augment.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
-    python benchmarks/video_augment.py --quick --out DIR    # tiny inputs, one round (smoke)
+    python benchmarks/sections/video_augment.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
+    python benchmarks/sections/video_augment.py --quick --out DIR    # tiny inputs, one round (smoke)
 
 `make bench` runs it as the "video_augment" section of `run.py` (`SECTION`, on the hmdb51 inputs and
 TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`,
@@ -41,8 +41,9 @@ import statistics
 import sys
 from typing import Any
 
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import report, section
 
 TARGET_COST = 0.10
 PIPELINES = ("off", "random_resized_crop", "random_crop", "random_resized_crop_stored_size", "eval_multi_crop")
@@ -146,7 +147,7 @@ class VideoAugmentCost(section.Section):
 
     key = "video_augment"
     label = "video augmentation"
-    summary = "video augmentation section (video_augment.py: vidvol.load with VideoAugment on vs off)"
+    summary = "video augmentation section (sections/video_augment.py: vidvol.load with VideoAugment on vs off)"
     FULL = VideoAugmentSettings(mode="full", runs=3, hmdb51=dict(num_classes=8, videos_per_class=30,
                                                                   num_frames=(60, 300), height=240, width=320))
     QUICK = VideoAugmentSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=3,
@@ -160,7 +161,7 @@ class VideoAugmentCost(section.Section):
         import tensorflow_datasets as tfds
 
         import vidvol
-        from random_access import build, summarize_rounds, timed
+        from sections.random_access import build, summarize_rounds, timed
 
         name = f"hmdb51/{settings.config}"
         data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")
@@ -217,7 +218,7 @@ class VideoAugmentCost(section.Section):
     def markdown(self, doc: dict[str, Any]) -> list[str]:
         """Targets, then every pipeline's rate and cost."""
         out = ["## Video augmentation: vidvol.load with VideoAugment on vs off", "",
-               f"`benchmarks/video_augment.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): "
+               f"`benchmarks/sections/video_augment.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): "
                f"`{doc['dataset']}` {doc['split']} ({doc['examples']} clips), batches of {doc['batch_size']}, "
                f"{doc['rounds']} round(s) on {doc['cores']} cores.", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
@@ -253,7 +254,7 @@ class VideoAugmentCost(section.Section):
 
     def standalone_inputs(self, out: str, settings: VideoAugmentSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
         """The hmdb51 inputs of the mode (reused when present); the build goes under OUT/video_augment."""
-        import inputs
+        from common import inputs
 
         root = os.path.join(inputs_dir, "hmdb51")
         inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))

@@ -1,7 +1,7 @@
 """The headline's builds: fire_hrr on 1 vs 2 Beam workers, build memory, builds against their limit.
 
 Every dataset the reads use is built here too (`builds_for_reads`). A measured build runs as a user
-runs it in a full run (the tfds CLI, multi-process Beam: `builds.build`); `build_limit.py` times the
+runs it in a full run (the tfds CLI, multi-process Beam: `build_job.build`); `sections/build_limit.py` times the
 same inputs through a tight loop, our example function and TFDS serialization; `tfds build hmdb51`
 with no config is timed against its default config by name.
 """
@@ -14,16 +14,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import build_limit
-import builds
-import inputs
-import measure
-import section
-from suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size, raw_config
+from sections import build_limit
+from common import build_job, inputs, measure, section
+from common.suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size, raw_config
 
 METHOD = [
     "Builds run the real `tfds build` CLI (multi-process Beam FnApiRunner) in a subprocess; RSS (VmRSS) of the driver and "
-    "every SDK worker subprocess is sampled every 0.1 s (`TreeSampler` in `benchmarks/measure.py`).",
+    "every SDK worker subprocess is sampled every 0.1 s (`TreeSampler` in `benchmarks/common/measure.py`).",
 ]
 
 
@@ -36,7 +33,7 @@ def _build(ctx: section.Context, name: str, config: str, manual_dir: str, data_d
     print(f"[bench] build {target or name + '/' + config} from {manual_dir} with {workers} worker(s)", flush=True)
     isolate = ctx.settings.isolate and measured
     mode = "multi_processing" if ctx.settings.isolate else "multi_threading"
-    r = builds.build(name, config, manual_dir, data_dir, workers=workers, isolate=isolate, running_mode=mode,
+    r = build_job.build(name, config, manual_dir, data_dir, workers=workers, isolate=isolate, running_mode=mode,
                      target=target)
     print(f"[bench]   {r['examples']} examples, wall {r['wall_s']:.1f} s, writing {r['write_s']:.1f} s, "
           f"{r['shards_in_flight'] or 0:.2f} shards in flight, {r['cores_used']:.2f} cores busy "
@@ -112,7 +109,7 @@ def build_all(ctx: section.Context) -> dict[str, Any]:
 
 
 def build_limit_all(ctx: section.Context, built: dict[str, Any]) -> dict[str, Any]:
-    """hmdb51 and fire_hrr builds (2 workers) against the tight-loop limit of their own work (build_limit.py)."""
+    """hmdb51 and fire_hrr builds (2 workers) against the tight-loop limit of their own work (sections/build_limit.py)."""
     start = time.monotonic()
     s = ctx.settings
     clip = s.hmdb51_config.split("_")[-1].split("x")  # split1_20x64x64 -> 20, 64, 64

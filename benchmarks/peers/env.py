@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (benchmarks/ is in it)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout (benchmarks/ is in it)
 SETUP_CFG = os.path.join(REPO, "setup.cfg")
 EXTRA = "bench"
 STAMP = "vidvol-bench-extra.txt"
@@ -83,7 +83,7 @@ def ensure(venv: str, *, create: bool, log_path: str, timeout: float = 1800.0) -
                 raise PeersUnavailable(f"{' '.join(cmd[:4])} ran past {timeout:.0f} s (log: {log_path})") from e
             if proc.returncode != 0:
                 log.close()
-                import jobs
+                from common import jobs
 
                 raise PeersUnavailable(f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{jobs.tail(log_path, 3000)}")
     with open(os.path.join(venv, STAMP), "w", encoding="utf-8") as f:

@@ -1,7 +1,7 @@
 """Random access over ArrayRecord shards vs the sequential `vidvol.load` rate, on the same hmdb51 data.
 
-    python benchmarks/random_access.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
-    python benchmarks/random_access.py --quick --out DIR    # tiny inputs, one round (smoke)
+    python benchmarks/sections/random_access.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
+    python benchmarks/sections/random_access.py --quick --out DIR    # tiny inputs, one round (smoke)
 
 `make bench` runs it as the "random_access" section of `run.py` (`SECTION`, on the hmdb51 inputs and
 TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`, reused
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-import measure
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import measure, report, section
 
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
@@ -70,7 +70,7 @@ def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2)
 
     `streams.stream_rate` over those calls, CPU of this process and its children (Grain's workers).
     """
-    import streams
+    from common import streams
 
     return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,
                                warmup_batches=warmup, cores=len(os.sched_getaffinity(0)),
@@ -143,7 +143,7 @@ class RandomAccess(section.Section):
 
     key = "random_access"
     label = "random access"
-    summary = "random-access section (random_access.py: ArrayRecord build, by-index reads, Grain)"
+    summary = "random-access section (sections/random_access.py: ArrayRecord build, by-index reads, Grain)"
     FULL = RandomAccessSettings(mode="full", runs=3, hmdb51=dict(num_classes=8, videos_per_class=30,
                                                                   num_frames=(60, 300), height=240, width=320))
     QUICK = RandomAccessSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=3,
@@ -203,7 +203,7 @@ class RandomAccess(section.Section):
         """Targets, then the rate of every pipeline and its share of the sequential rate."""
         s = doc
         out = ["## Random access (ArrayRecord): by index vs sequential", "",
-               f"`benchmarks/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
+               f"`benchmarks/sections/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
                f"{s['split']} ({s['examples']} examples), batches of {s['batch_size']}, {s['rounds']} round(s) on "
                f"{s['cores']} cores.", ""]
         out += report.targets_table(s["targets"])
@@ -234,7 +234,7 @@ class RandomAccess(section.Section):
     def standalone_inputs(self, out: str, settings: RandomAccessSettings, inputs_dir: str,
                           args: argparse.Namespace) -> dict[str, Any]:
         """The hmdb51 inputs of the mode (reused when present)."""
-        import inputs
+        from common import inputs
 
         root = os.path.join(inputs_dir, "hmdb51")
         inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))

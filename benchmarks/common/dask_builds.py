@@ -1,10 +1,10 @@
 """Dask builds for the cluster section: one build on a fresh `LocalDaskCluster`, timed and monitored.
 
-`run_build` starts this script as a job (`python benchmarks/cluster_builds.py JOB.json RESULT.json`,
+`run_build` starts this script as a job (`python benchmarks/common/dask_builds.py JOB.json RESULT.json`,
 `jobs.run_job`): the job starts a cluster of N single-threaded worker processes, builds the dataset
 on it with `vidvol.beam_jobs.build.build(runner="dask")` under the RSS sampler
 (`measure.TreeSampler`) and the shard watch (`AttemptWatch`: first shard attempt opened -> last
-shard written; `builds.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
+shard written; `common/build_job.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
 `_plan` / `_run_pipeline` and the DaskRunner's `run_pipeline` (wrapped in the job process only;
 library code unchanged). `scaling` alternates 1- and 2-worker builds, `memory` builds N and 4N
 experiments; `summarize_scaling` derives the medians, speed-ups and where the time goes.
@@ -16,7 +16,6 @@ Top-level imports are stdlib only: they are what the job process imports before 
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import re
@@ -28,7 +27,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 MIB = 2**20
 
 
@@ -126,7 +128,7 @@ class _Stamps:
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     """Starts a cluster, builds `job['dataset']` on it under the RSS monitor and the shard watch; returns timings."""
     started = psutil_create_time()
-    import measure
+    from common import measure
     import psutil
 
     from vidvol.beam_jobs import build, dask_cluster, dask_runner
@@ -212,26 +214,14 @@ def psutil_create_time() -> float:
 def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,
               num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
-    import jobs
-    from streams import busy_cpu_seconds
+    from common import jobs
 
-    os.makedirs(work, exist_ok=True)
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
            "log_dir": os.path.join(work, f"dask_{tag}"), "workers": workers, "interval": interval, "num_shards": num_shards}
     shutil.rmtree(job["log_dir"], ignore_errors=True)
-    job_path, result_path, log_path = (os.path.join(work, f"{tag}.{x}") for x in ("job.json", "result.json", "log"))
-    with open(job_path, "w", encoding="utf-8") as f:
-        json.dump(job, f)
     print(f"[cluster] build {dataset} from {manual_dir} on {workers} dask worker(s)", flush=True)
-    busy0, start = busy_cpu_seconds(), time.monotonic()
-    status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)
-    wall = time.monotonic() - start
-    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
-    if status != 0:
-        raise RuntimeError(f"dask build {tag} failed ({status}); log {log_path}:\n{jobs.tail(log_path)}")
-    with open(result_path, encoding="utf-8") as f:
-        r = json.load(f)
-    others = max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall
+    r, cost = jobs.json_job(__file__, job, work, tag, timeout)
+    wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
     r.update({
         "wall_s": round(wall, 2),
         "examples_per_s": round(r["examples"] / r["write_s"], 3) if r["write_s"] else None,
@@ -239,8 +229,6 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
         "e2e_examples_per_s": round(r["examples"] / wall, 3),
         "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "other_cores_busy": round(others, 2),
     })
-    with open(result_path, "w", encoding="utf-8") as f:
-        json.dump(r, f, indent=1)
     st = r["steps_s"]
     print(f"[cluster]   {r['examples']} examples in {r['shards']} shards: writing {r['write_s']} s "
           f"({r['examples_per_s']} ex/s, {r['shards_in_flight']} shards in flight), build() {r['build_s']} s, end to end "
@@ -356,8 +344,8 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/cluster_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
-    import jobs
+    """`python benchmarks/common/dask_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
+    from common import jobs
 
     logging.basicConfig(level=logging.WARNING)
     return jobs.job_main(__file__, _build_job, argv)

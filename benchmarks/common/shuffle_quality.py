@@ -1,6 +1,6 @@
 """Shuffle quality of the shard-streaming order (`ShardOrder(block)`) against a uniform shuffle of the whole split.
 
-    python benchmarks/shuffle_quality.py DATA_DIR NAME BATCH   # prints the JSON the bucket section records
+    python benchmarks/common/shuffle_quality.py DATA_DIR NAME BATCH   # prints the JSON the bucket section records
 
 Pure order arithmetic (no example is read): each order's training batches over 8 epochs, scored three ways
 against `vidvol.load`'s default order (a uniform permutation of the split per epoch), as a ratio to it (1.00:
@@ -21,7 +21,10 @@ import subprocess
 import sys
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 BLOCKS = (1, 2, 4, 8, 16)
 EPOCHS = 8
 FULL_SIZE_BATCH = 32
@@ -113,9 +116,9 @@ def measure(data_dir: str, name: str, batch: int) -> dict[str, Any]:
 
 def markdown(doc: dict[str, Any]) -> list[str]:
     """The shuffle-quality tables of RESULTS.md's bucket section."""
-    import report
+    from common import report
 
-    out = [f"Shuffle quality of the streaming order (`shuffle_quality.py`, {doc['epochs']} epochs; ratios to the "
+    out = [f"Shuffle quality of the streaming order (`common/shuffle_quality.py`, {doc['epochs']} epochs; ratios to the "
            "uniform shuffle, 1.00 = as uniform):", ""]
     for layout in doc["layouts"]:
         shown = lambda v, digits: "n/a" if v is None else f"{v:.{digits}f}"

@@ -1,21 +1,21 @@
 """Builds on Beam's DaskRunner: 1 vs 2 workers, worker peak RSS vs size, and the driver at Kinetics scale.
 
-    python benchmarks/cluster.py --out DIR            # full: fire_hrr/full_161x540x960, 3 alternating runs, 10k/100k/1M
-    python benchmarks/cluster.py --quick --out DIR    # tiny sizes, one run (smoke)
-    python benchmarks/cluster.py --only driver --sizes 2000 --out DIR
+    python benchmarks/sections/cluster.py --out DIR            # full: fire_hrr/full_161x540x960, 3 alternating runs, 10k/100k/1M
+    python benchmarks/sections/cluster.py --quick --out DIR    # tiny sizes, one run (smoke)
+    python benchmarks/sections/cluster.py --only driver --sizes 2000 --out DIR
 
 `make bench` runs it as the "cluster" section of `run.py` (`SECTION`, on the inputs and manual folders
 that run.py's builds already wrote); standalone it writes its own fire_hrr inputs (`inputs.fire_plan`,
 reused when `--inputs` points at a benchmark run's inputs folder) and DIR/cluster.json + DIR/CLUSTER.md
 (`section.Section.main`; `--resummarize` redoes summaries, notes and targets of a stored cluster.json).
-The builds are `cluster_builds.py`, the driver at scale `cluster_driver.py`, each measurement in its
+The builds are `common/dask_builds.py`, the driver at scale `common/dask_driver.py`, each measurement in its
 own job process (`jobs.run_job`).
 
 1. Scaling: `fire_hrr/CONFIG` built with `vidvol.beam_jobs.build.build(runner="dask")` on a fresh
    `LocalDaskCluster` of 1, then 2 single-threaded worker processes, alternating, same inputs. Each
-   build is its own Python process (a `cluster_builds.py` job), so end to end counts what a user waits for:
+   build is its own Python process (a `common/dask_builds.py` job), so end to end counts what a user waits for:
    interpreter + imports, cluster start, the build, cluster stop. The writing phase is timed with a
-   shard watch as in builds.py (first shard file opened -> last shard written), from the attempt
+   shard watch as in common/build_job.py (first shard file opened -> last shard written), from the attempt
    files (`<shard>.partial.<id>.tmp`) the workers open; the build is also cut into driver-side
    steps by timestamps taken around the builder's `_plan` / `_run_pipeline` and the DaskRunner's
    `run_pipeline` (wrapped in the job process only; library code unchanged).
@@ -23,7 +23,7 @@ own job process (`jobs.run_job`).
    sampled (`measure.TreeSampler`) during builds of N and 4N experiments.
 3. Driver scale (no decoding, no cluster): for 10k / 100k / 1M synthetic hmdb51-style
    `clips.ClipSource` records (Kinetics-700 is ~650k videos), each size in a fresh process (a
-   `cluster_driver.py` job): the
+   `common/dask_driver.py` job): the
    source list, shard planning (`num_shards_for` + `plan_shards`), writing the shard plan file
    (`writer.plan.write_plan`: the sources go to a file, the pipeline carries one small ShardRef per
    shard; a worker reads its shard's byte range back), what `pipeline.run()` does on the driver before a
@@ -43,11 +43,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import cluster_builds
-import cluster_driver
-import measure
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import dask_builds, dask_driver, measure, report, section
 
 TARGET_SPEEDUP = 1.7
 TARGET_WORKER_GIB = 2.0
@@ -96,7 +94,7 @@ class Cluster(section.Section):
 
     key = "cluster"
     label = "cluster"
-    summary = "Dask cluster section (cluster.py: dask builds, driver at 1M sources)"
+    summary = "Dask cluster section (sections/cluster.py: dask builds, driver at 1M sources)"
     FULL = ClusterSettings(
         mode="full", fire_config="full_161x540x960", fire=dict(experiments=16, frames=161, height=540, width=960),
         # Memory at 16 and 64 experiments (64 = the scaling inputs): each worker past its first examples, so the
@@ -119,18 +117,18 @@ class Cluster(section.Section):
         phases = {}
         if "scaling" in only:
             t = time.monotonic()
-            doc["scaling"] = cluster_builds.scaling(dataset, scaling_manual, os.path.join(work, "scaling"), s.runs,
+            doc["scaling"] = dask_builds.scaling(dataset, scaling_manual, os.path.join(work, "scaling"), s.runs,
                                                     interval=s.interval, timeout=s.job_timeout)
             phases["scaling"] = round(time.monotonic() - t, 1)
         if "memory" in only:
             t = time.monotonic()
-            doc["memory"] = cluster_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
+            doc["memory"] = dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
                                                   len(os.sched_getaffinity(0)), interval=s.interval,
                                                   timeout=s.job_timeout)
             phases["memory"] = round(time.monotonic() - t, 1)
         if "driver" in only:
             t = time.monotonic()
-            doc["driver"] = cluster_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
+            doc["driver"] = dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
                                                         timeout=s.job_timeout)
             phases["driver"] = round(time.monotonic() - t, 1)
         doc["phases_s"] = phases
@@ -141,15 +139,15 @@ class Cluster(section.Section):
         b = doc.get("scaling")
         if b:
             runs = {int(w): rs for w, rs in b["runs"].items()}
-            doc["scaling"] = {**cluster_builds.summarize_scaling(b["dataset"], runs), "runs": b["runs"]}
+            doc["scaling"] = {**dask_builds.summarize_scaling(b["dataset"], runs), "runs": b["runs"]}
         m = doc.get("memory")
         if m:
             m["pass"], m["verdict"] = measure.memory_verdict({int(n): r for n, r in m["results"].items()},
                                                              max_worker_gib=TARGET_WORKER_GIB, flat_tolerance=TARGET_FLAT)
         d = doc.get("driver")
         if d:
-            doc["driver"] = cluster_driver.driver_curve(d["rows"])
-            doc["driver_notes"] = cluster_driver.driver_notes(doc["driver"])
+            doc["driver"] = dask_driver.driver_curve(d["rows"])
+            doc["driver_notes"] = dask_driver.driver_notes(doc["driver"])
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -183,16 +181,16 @@ class Cluster(section.Section):
             big = max(d["rows"], key=lambda r: r["entries"])
             where = f"{big['entries']:,} sources"
             rows.append(section.target(f"driver time, {where} (no decoding)", big["driver_total_s"], TARGET_DRIVER_S,
-                                       op="<=", unit="s", note=cluster_driver.driver_note(big)))
+                                       op="<=", unit="s", note=dask_driver.driver_note(big)))
             rows.append(section.target(f"driver peak RSS, {where}", big["peak_rss_mib"] / 1024, TARGET_DRIVER_GIB,
-                                       op="<=", unit="GiB", note=cluster_driver.driver_rss_note(big)))
+                                       op="<=", unit="GiB", note=dask_driver.driver_rss_note(big)))
         return rows
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
         """Targets, then scaling, worker memory and driver scale, each where measured."""
         c = doc
         out = ["## Builds on a Dask cluster (DaskRunner)", "",
-               f"`benchmarks/cluster.py` ({c['mode']} mode, {c['duration_s'] / 60:.1f} min). Targets:", ""]
+               f"`benchmarks/sections/cluster.py` ({c['mode']} mode, {c['duration_s'] / 60:.1f} min). Targets:", ""]
         out += report.targets_table(c["targets"], cpu=False) + report.misses(c["targets"])
         b = c.get("scaling")
         if b:
@@ -297,7 +295,7 @@ class Cluster(section.Section):
 
 def prepare_inputs(out: str, settings: ClusterSettings, inputs_dir: str) -> tuple[str, dict[int, str]]:
     """Standalone runs: fire inputs (reused if present), the scaling manual_dir and one per memory count."""
-    import inputs
+    from common import inputs
 
     s = settings
     root = os.path.join(inputs_dir, "fire_hrr")

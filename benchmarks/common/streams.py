@@ -1,7 +1,7 @@
 """Timing a stream of batches: examples/s of a fresh iterator after warm-up, CPU use, the rest of the machine.
 
-What every read measurement shares, whatever library makes the batches: `reads.py` times tf.data
-pipelines with it, `peer_jobs.py` the PyTorch DataLoaders of other tools (in the peers' own virtual
+What every read measurement shares, whatever library makes the batches: `common/read_job.py` times tf.data
+pipelines with it, `peers/jobs.py` the PyTorch DataLoaders of other tools (in the peers' own virtual
 environment, without TensorFlow). Standard library and psutil only.
 """
 

@@ -1,7 +1,7 @@
 """The cluster section's driver at scale: a build's driver-side work for 10k / 100k / 1M sources.
 
 No decoding, no cluster: for n synthetic hmdb51-style `clips.ClipSource` records (Kinetics-700 is
-~650k videos), each size in a fresh process (`python benchmarks/cluster_driver.py JOB.json RESULT.json`,
+~650k videos), each size in a fresh process (`python benchmarks/common/dask_driver.py JOB.json RESULT.json`,
 started by `run_driver` through `jobs.run_job`): the source list, shard planning (`num_shards_for` +
 `plan_shards`), writing the shard plan file (`plan.write_plan`: the sources go to a file, the
 pipeline carries one small ShardRef per shard; a worker reads its shard's byte range back), what
@@ -26,6 +26,9 @@ import sys
 import time
 from collections.abc import Sequence
 from typing import Any
+
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MIB = 2**20
 # hmdb51's `_estimated_example_bytes` for its 16x224x224 geometry (16 frames, 224x224 JPEG at ~10:1)
@@ -108,7 +111,7 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
 
 def _note_rss(times: dict[str, Any], phase: str) -> float:
     """Notes the peak RSS so far (VmHWM, `measure.peak_rss_mib`) after `phase` (MiB) and returns it."""
-    import measure
+    from common import measure
 
     peak = times.setdefault("_maxrss", {})[phase] = round(measure.peak_rss_mib(), 1)
     return peak
@@ -210,25 +213,11 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
 
 def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.0) -> dict[str, Any]:
     """measure_driver(n) in a fresh process (this script as a job), so the peak RSS is this size's alone."""
-    import jobs
+    from common import jobs
 
-    os.makedirs(work, exist_ok=True)
-    job_path, result_path, log_path = (os.path.join(work, f"driver_{n}.{x}") for x in ("job.json", "json", "log"))
-    with open(job_path, "w", encoding="utf-8") as f:
-        json.dump({"n": n, "work": work, "submit": submit}, f)
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
-    from streams import busy_cpu_seconds
-
-    busy0, start = busy_cpu_seconds(), time.monotonic()
-    status, usage = jobs.run_job(__file__, [job_path, result_path], log_path, timeout)
-    wall = time.monotonic() - start
-    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
-    others = max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall
-    if status != 0:
-        what = f"killed after {timeout:.0f} s" if status < 0 else f"exit {status}"
-        raise RuntimeError(f"driver scale {n} failed ({what}); log {log_path}:\n{jobs.tail(log_path)}")
-    with open(result_path, encoding="utf-8") as f:
-        r = json.load(f)
+    r, cost = jobs.json_job(__file__, {"n": n, "work": work, "submit": submit}, work, f"driver_{n}", timeout)
+    wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
     r["process_wall_s"] = round(wall, 1)
     r["cpu_s"] = round(cpu, 2)
     r["other_cores_busy"] = round(others, 2)  # cores other processes kept busy meanwhile (the job uses ~1)
@@ -330,8 +319,8 @@ def driver_note(row: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/cluster_driver.py JOB.json RESULT.json`: one size (started by `run_driver`)."""
-    import jobs
+    """`python benchmarks/common/dask_driver.py JOB.json RESULT.json`: one size (started by `run_driver`)."""
+    from common import jobs
 
     logging.basicConfig(level=logging.WARNING)
     return jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"]), argv)

@@ -1,7 +1,7 @@
-"""The peers section's figures from its records: ratios, who wins where, targets, Markdown (`peers.py` measures).
+"""The peers section's figures from its records: ratios, who wins where, targets, Markdown (`sections/peers.py` measures).
 
 Everything here reads only the section's document, so a stored peers.json (or results.json's
-`peers`) is re-derived by `python benchmarks/peers.py --resummarize --out DIR` and `run.py
+`peers`) is re-derived by `python benchmarks/sections/peers.py --resummarize --out DIR` and `run.py
 --report-only`, and tested without the peers venv.
 """
 
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import report
-import section
-from peer_jobs import VIDEO_PEERS  # the read-time decoders
+from common import report, section
+from peers.jobs import VIDEO_PEERS  # the read-time decoders
 LABELS = {"opencv": "OpenCV (sequential grab)", "decord": "decord (get_batch)", "pyav": "PyAV (decode in order)",
           "torchcodec": "TorchCodec (exact seek)", "tfds_video": "TFDS stock tfds.features.Video (tfds.load)",
           "monai_dataset": "MONAI Dataset", "monai_persistent": "MONAI PersistentDataset",
@@ -191,7 +190,7 @@ HEAD = ["pipeline", "batch", "examples/s", "runs", "cpu examples/s", "cores busy
 def markdown(doc: dict[str, Any]) -> list[str]:
     """The section in RESULTS.md: targets, video and volume tables with ratios, winners, versions, notes, method."""
     out = ["## Peers: vidvol beside the tools users know", "",
-           f"`benchmarks/peers.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min, {doc['cores']} cores): "
+           f"`benchmarks/sections/peers.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min, {doc['cores']} cores): "
            f"the same files, frames, output sizes and batch sizes as vidvol's rows. Peers venv: `{doc['venv']}`.", ""]
     if doc.get("skipped"):
         out += [f"**{doc['skipped']}**", ""]

@@ -4,7 +4,7 @@
 subprocess (`isolate=True`: multi-process Beam, `--beam_pipeline_options=direct_num_workers=N,
 direct_running_mode=multi_processing`) or in this process (`isolate=False`: Beam's multi-threaded
 mode, for the quick smoke run). While it runs, `measure.TreeSampler` samples the RSS of the
-driver and every Beam SDK worker subprocess, and the shard watch (`cluster_builds.AttemptWatch`)
+driver and every Beam SDK worker subprocess, and the shard watch (`dask_builds.AttemptWatch`)
 notes when the first shard file (`*.partial`) appears. Two rates come back:
 
 - `examples_per_s`: examples / (last shard write - first shard open), the writing phase that
@@ -25,10 +25,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cluster_builds import AttemptWatch
-import jobs
-import measure
-from streams import busy_cpu_seconds
+from common.dask_builds import AttemptWatch
+from common import jobs, measure
+from common.streams import busy_cpu_seconds
 
 MIB = 2**20
 TFDS_CLI = (sys.executable, "-m", "tensorflow_datasets.scripts.cli.main")  # `tfds`, as a user runs it

@@ -1,7 +1,7 @@
 """What starting vidvol costs: `import vidvol`, `tfds.builder("hmdb51")` and `python -m vidvol --help` vs `import tensorflow_datasets`.
 
-    python benchmarks/imports.py --out DIR            # full: 7 rounds
-    python benchmarks/imports.py --quick --out DIR    # one round (smoke)
+    python benchmarks/sections/imports.py --out DIR            # full: 7 rounds
+    python benchmarks/sections/imports.py --quick --out DIR    # one round (smoke)
 
 `make bench` runs it as the "imports" section of `run.py` (`SECTION`; it needs no inputs). Each command
 is a fresh interpreter, timed from outside from its start to its exit (its start-up included), after one
@@ -28,8 +28,9 @@ import threading
 import time
 from typing import Any
 
-import report
-import section
+if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from common import report, section
 
 BASELINE = "tfds"
 # key -> (what it is, the Python code or module command run in a fresh interpreter)
@@ -72,7 +73,7 @@ def _env() -> dict[str, str]:
 
 def timed_run(key: str, work: str, timeout: float) -> dict[str, float]:
     """One run of a command: wall and CPU seconds, and how busy the rest of the machine kept its cores."""
-    from streams import busy_cpu_seconds
+    from common.streams import busy_cpu_seconds
 
     busy0, start = busy_cpu_seconds(), time.monotonic()
     proc = subprocess.Popen(_argv(key), cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -94,7 +95,7 @@ def timed_run(key: str, work: str, timeout: float) -> dict[str, float]:
 
 def peak_rss_mib(key: str, work: str, timeout: float) -> float:
     """The command's VmHWM (MiB), sampled every 20 ms."""
-    import jobs
+    from common import jobs
 
     status, _, sampler = jobs.run_command(_argv(key), os.path.join(work, f"{key}.log"), timeout, interval=0.02)
     if status != 0:
@@ -115,7 +116,7 @@ class ImportCost(section.Section):
 
     key = "imports"
     label = "imports"
-    summary = "imports section (imports.py: import vidvol, tfds.builder, --help vs import tensorflow_datasets)"
+    summary = "imports section (sections/imports.py: import vidvol, tfds.builder, --help vs import tensorflow_datasets)"
     FULL = ImportSettings(mode="full", runs=7)
     QUICK = ImportSettings(mode="quick", runs=1)
     method = METHOD
@@ -166,7 +167,7 @@ class ImportCost(section.Section):
     def markdown(self, doc: dict[str, Any]) -> list[str]:
         """Targets, then every command's wall, CPU, ratio, peak RSS and heavy imports."""
         out = ["## Imports: what starting vidvol costs", "",
-               f"`benchmarks/imports.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): each command a "
+               f"`benchmarks/sections/imports.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): each command a "
                f"fresh interpreter, {doc['rounds']} round(s) on {doc['cores']} cores.", ""]
         out += report.targets_table(doc["targets"]) + report.misses(doc["targets"])
         out += report.table(

@@ -1,6 +1,6 @@
 """`make bench`'s own settings: the shared inputs and the headline's reads and builds, per mode.
 
-`run.py` measures the headline with them (`read_sections.py`, `build_sections.py`); a registered
+`run.py` measures the headline with them (`sections/reads.py`, `sections/builds.py`); a registered
 section derives its own settings from them where it measures the run's inputs (`Section.run_settings`).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import section
+from common import section
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ encoded image per frame, `encoding_format="jpeg"` as ucf101's sized configs), re
 stores the same frames vidvol's hmdb51 build stores: the train clips of split 1, `uniform_indices`
 of each video decoded by OpenCV and resized with INTER_AREA to 64x64 (`peer_jobs.clip_uint8`).
 
-`build` prepares it (plain `download_and_prepare`, no Beam); a reads.py job then loads it by name
+`build` prepares it (plain `download_and_prepare`, no Beam); a common/read_job.py job then loads it by name
 from its data_dir (TFDS finds a prepared dataset there without this module being imported).
 """
 
@@ -21,8 +21,8 @@ import tensorflow_datasets as tfds
 
 from vidvol.testing import samples
 
-import inputs
-import peer_jobs
+from common import inputs
+from peers import jobs as peer_jobs
 
 NAME = "vidvol_bench_stock_video"
 FRAMES, SIZE = 20, 64
@@ -34,7 +34,7 @@ class VidvolBenchStockVideo(tfds.core.GeneratorBasedBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     BUILDER_CONFIGS = [tfds.core.BuilderConfig(name=CONFIG, description=f"{FRAMES} evenly spaced frames at {SIZE}x{SIZE}")]
-    MANUAL_DOWNLOAD_INSTRUCTIONS = "manual_dir: an extracted HMDB51 layout (benchmarks/inputs.py writes one)."
+    MANUAL_DOWNLOAD_INSTRUCTIONS = "manual_dir: an extracted HMDB51 layout (benchmarks/common/inputs.py writes one)."
 
     def _info(self) -> tfds.core.DatasetInfo:
         # DatasetInfo itself: dataset_info_from_configs looks for metadata files in a package, and this is a script.
