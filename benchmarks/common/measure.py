@@ -84,7 +84,7 @@ def _execed(pid: int) -> bool:
     except (OSError, ValueError, IndexError):
         return False
     mine = _cmdline(pid)
-    return mine is not None and mine != _cmdline(ppid)
+    return bool(mine) and mine != _cmdline(ppid)  # empty while the kernel swaps in the new program: not yet
 
 
 class TreeSampler(threading.Thread):
