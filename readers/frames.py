@@ -150,7 +150,7 @@ def decode_frame_strings(encoded: tf.Tensor, count: int, feature: tfds.features.
         return tf.io.decode_png(data, channels=channels, dtype=dtype)
 
     if count <= MAX_UNROLLED_FRAMES:
-        frames = tf.stack([one(encoded[i]) for i in range(count)])
+        frames = tf.stack([one(data) for data in tf.unstack(encoded, num=count)])  # one Unpack, not count slices
     else:
         spec = tf.TensorSpec((height, width, channels), dtype)
         frames = tf.map_fn(one, encoded, fn_output_signature=spec, parallel_iterations=16)

@@ -292,7 +292,7 @@ def index_batches(layout: Layout, batch_size: int, *, drop_remainder: bool, repe
 
     initial = (tf.constant(False), np.int64(0), np.int64(0), np.int64(0), tf.constant(current), np.int64(global_batch),
                np.int64(pipelines))
-    ds = ticker.scan(initial, step)
+    ds = ticker.scan(initial, tf.autograph.experimental.do_not_convert(step))  # plain TF ops: no autograph pass
     if not repeat:
         ds = ds.take_while(tf.autograph.experimental.do_not_convert(lambda numbers, e, g, key, done: ~done))
     locate = lambda numbers, e, g, key, done: layout.examples_tf(*layout.locate_tf(numbers, e, g), key)
