@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 
 from vidvol.core import redact
+from vidvol.core.s3_direct import RANGED_GETS_ENV  # noqa: F401  (store.RANGED_GETS_ENV: the users' name)
 from vidvol.core.s3_direct import S3_USERINFO_RE as _S3_USERINFO_RE  # stdlib only: no store client at import
 from vidvol.core.urls import is_url, scheme
 
@@ -341,7 +342,6 @@ def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> Any
     return out
 
 
-RANGED_GETS_ENV = "VIDVOL_RANGED_GETS"  # s3_direct.RANGED_GETS_ENV (this module imports obstore's only when reading)
 _OBSTORE_STATUS_RE = re.compile(r"\bstatus(?: code)?:? (\d{3})\b", re.IGNORECASE)
 _OBSTORE_TRANSIENT_RE = re.compile(
     r"error sending request|connection (?:reset|refused|closed)|timed? ?out|broken pipe|incomplete|"
