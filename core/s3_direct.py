@@ -10,7 +10,7 @@ credentials, else AWS_*; anything else leaves the reads to s3fs (`client_for` gi
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import datetime
 import errno
 import hashlib
@@ -132,16 +132,51 @@ def _mapped(fn: Callable[[], T]) -> T:
         raise PermissionError(errno.EACCES, str(e).split("\n\nDebug source", 1)[0]) from None
 
 
+GET_THREADS = 16  # ranged GETs in flight at once in one process (a batch's records, a shard's parts)
+_POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}  # pid -> the pool (a forked child makes its own)
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    with _LOCK:
+        pool = _POOLS.get(os.getpid())
+        if pool is None:
+            _POOLS.clear()  # a parent's pool: its threads do not exist in this process
+            pool = _POOLS[os.getpid()] = concurrent.futures.ThreadPoolExecutor(GET_THREADS,
+                                                                               thread_name_prefix="vidvol-get")
+        return pool
+
+
 def get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy: bool = True) -> list:
-    """One concurrent ranged GET per span (not coalesced: a shuffled batch's records are far apart)."""
+    """One ranged GET per span (not coalesced: a shuffled batch's records are far apart), at most `GET_THREADS`
+    at once.
+
+    Each GET is obstore's blocking call, which runs without the GIL, on a thread of one pool. Its asyncio API
+    (`get_range_async` gathered in `asyncio.run`) was measured 4-35x slower here, and held 2-3x the memory:
+    8 ranges of 64 KiB 25 vs 115 MB/s, of 2 MiB 39 vs 1,005 MB/s; 3 of 16 MiB 25 vs 1,382 MB/s, peak +160 vs
+    +57 MiB (SeaweedFS on loopback).
+    """
     import obstore
 
-    async def fetch():
-        return await asyncio.gather(*[obstore.get_range_async(client, key, start=int(a), end=int(b))
-                                      for key, (_, a, b) in zip(keys, spans)])
+    def one(i: int):
+        _, a, b = spans[i]
+        return _mapped(lambda: obstore.get_range(client, keys[i], start=int(a), end=int(b)))
 
-    got = _mapped(lambda: asyncio.run(fetch()))
+    got = [one(0)] if len(spans) == 1 else list(_pool().map(one, range(len(spans))))
     return [bytes(b) for b in got] if copy else got
+
+
+def read_into(client, key: str, out: bytearray, part: int) -> None:
+    """Fills `out` with the object's first `len(out)` bytes, in ranged GETs of `part` bytes at once (the pool's
+    threads); each part is copied into `out` as it arrives, so at most `GET_THREADS` parts are held besides it."""
+    import obstore
+
+    view = memoryview(out)
+
+    def one(a: int) -> None:
+        b = min(len(out), a + part)
+        view[a:b] = memoryview(_mapped(lambda: obstore.get_range(client, key, start=a, end=b)))
+
+    list(_pool().map(one, range(0, len(out), part)))
 
 
 def size(client, key: str) -> int:

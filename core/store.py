@@ -335,8 +335,14 @@ def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> Any
     size, part = int(size), max(1, int(part_bytes))
     if size <= part:
         return read_many([(url, 0, size)], copy=False)[0]
-    spans = [(url, a, min(size, a + part)) for a in range(0, size, part)]
     out = bytearray(size)
+    direct = _ranged(url)
+    if direct is not None:
+        from vidvol.core import s3_direct
+
+        _call(url, lambda: s3_direct.read_into(*direct, out, part), what=f"read {size} bytes in parts of {part}")
+        return out
+    spans = [(url, a, min(size, a + part)) for a in range(0, size, part)]
     for (_, a, b), data in zip(spans, read_many(spans, copy=False)):
         out[a:b] = memoryview(data)
     return out

@@ -45,8 +45,9 @@ METHOD = (
     "repeating pipelines (seeds 0-2), each after 2 batches of warm-up, are timed for at least the section's read "
     "seconds; the rate is their median (examples/s, and the records' stored MB/s); peak RSS is the process's VmHWM.",
     "GET limit: the same records' byte ranges fetched with `store.read_many` (obstore's client, as the reader's), no decoding: each shard's at "
-    "once, a batch's worth across the shards at once, all at once (each the median of passes 2-4), and as the reader "
-    "fetches them, 16 threads each fetching a batch's ranges at once for 8 s; the fastest (MB/s).",
+    "once, a batch's worth across the shards at once, all at once, whole shards as the streaming order "
+    "fetches them (`store.read_object`, 4 at once) (each the median of passes 2-4), and as the reader fetches them, "
+    "16 threads each fetching a batch's ranges at once for 8 s; the fastest (MB/s).",
     "The server runs on the same cores as the reader (loopback): what it spends serving a GET is taken from "
     "decoding, so on 2 cores a byte-bound read is also CPU-bound on the server's side.",
     "Streaming order: the same reads with `spec=ReadSpec(order=ShardOrder(block))` (block: the section's, at most "
@@ -130,6 +131,17 @@ for label, parts in groups.items():
         total = sum(len(b) for part in parts for b in store.read_many(part))
         times.append(time.perf_counter() - start)
     rates[label] = round(total / 1e6 / sorted(times[1:])[1], 1)
+# Whole shards as the streaming order fetches them (`store.read_object`, FETCHES shards at once).
+import concurrent.futures
+from vidvol.readers.tfdata import shard_window
+sizes = [shard_window.file_bytes(f) for f in split.files]
+with concurrent.futures.ThreadPoolExecutor(shard_window.FETCHES) as pool:
+    times = []
+    for _ in range(4):
+        start = time.perf_counter()
+        whole = sum(len(memoryview(b)) for b in pool.map(store.read_object, [f.path for f in split.files], sizes))
+        times.append(time.perf_counter() - start)
+rates[f"whole shards, {shard_window.FETCHES} at once"] = round(whole / 1e6 / sorted(times[1:])[1], 1)
 print(json.dumps({"bytes": total, "rates": rates, "second_s": total / 1e6 / max(rates.values())}))
 """
 
