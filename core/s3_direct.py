@@ -165,18 +165,33 @@ def get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy:
     return [bytes(b) for b in got] if copy else got
 
 
-def read_into(client, key: str, out: bytearray, part: int) -> None:
-    """Fills `out` with the object's first `len(out)` bytes, in ranged GETs of `part` bytes at once (the pool's
-    threads); each part is copied into `out` as it arrives, so at most `GET_THREADS` parts are held besides it."""
+def read_into(client, key: str, out: bytearray) -> None:
+    """Fills `out` with the object's first `len(out)` bytes in one GET, each chunk of its body copied into `out` as it
+    arrives: the object is held once, and besides it a chunk (of at least `CHUNK_BYTES`).
+
+    Measured against ranged GETs of 16 MiB parts on the pool (4 objects of 40 MiB at once, SeaweedFS on loopback):
+    651-712 vs 620-663 MB/s, and a peak of the objects alone vs 210 MiB more (the parts in flight).
+
+    Raises:
+      OSError: the body ended before `len(out)` bytes (the object is smaller or changed).
+    """
     import obstore
 
-    view = memoryview(out)
+    view, at = memoryview(out), 0
 
-    def one(a: int) -> None:
-        b = min(len(out), a + part)
-        view[a:b] = memoryview(_mapped(lambda: obstore.get_range(client, key, start=a, end=b)))
+    def fill() -> int:
+        nonlocal at
+        for chunk in obstore.get(client, key, options={"range": (0, len(out))}).stream(min_chunk_size=CHUNK_BYTES):
+            n = len(chunk)
+            view[at:at + n] = memoryview(chunk)
+            at += n
+        return at
 
-    list(_pool().map(one, range(0, len(out), part)))
+    if _mapped(fill) != len(out):
+        raise OSError(errno.EIO, f"{key}: the object ended after {at} of {len(out)} bytes (it changed or was cut short)")
+
+
+CHUNK_BYTES = 1 << 20  # a streamed body is copied out at least this much at a time
 
 
 def size(client, key: str) -> int:

@@ -322,15 +322,16 @@ def read_many(spans: list[tuple[str, int, int]], *, copy: bool = True) -> list[b
 # (URL or fsspec-config credentials, endpoint, region, anon), else from the AWS_* variables; credentials that
 # only botocore's chain finds (profiles, SSO, instance roles), or AWS with no region named, leave the reads to s3fs. Its own retries are off:
 # `_call` retries, as for every store operation. VIDVOL_RANGED_GETS=fsspec sends every ranged read through s3fs.
-STREAM_PART_BYTES = 16 << 20  # a whole object is fetched in ranges of this size, concurrently
+STREAM_PART_BYTES = 16 << 20  # an object larger than this is streamed into one buffer (obstore) or fetched in parts
 
 
 def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> Any:
-    """The whole object of `size` bytes as one sequential GET, or ranges of `part_bytes` fetched concurrently.
+    """The whole object of `size` bytes: one GET, or (s3fs) ranges of `part_bytes` fetched concurrently.
 
-    What a streamed read of a whole shard takes (`readers.tfdata.shard_window`): large ranges keep the
-    request count per byte low; a few at once fill the link. The parts land in one buffer; a single GET's
-    response is returned as it came (an object with the buffer protocol: `memoryview` it), never copied.
+    What a streamed read of a whole shard takes (`readers.tfdata.shard_window`). Up to `part_bytes`, the single
+    GET's response is returned as it came (an object with the buffer protocol: `memoryview` it), never copied.
+    Larger: through obstore, one GET whose body is copied into one buffer as it arrives (`s3_direct.read_into`:
+    the object is held once); through s3fs, ranges of `part_bytes` fetched at once into one buffer.
     """
     size, part = int(size), max(1, int(part_bytes))
     if size <= part:
@@ -340,7 +341,7 @@ def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> Any
     if direct is not None:
         from vidvol.core import s3_direct
 
-        _call(url, lambda: s3_direct.read_into(*direct, out, part), what=f"read {size} bytes in parts of {part}")
+        _call(url, lambda: s3_direct.read_into(*direct, out), what=f"read {size} bytes")
         return out
     spans = [(url, a, min(size, a + part)) for a in range(0, size, part)]
     for (_, a, b), data in zip(spans, read_many(spans, copy=False)):

@@ -228,6 +228,38 @@ def test_int16_volumes_go_from_ranged_gets_or_the_cache_straight_into_the_batch(
         _batches(f"s3://{BUCKET}/bad16", training=False)
 
 
+def test_int16_volumes_in_the_streaming_order_are_copied_from_whole_shards(int16_world, env, tmp_path, caplog,
+                                                                          monkeypatch):
+    """`ShardOrder` over int16 volumes (the direct volume reads): training batches (float32) and evaluation batches
+    (int16) equal the local read's, each shard is fetched once, whole, into the window (no volume by a GET of its
+    own), none lands on local disk, and a flipped byte in a shard is still caught by the record's CRC32C."""
+    from vidvol.core import s3_direct
+
+    local, remote = str(int16_world / "local"), f"s3://{BUCKET}/i16"
+    spec = vidvol.ReadSpec(order=vidvol.ShardOrder(block=1))
+    int16 = vidvol.ReadSpec(order=vidvol.ShardOrder(block=1), output=vidvol.Output(dtype="int16"))
+    ranged = []
+    real = s3_direct.get_ranges
+    monkeypatch.setattr(s3_direct, "get_ranges", lambda *a, **k: ranged.append(len(a[2])) or real(*a, **k))  # a spy
+    caplog.set_level(logging.DEBUG, logger="vidvol")
+    for kwargs in ({"seed": 1, "spec": spec}, {"training": False, "spec": int16}):
+        caplog.clear()
+        _assert_equal(_batches(local, **kwargs), _batches(remote, **kwargs))
+        fetched = [r.getMessage().split()[3] for r in caplog.records if "fetching" in r.getMessage()]
+        assert len(fetched) == len(set(fetched)) == 2  # each shard once, whole
+        assert "direct volume reads" in caplog.text and "reading whole records" not in caplog.text
+    assert ranged and max(ranged) == 1  # the index's small reads; no batch of volumes by ranged GETs
+    assert _shards_in(tmp_path / "cache") == []
+    version = int16_world / "local" / VERSION
+    shard = sorted(p.name for p in version.glob("*train.tfrecord-*"))[0]
+    data = bytearray((version / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    dataset_copy.push(str(version), f"s3://{BUCKET}/bad16w/{VERSION}")
+    store.write_bytes(f"s3://{BUCKET}/bad16w/{VERSION}/{shard}", bytes(data))
+    with pytest.raises(Exception, match=rf"(?s)bad16w/.*{shard}.*(CRC32C|corrupted)"):
+        _batches(f"s3://{BUCKET}/bad16w", training=False, spec=spec)
+
+
 def test_a_checkpoint_moves_between_bucket_and_local_reads(world, env, tmp_path):
     """Two batches read from the bucket, the iterator saved; restored into a local read, the rest is the local run's."""
     _, root = world

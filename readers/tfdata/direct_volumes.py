@@ -28,6 +28,7 @@ from vidvol.readers import host_calls
 from vidvol.core import tfrecord
 from vidvol.core.tfrecord import FOOTER as _FOOTER, HEADER as _HEADER, crc32c_extend, masked as _mask
 from vidvol.readers import records
+from vidvol.readers.tfdata.shard_window import ShardWindow
 
 logger = logging.getLogger(__name__)
 
@@ -213,8 +214,9 @@ class VolumeReads(host_calls.HostCall):
     chunk_bytes = 1 << 19  # read and converted at a time in float32 mode: fits a core's L2 cache
 
     def __init__(self, indexes: Sequence[ShardIndex], shape: Sequence[int], verify: str, result: str = "int16",
-                 cache_limit: int | None = None):
+                 cache_limit: int | None = None, window: ShardWindow | None = None):
         self.indexes, self.shape, self.verify = list(indexes), tuple(int(d) for d in shape), verify
+        self.window = window  # whole bucket shards in memory (the shard-streaming order); None: ranged GETs
         # Bucket shards (`readers.bucket`): read from the shard cache (`cache_limit` bytes), else by ranged GETs.
         self.remote = {k: bucket.shard_of_url(index.path) for k, index in enumerate(self.indexes)
                        if not tfrecord.is_local(index.path)}
@@ -242,10 +244,14 @@ class VolumeReads(host_calls.HostCall):
             buffers[key] = np.empty(key[1:], self.out)
         return buffers[key]
 
-    def run(self, files: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def run(self, files: np.ndarray, rows: np.ndarray, epoch=None, key=None) -> np.ndarray:
         batch = len(files)
         out = host_calls.pool.take(batch * self.count * self.result.itemsize).view(self.result)
         out = out.reshape((batch,) + self.shape)
+        if self.remote and self.window is not None and epoch is not None and batch:
+            self._count(self._from_window(out, files, rows, int(np.asarray(epoch).reshape(-1)[0]),
+                                          int(np.asarray(key).reshape(-1)[0])))
+            return out
         if self.remote and self.cache_limit is None:
             self._count(self._fetch(out, files, rows))
             return out
@@ -266,28 +272,44 @@ class VolumeReads(host_calls.HostCall):
         spans, places = [], []
         for f, r in zip(files, rows):
             index, row = self.indexes[int(f)], int(r)
-            start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
-            whole = not index.verified[row]
-            first = start if whole else start + _HEADER + at
-            spans.append((index.path, first, start + _HEADER + length + _FOOTER if whole else first + self.nbytes))
-            places.append((index, row, start, length, at, whole))
-        read = 0
-        for i, (data, (index, row, start, length, at, whole)) in enumerate(zip(store.read_many(spans, copy=False), places)):
-            where = f"{redact.url(index.path)}: the record at byte {start}"
-            want = _HEADER + length + _FOOTER if whole else self.nbytes
-            if len(data) != want:
-                raise ValueError(f"{where} could not be read whole ({len(data)} of {want} bytes): the shard changed "
-                                 f"since it was indexed. {self.verify}")
-            view = memoryview(data)
-            if whole:
-                if int.from_bytes(view[:8], "little") != length or _mask(crc32c_extend(
-                        0, view[_HEADER:_HEADER + length])) != int.from_bytes(view[-_FOOTER:], "little"):
-                    raise ValueError(f"{where} is corrupted (its length or CRC32C does not match). {self.verify}")
-                index.verified[row] = True
-                view = view[_HEADER + at:_HEADER + at + self.nbytes]
-            np.copyto(out[i].reshape(-1), np.frombuffer(view, self.out), casting="unsafe")
-            read += len(data)
+            places.append((index, row, not index.verified[row]))
+            spans.append((index.path,) + self._span(index, row, places[-1][2]))
+        return sum(self._take(out[i], data, *place)
+                   for i, (data, place) in enumerate(zip(store.read_many(spans, copy=False), places)))
+
+    def _span(self, index: ShardIndex, row: int, whole: bool) -> tuple[int, int]:
+        """The byte range read for a record: its whole frame (`whole`: checked on its first read), else its volume."""
+        start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+        if whole:
+            return start, start + _HEADER + length + _FOOTER
+        return start + _HEADER + at, start + _HEADER + at + self.nbytes
+
+    def _from_window(self, out: np.ndarray, files: np.ndarray, rows: np.ndarray, epoch: int, key: int) -> int:
+        """The batch's volumes copied from whole shards held in the window (fetched whole, ahead of the reader)."""
+        held, read = self.window.shards(sorted({int(f) for f in files}), epoch, key), 0
+        for i, (f, r) in enumerate(zip(files, rows)):
+            index, row = self.indexes[int(f)], int(r)
+            a, b = self._span(index, row, not index.verified[row])
+            read += self._take(out[i], memoryview(held[int(f)])[a:b], index, row, not index.verified[row])
         return read
+
+    def _take(self, target: np.ndarray, data, index: ShardIndex, row: int, whole: bool) -> int:
+        """One fetched record (`whole`: its frame, checked) or volume's bytes into `target` (bytes taken)."""
+        start, length, at = int(index.starts[row]), int(index.lengths[row]), int(index.data_at[row])
+        where = f"{redact.url(index.path)}: the record at byte {start}"
+        want = _HEADER + length + _FOOTER if whole else self.nbytes
+        if len(data) != want:
+            raise ValueError(f"{where} could not be read whole ({len(data)} of {want} bytes): the shard changed "
+                             f"since it was indexed. {self.verify}")
+        view = memoryview(data)
+        if whole:
+            if int.from_bytes(view[:8], "little") != length or _mask(crc32c_extend(
+                    0, view[_HEADER:_HEADER + length])) != int.from_bytes(view[-_FOOTER:], "little"):
+                raise ValueError(f"{where} is corrupted (its length or CRC32C does not match). {self.verify}")
+            index.verified[row] = True
+            view = view[_HEADER + at:_HEADER + at + self.nbytes]
+        np.copyto(target.reshape(-1), np.frombuffer(view, self.out), casting="unsafe")
+        return len(data)
 
     def _read_converted(self, target: np.ndarray, file: int, row: int, path: str | None = None) -> int:
         """One volume into a float32 `target`, a cache-sized chunk at a time (bytes read)."""
@@ -461,7 +483,8 @@ def plan_direct(builder: tfds.core.DatasetBuilder, source: records.SplitRecords,
     `verify` command); later epochs read only the volume bytes (the index is kept while the file's
     size, mtime and inode stay the same: `cached_index`). Shards of a dataset in a bucket (`readers.bucket`,
     `buckets`) are indexed by small ranged GETs (`bucket_index`, kept by SHA-256), and a batch's volumes
-    fetched as concurrent ranged GETs of just their bytes, or read from the shard cache. Anything else (other
+    fetched as concurrent ranged GETs of just their bytes, read from the shard cache, or (the shard-streaming
+    order) copied from whole shards held in the `ShardWindow`. Anything else (other
     remote files, float32-stored
     volumes, videos, variable shapes, per-example parsing, a file whose records do not walk) reads
     whole records (`readers.records`) and parses them with TFDS's specs, which gives the same tensors.
@@ -508,10 +531,13 @@ def verify_hint(builder: tfds.core.DatasetBuilder) -> str:
     return f"Check every shard: {artifacts.verify_command(spec, artifacts.data_dir_of(builder.data_path, has_config))}"
 
 
-def volume_batch(files: tf.Tensor, rows: tf.Tensor, reads: VolumeReads, dtype: str, batch_size: int | None) -> tf.Tensor:
+def volume_batch(files: tf.Tensor, rows: tf.Tensor, reads: VolumeReads, dtype: str, batch_size: int | None,
+                 epoch: tf.Tensor | None = None, key: tf.Tensor | None = None) -> tf.Tensor:
     """The batch's volumes as `dtype`: int16 as stored, float32 converted as read, or one TensorFlow cast of the int16
-    batch (float16/bfloat16)."""
-    values = tf.numpy_function(reads, [files, rows], tf.as_dtype(reads.result), stateful=False,
+    batch (float16/bfloat16). `epoch` and `key` (the draws') place a read through a `ShardWindow` in the epoch's shard
+    sequence (what it fetches ahead); the volumes are the indices' alone."""
+    args = [files, rows] if epoch is None or reads.window is None else [files, rows, epoch, key]
+    values = tf.numpy_function(reads, args, tf.as_dtype(reads.result), stateful=False,
                                name="vidvol_read_volumes")
     values.set_shape((batch_size,) + reads.shape)
     return values if values.dtype == dtype else tf.cast(values, dtype)
@@ -537,11 +563,12 @@ class DirectParser:
 
     def __init__(self, builder: tfds.core.DatasetBuilder, source: records.SplitRecords, volume: str,
                  indexes: Sequence[ShardIndex], small_parser, dtype: str, batch_size: int | None,
-                 augment: augment_volume.VolumePlan | None = None, cache_limit: int | None = None):
+                 augment: augment_volume.VolumePlan | None = None, cache_limit: int | None = None,
+                 window: ShardWindow | None = None):
         self.volume, self.small_parser, self.dtype, self.batch_size = volume, small_parser, dtype, batch_size
         shape = builder.info.features[volume].shape
         self.augment = augment
-        self.reads = (VolumeReads(indexes, shape, verify_hint(builder), dtype, cache_limit) if augment is None
+        self.reads = (VolumeReads(indexes, shape, verify_hint(builder), dtype, cache_limit, window) if augment is None
                       else PatchReads(indexes, shape, verify_hint(builder), augment, dtype))
         self.small = [index.small[int(row)] for index, row in
                       zip((indexes[f] for f in source.file_of), source.row_of)]  # storage order
@@ -560,7 +587,8 @@ class DirectParser:
         files, rows = tf.gather(tf.constant(self.file_of), index), tf.gather(tf.constant(self.row_of), index)
         plan = self.augment
         if plan is None:
-            out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size)
+            out[self.volume] = volume_batch(files, rows, self.reads, self.dtype, self.batch_size, draw["epoch"],
+                                            draw["seed"])
             return out
         boxes = out[plan.mask] if plan.mask else plan.full_boxes(tf.shape(index)[0])
         values, boxes = tf.numpy_function(

@@ -160,9 +160,9 @@ def load(
     source = records.open_split(builder, split)
     window = _stream_window(builder, plan, source, tuning, repeat)
     # Ranged GETs per record (or per volume, for direct reads): latency to hide with more batches in flight and a
-    # private pool. Records a window serves are in memory already: they are read as from local disk.
+    # private pool. Records (and volumes) a window serves are in memory already: they are read as from local disk.
     if plan.cache_limit is None and not (tuning and tuning.cycle_length) and source.files and all(
-            bucket.shard_of_url(f.path) is not None for f in source.files) and (window is None or plan.direct_reads):
+            bucket.shard_of_url(f.path) is not None for f in source.files) and window is None:
         stored = sum(int(np.sum(f.lengths)) for f in source.files) / max(1, len(source))  # bytes per record
         plan = dataclasses.replace(plan, read_parallelism=sizing.bucket_read_parallelism(
             plan.float_batch_bytes, plan.memory_budget, int(stored * batch_size)),

@@ -62,7 +62,7 @@ def read(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: records.Spli
         others = [n for n in names if n != volume]
         small = BatchParser.for_features(builder.info.features, others, (), decoders) if others else None
         parser = direct_volumes.DirectParser(builder, source, volume, indexes, small, plan.spec.output.dtype,
-                                             plan.static_batch, plan.augment, plan.cache_limit)
+                                             plan.static_batch, plan.augment, plan.cache_limit, window)
         return BatchRead(parse=parser.parse, direct=True, augmented=plan.augment is not None)
     reads = record_reads.RecordReads(source, plan.cache_limit, window)
     fetch = lambda draw: record_reads.read_records(reads, draw["index"], draw["epoch"], draw["seed"])
