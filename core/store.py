@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import logging
+import mmap
 import os
 import re
 import threading
@@ -331,12 +332,15 @@ def read_object(url: str, size: int, part_bytes: int = STREAM_PART_BYTES) -> Any
     What a streamed read of a whole shard takes (`readers.tfdata.shard_window`). Up to `part_bytes`, the single
     GET's response is returned as it came (an object with the buffer protocol: `memoryview` it), never copied.
     Larger: through obstore, one GET whose body is copied into one buffer as it arrives (`s3_direct.read_into`:
-    the object is held once); through s3fs, ranges of `part_bytes` fetched at once into one buffer.
+    the object is held once); through s3fs, ranges of `part_bytes` fetched at once into one buffer. That buffer is
+    an anonymous `mmap` (returned to the system when dropped).
     """
     size, part = int(size), max(1, int(part_bytes))
     if size <= part:
         return read_many([(url, 0, size)], copy=False)[0]
-    out = bytearray(size)
+    # Its own mapping, unmapped when the last reference goes: a heap buffer of this size, freed, is kept by the
+    # allocator's arenas (a window of shards held and dropped in turn grew the reader's peak far past the window).
+    out = mmap.mmap(-1, size)
     direct = _ranged(url)
     if direct is not None:
         from vidvol.core import s3_direct

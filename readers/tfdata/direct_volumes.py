@@ -264,11 +264,8 @@ class VolumeReads(host_calls.HostCall):
         return out
 
     def _fetch(self, out: np.ndarray, files: np.ndarray, rows: np.ndarray) -> int:
-        """The batch's volumes from bucket shards: one ranged GET each, all at once (bytes read).
-
-        A record's first read in the process fetches its whole frame, whose length and CRC32C are
-        checked; later reads fetch just the volume's bytes, converted from the response into `out`.
-        """
+        """The batch's volumes from bucket shards: one ranged GET each, all at once (bytes read). A record's first
+        read in the process fetches its whole frame (length and CRC32C checked); later ones just the volume."""
         spans, places = [], []
         for f, r in zip(files, rows):
             index, row = self.indexes[int(f)], int(r)
@@ -286,12 +283,13 @@ class VolumeReads(host_calls.HostCall):
 
     def _from_window(self, out: np.ndarray, files: np.ndarray, rows: np.ndarray, epoch: int, key: int) -> int:
         """The batch's volumes copied from whole shards held in the window (fetched whole, ahead of the reader)."""
-        held, read = self.window.shards(sorted({int(f) for f in files}), epoch, key), 0
-        for i, (f, r) in enumerate(zip(files, rows)):
-            index, row = self.indexes[int(f)], int(r)
-            a, b = self._span(index, row, not index.verified[row])
-            read += self._take(out[i], memoryview(held[int(f)])[a:b], index, row, not index.verified[row])
-        return read
+        with self.window.holding(sorted({int(f) for f in files}), epoch, key) as held:
+            read = 0
+            for i, (f, r) in enumerate(zip(files, rows)):
+                index, row = self.indexes[int(f)], int(r)
+                whole = not index.verified[row]
+                read += self._take(out[i], memoryview(held[int(f)])[slice(*self._span(index, row, whole))], index, row, whole)
+            return read
 
     def _take(self, target: np.ndarray, data, index: ShardIndex, row: int, whole: bool) -> int:
         """One fetched record (`whole`: its frame, checked) or volume's bytes into `target` (bytes taken)."""

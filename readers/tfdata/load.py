@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -172,10 +173,15 @@ def load(
     draws = order.index_batches(plan.layout, batch_size, drop_remainder=plan.drop_remainder, repeat=repeat,
                                 seed=seed, fingerprint=source.fingerprint, epoch=epoch)
     batch_read = stages.read(builder, plan, source, window)
+    if window is not None and batch_read.direct and not (tuning and tuning.cycle_length):
+        plan = dataclasses.replace(plan, read_parallelism=sizing.WINDOW_VOLUME_READS)
     ds = draws if batch_read.parse is not None else stages.examples(builder, draws, plan, batch_read)
     ds = stages.finish_batches(ds, plan, batch_read, stages.finisher(plan))
     logger.info("%s", plan.describe(direct=batch_read.direct))
-    return ds.with_options(plan.options())
+    ds = ds.with_options(plan.options())
+    if window is not None:  # TensorFlow keeps a numpy_function's Python callable (and so the window) past the pipeline
+        weakref.finalize(ds, window.release)
+    return ds
 
 
 def dequantize_params(

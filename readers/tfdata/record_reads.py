@@ -82,14 +82,14 @@ class RecordReads(host_calls.HostCall):
     def _from_window(self, flat: np.ndarray, out: np.ndarray, epoch: int, key: int) -> np.ndarray:
         """The batch's records sliced from whole shards held in the window (fetched whole, ahead of the reader)."""
         files = self.source.file_of[flat]
-        held = self.window.shards([int(f) for f in np.unique(files) if int(f) in self._buckets], epoch, key)
-        for k, (i, file) in enumerate(zip(flat.tolist(), files.tolist())):
-            if file not in held:
-                out[k] = self.record(int(i))
-                continue
-            row = int(self.source.row_of[i])
-            start, n, whole = self._span(file, row)
-            out[k] = self._finish(file, row, (start, n, whole), bytes(memoryview(held[file])[start:start + n]))
+        with self.window.holding([int(f) for f in np.unique(files) if int(f) in self._buckets], epoch, key) as held:
+            for k, (i, file) in enumerate(zip(flat.tolist(), files.tolist())):
+                if file not in held:
+                    out[k] = self.record(int(i))
+                    continue
+                row = int(self.source.row_of[i])
+                start, n, whole = self._span(file, row)
+                out[k] = self._finish(file, row, (start, n, whole), bytes(memoryview(held[file])[start:start + n]))
         return out
 
     def _finish(self, file: int, row: int, span: tuple[int, int, bool], data: bytes) -> bytes:

@@ -10,9 +10,11 @@ never dropped for a fetch ahead. No local disk is used. The window changes no ex
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +48,10 @@ def default_window(files: Sequence[FileIndex], block: int) -> int:
 class ShardWindow:
     """Whole shards held in memory, at most `limit` bytes; `sequence(epoch, key)` gives the order they are read in.
 
+    A shard a batch is still copying from counts against the limit until that batch lets go of it (`holding`),
+    even once dropped: a fetch that would pass the limit waits for the copies to end, so the window's bytes never
+    exceed `limit` (the one exception: a batch whose own shards need more, which is read all the same).
+
     Args:
       files: the split's shard files (their `FileIndex`; paths are bucket URLs).
       sequence: (epoch, key) -> the shard files of that epoch in reading order.
@@ -63,23 +69,40 @@ class ShardWindow:
         self._fetch = fetch or store.read_object
         self._held: dict[int, concurrent.futures.Future] = {}  # shard -> its bytes (done or on the way)
         self._rank: dict[int, tuple[int, int]] = {}  # shard -> (epoch, place) it was wanted for: drop lowest first
-        self._lock = threading.Lock()
+        self._pins: dict[int, int] = {}  # shard -> batches copying from it now
+        self._dropped: dict[int, concurrent.futures.Future] = {}  # dropped while pinned: still counted
+        self._lock = threading.Condition()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.fetched = 0  # shards downloaded (tests, logs)
+        self.peak = 0  # the most bytes held at once, dropped-but-pinned shards included (tests)
+        self._released = False  # `release` was called: fetch nothing ahead, keep nothing after a read
 
     def __getstate__(self):
         raise TypeError("a ShardWindow holds downloads in flight; it is not copied")
 
+    def release(self) -> None:
+        """Lets go of every shard held (the pipeline was deleted: TensorFlow may keep its Python functions, and with
+        them this window, alive). A read still in flight then gets its shards, and keeps none."""
+        with self._lock:
+            self._held.clear(), self._rank.clear(), self._dropped.clear()
+            pool, self._pool, self._released = self._pool, None, True
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
     def _used(self) -> int:
-        return sum(self.sizes[f] for f in self._held)
+        return sum(self.sizes[f] for f in self._held) + sum(self.sizes[f] for f in self._dropped)
 
     def _start(self, f: int, rank: tuple[int, int]) -> concurrent.futures.Future:
+        if f in self._dropped:  # still in memory for a batch copying from it: held again, not fetched again
+            self._held[f], self._rank[f] = self._dropped.pop(f), rank
+            return self._held[f]
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(FETCHES, thread_name_prefix="vidvol-shard-window")
         self.fetched += 1
         logger.debug("shard window: fetching %s whole (%d bytes)", redact.url(self.files[f].path), self.sizes[f])
         future = self._pool.submit(self._fetch, self.files[f].path, self.sizes[f])
         self._held[f], self._rank[f] = future, rank
+        self.peak = max(self.peak, self._used())
         return future
 
     def _drop_before(self, need: int, before: tuple[int, int], keep: set[int]) -> bool:
@@ -88,11 +111,16 @@ class ShardWindow:
             if self._used() + need <= self.limit:
                 break
             if f not in keep and self._rank[f] < before:
-                del self._held[f], self._rank[f]
+                future = self._held.pop(f)
+                del self._rank[f]
+                if self._pins.get(f):
+                    self._dropped[f] = future
         return self._used() + need <= self.limit
 
-    def shards(self, wanted: Sequence[int], epoch: int, key: int) -> dict[int, bytes]:
-        """The bytes of the shards `wanted` by one batch of epoch `epoch` under `key`; fetches the next ones ahead."""
+    @contextlib.contextmanager
+    def holding(self, wanted: Sequence[int], epoch: int, key: int) -> Iterator[dict[int, Any]]:
+        """The bytes of the shards `wanted` by one batch of epoch `epoch` under `key`, counted against the limit
+        until the `with` block ends (copy from them inside it); fetches the next ones ahead."""
         order = self.sequence(int(epoch), int(key))
         place = np.empty(len(order), np.int64)
         place[order] = np.arange(len(order))
@@ -100,18 +128,33 @@ class ShardWindow:
         with self._lock:
             first = int(place[wanted[0]])
             block_start = (int(epoch), first - first % self.block)
-            futures = {}
             for f in wanted:
-                rank = (int(epoch), int(place[f]))
                 if f in self._held:
-                    self._rank[f] = max(self._rank[f], rank)
-                else:
-                    if not self._drop_before(self.sizes[f], block_start, set(wanted)):
-                        self._drop_before(self.sizes[f], (int(epoch) + 1, -1), set(wanted))  # room for what is read now
-                    self._start(f, rank)
-                futures[f] = self._held[f]
-            self._ahead(order, int(place[wanted[-1]]), int(epoch), key, block_start)
-        return {f: future.result() for f, future in futures.items()}
+                    self._rank[f] = max(self._rank[f], (int(epoch), int(place[f])))
+                    continue
+                while not (self._drop_before(self.sizes[f], block_start, set(wanted))
+                           or self._drop_before(self.sizes[f], (int(epoch) + 1, -1), set(wanted))):
+                    if not self._dropped:  # only this batch's own shards are in the way: read them all the same
+                        break
+                    self._lock.wait()  # for batches to finish copying from dropped shards
+                self._start(f, (int(epoch), int(place[f])))
+            futures = {f: self._held[f] for f in wanted}
+            for f in wanted:
+                self._pins[f] = self._pins.get(f, 0) + 1
+            if not self._released:
+                self._ahead(order, int(place[wanted[-1]]), int(epoch), key, block_start)
+        try:
+            yield {f: future.result() for f, future in futures.items()}
+        finally:
+            with self._lock:
+                for f in wanted:
+                    self._pins[f] -= 1
+                    if not self._pins[f]:
+                        del self._pins[f]
+                        if self._released:
+                            self._held.pop(f, None), self._rank.pop(f, None)
+                        if self._dropped.pop(f, None) is not None:
+                            self._lock.notify_all()
 
     def _ahead(self, order: np.ndarray, last: int, epoch: int, key: int, block_start: tuple[int, int]) -> None:
         """Starts fetching the shards after place `last` (into the next epoch's) while they fit beside what is held."""
