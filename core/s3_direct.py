@@ -151,9 +151,8 @@ def get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy:
     at once.
 
     Each GET is obstore's blocking call, which runs without the GIL, on a thread of one pool. Its asyncio API
-    (`get_range_async` gathered in `asyncio.run`) was measured 4-35x slower here, and held 2-3x the memory:
-    8 ranges of 64 KiB 25 vs 115 MB/s, of 2 MiB 39 vs 1,005 MB/s; 3 of 16 MiB 25 vs 1,382 MB/s, peak +160 vs
-    +57 MiB (SeaweedFS on loopback).
+    (`get_range_async` gathered in `asyncio.run`) was several times slower here and held more memory (CHANGELOG.md,
+    0.2.x, "reading from a bucket").
     """
     import obstore
 
@@ -169,8 +168,7 @@ def read_into(client, key: str, out) -> None:
     """Fills `out` (a writable buffer) with the object's first `len(out)` bytes in one GET, each chunk of its body copied into `out` as it
     arrives: the object is held once, and besides it a chunk (of at least `CHUNK_BYTES`).
 
-    Measured against ranged GETs of 16 MiB parts on the pool (4 objects of 40 MiB at once, SeaweedFS on loopback):
-    651-712 vs 620-663 MB/s, and a peak of the objects alone vs 210 MiB more (the parts in flight).
+    Against ranged GETs of 16 MiB parts on the pool, as fast, without the parts in flight held beside the object.
 
     Raises:
       OSError: the body ended before `len(out)` bytes (the object is smaller or changed).

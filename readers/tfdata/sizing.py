@@ -70,6 +70,5 @@ def bucket_threadpool_size() -> int:
 
 # Batches of volumes read at once from a `ShardWindow` (MRI in the shard-streaming order from a bucket). The window's
 # own threads fetch ahead, and a volume read from it is a copy, so one batch in flight keeps pace; more (tf.data's
-# autotuner, seeing reads wait for a shard) hold a batch buffer each: MRI 128^3 in float32 batches of 8, 1 vs 2 at
-# once: 1,480-1,770 vs 1,320-1,480 ex/s, peak RSS 130 MiB lower.
+# autotuner, seeing reads wait for a shard) each hold a batch buffer and bring no speed.
 WINDOW_VOLUME_READS = 1
