@@ -152,7 +152,7 @@ def get_ranges(client, keys: list[str], spans: list[tuple[str, int, int]], copy:
 
     Each GET is obstore's blocking call, which runs without the GIL, on a thread of one pool. Its asyncio API
     (`get_range_async` gathered in `asyncio.run`) was several times slower here and held more memory (CHANGELOG.md,
-    0.2.x, "reading from a bucket").
+    "Changed (#44, reading from a bucket)").
     """
     import obstore
 
