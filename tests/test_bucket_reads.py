@@ -260,6 +260,32 @@ def test_int16_volumes_in_the_streaming_order_are_copied_from_whole_shards(int16
         _batches(f"s3://{BUCKET}/bad16w", training=False, spec=spec)
 
 
+def test_a_deleted_streaming_pipeline_lets_go_of_its_shards(int16_world, env):
+    """TensorFlow keeps a numpy_function's callable (and so a read's `ShardWindow`) after the pipeline is gone: once
+    the dataset and its iterator are deleted, no window holds a shard, and the next pipeline reads the same batches."""
+    import gc
+
+    from vidvol.readers.tfdata.shard_window import ShardWindow
+
+    remote = f"s3://{BUCKET}/i16"
+    spec = vidvol.ReadSpec(order=vidvol.ShardOrder(block=1))
+    held = lambda: [len(w._held) + len(w._dropped) for w in gc.get_objects() if isinstance(w, ShardWindow)]
+    gc.collect()
+    before = held()
+    ds = vidvol.load(NAME, "train", 2, data_dir=remote, seed=5, spec=spec)
+    it = iter(ds)
+    first = [np.asarray(t) for t in tf.nest.flatten(next(it))]
+    assert sum(held()) > sum(before)  # the window holds the shards it fetched
+    del ds, it
+    gc.collect()
+    time.sleep(0.5)  # a read still in flight when the pipeline went ends, keeping nothing
+    assert sum(held()) == sum(before) == 0
+    again = [np.asarray(t) for t in tf.nest.flatten(next(iter(vidvol.load(NAME, "train", 2, data_dir=remote, seed=5,
+                                                                          spec=spec))))]
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_checkpoint_moves_between_bucket_and_local_reads(world, env, tmp_path):
     """Two batches read from the bucket, the iterator saved; restored into a local read, the rest is the local run's."""
     _, root = world

@@ -162,7 +162,7 @@ def test_workers_import_vidvol_and_see_env(tmp_path):
 
     with dask_cluster.LocalDaskCluster(1, log_dir=str(tmp_path), env={"VIDVOL_DASK_TEST": "on-worker"}) as cluster:
         p = _pipeline(cluster.dask_runner_flags())
-        _ = p | beam.Create([str(tmp_path)]) | beam.Map(dask_cluster.driver_pythonpath)
+        _ = p | beam.Create([[str(tmp_path)]]) | beam.Map(dask_cluster.driver_pythonpath)  # one element: a path list
         result = p.run()
         try:
             assert result.wait_until_finish(duration=120_000) == "DONE"
