@@ -4,7 +4,7 @@
 
 builds the toy dataset in this process (one in-memory worker) and, at POINT (`planning`, `source:N`: the
 Nth input decoded, or `published`: every shard written, before the driver collects them), writes FILE
-and waits to be killed. In the test process, `GATE["snapshots"]` copies the build's incomplete folder
+and waits to be killed (or for FILE.go to appear). In the test process, `GATE["snapshots"]` copies the build's incomplete folder
 at such points instead, so that one build leaves the folder states a SIGKILL there would.
 """
 
@@ -60,8 +60,9 @@ def _at(point: str) -> None:
     if os.environ.get("RESUME_TOY_STOP_AT") == point:
         with open(os.environ["RESUME_TOY_MARKER"], "w", encoding="ascii") as f:
             f.write(point)
-        while True:  # until the test kills this process
-            time.sleep(1)
+        go = os.environ["RESUME_TOY_MARKER"] + ".go"
+        while not os.path.exists(go):  # until the test kills this process, or lets it go on (FILE.go)
+            time.sleep(0.2)
     dest = GATE["snapshots"].get(point)
     if dest:
         local = incomplete_folder(GATE["data_dir"])

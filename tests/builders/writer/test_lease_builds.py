@@ -183,6 +183,9 @@ def test_a_driver_whose_lease_was_taken_over_does_not_publish(world, tmp_path):
         assert "error" not in second, second
         assert second["resumed"] == [2, resume_toy.SHARDS]  # it took the lease over and kept the frozen one's shards
         one.signal(signal.SIGCONT)  # its next renewal finds the lease taken
+        # and stops the build at once (a SIGINT to its main thread). The toy's decode waits at its stop point
+        # forever, unlike a real one; a main thread blocked on that decode would never see the SIGINT: let it go on.
+        (tmp_path / "stopped.go").write_text("go")
         first, first_err = one.finish(timeout=120)
     finally:
         one.kill()
