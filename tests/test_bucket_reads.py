@@ -86,6 +86,17 @@ def _shards_in(folder: pathlib.Path) -> list[pathlib.Path]:
                   and not p.name.startswith(".") and ".index" not in p.parts)
 
 
+def _push_with_a_flipped_byte(version: pathlib.Path, url: str) -> str:
+    """A copy of the dataset `version` pushed to `url` with one byte in the middle of its first train shard flipped;
+    that shard's file name."""
+    shard = sorted(p.name for p in version.glob("*train.tfrecord-*"))[0]
+    data = bytearray((version / shard).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    dataset_copy.push(str(version), url)
+    store.write_bytes(f"{url}/{shard}", bytes(data))
+    return shard
+
+
 def _shard_sizes(root: pathlib.Path, split: str, build: str = "local") -> list[int]:
     doc = json.loads((root / build / VERSION / "shards.json").read_text())
     return [e["num_bytes"] for e in doc["shards"] if e["split"] == split]
@@ -218,12 +229,7 @@ def test_int16_volumes_go_from_ranged_gets_or_the_cache_straight_into_the_batch(
     assert list((tmp_path / "cache").rglob(".index/*.volume-volume.npz"))  # each shard walked once, then kept
 
     # One byte of a volume flipped in a copy of the dataset: the first (whole-frame) read fails its CRC32C.
-    version = int16_world / "local" / VERSION
-    shard = sorted(p.name for p in version.glob("*train.tfrecord-*"))[0]
-    data = bytearray((version / shard).read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    dataset_copy.push(str(version), f"s3://{BUCKET}/bad16/{VERSION}")
-    store.write_bytes(f"s3://{BUCKET}/bad16/{VERSION}/{shard}", bytes(data))
+    shard = _push_with_a_flipped_byte(int16_world / "local" / VERSION, f"s3://{BUCKET}/bad16/{VERSION}")
     with pytest.raises(Exception, match=rf"(?s)bad16/.*{shard}.*(CRC32C|corrupted)"):
         _batches(f"s3://{BUCKET}/bad16", training=False)
 
@@ -250,12 +256,7 @@ def test_int16_volumes_in_the_streaming_order_are_copied_from_whole_shards(int16
         assert "direct volume reads" in caplog.text and "reading whole records" not in caplog.text
     assert ranged and max(ranged) == 1  # the index's small reads; no batch of volumes by ranged GETs
     assert _shards_in(tmp_path / "cache") == []
-    version = int16_world / "local" / VERSION
-    shard = sorted(p.name for p in version.glob("*train.tfrecord-*"))[0]
-    data = bytearray((version / shard).read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    dataset_copy.push(str(version), f"s3://{BUCKET}/bad16w/{VERSION}")
-    store.write_bytes(f"s3://{BUCKET}/bad16w/{VERSION}/{shard}", bytes(data))
+    shard = _push_with_a_flipped_byte(int16_world / "local" / VERSION, f"s3://{BUCKET}/bad16w/{VERSION}")
     with pytest.raises(Exception, match=rf"(?s)bad16w/.*{shard}.*(CRC32C|corrupted)"):
         _batches(f"s3://{BUCKET}/bad16w", training=False, spec=spec)
 
