@@ -74,7 +74,6 @@ class ShardWindow:
         self._lock = threading.Condition()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.fetched = 0  # shards downloaded (tests, logs)
-        self.peak = 0  # the most bytes held at once, dropped-but-pinned shards included (tests)
         self._released = False  # `release` was called: fetch nothing ahead, keep nothing after a read
 
     def __getstate__(self):
@@ -102,7 +101,6 @@ class ShardWindow:
         logger.debug("shard window: fetching %s whole (%d bytes)", redact.url(self.files[f].path), self.sizes[f])
         future = self._pool.submit(self._fetch, self.files[f].path, self.sizes[f])
         self._held[f], self._rank[f] = future, rank
-        self.peak = max(self.peak, self._used())
         return future
 
     def _drop_before(self, need: int, before: tuple[int, int], keep: set[int]) -> bool:
