@@ -160,12 +160,14 @@ class ShardBlocks:
         return self._first[plan.shards[places]] + (placed - plan.starts[places])
 
 
-def refuse_window(window: int, need: int, where: str, block: int) -> None:
-    """ValueError when a stream window of `window` bytes cannot hold one block's shards (`need` bytes: the least)."""
+def refuse_window(window: int, need: int, where: str, block: int, reserve: int = 0) -> None:
+    """ValueError when a stream window of `window` bytes cannot hold one block's shards and the store's `reserve`
+    (`need` bytes in all: the least)."""
     if window < need:
         raise OrderError(f"{where}: Tuning.stream_window={window} bytes cannot hold one block of {block} shard "
-                         f"file{'s' if block != 1 else ''} ({need} bytes for the largest); the smallest window that "
-                         f"works is {need} bytes (or a smaller ShardOrder.block)")
+                         f"file{'s' if block != 1 else ''} ({need - reserve} bytes for the largest) beside the "
+                         f"{reserve} bytes the store client keeps; the smallest window that works is {need} bytes "
+                         "(or a smaller ShardOrder.block)")
 
 
 def blocks_of(order: Any, sizes, where: str) -> ShardBlocks | None:

@@ -300,9 +300,10 @@ class Tuning:
         "20GB"): each shard is downloaded on first use, checked, and the least recently used evicted past
         the limit (`readers.bucket`). None: `VIDVOL_CACHE_LIMIT`, else no cache (records by ranged GET).
       stream_window: under `ReadSpec(order=ShardOrder(...))` from a bucket without a cache, bytes of memory
-        for whole shards (int, or text such as "2GiB"): the block being read and the next shards, fetched
-        ahead (`readers.tfdata.shard_window`). At least the `block` largest shards (a smaller one is refused,
-        naming that size); None: twice that.
+        the read may hold beyond a local read's (int, or text such as "2GiB"): whole shards (the block being
+        read and the next ones, fetched ahead) and a fixed reserve for the store client
+        (`readers.tfdata.shard_window.STORE_RESERVE`, 32 MiB). At least the `block` largest shards and the
+        reserve (a smaller one is refused, naming that size); None: two blocks' largest shards and the reserve.
 
     Raises:
       ValueError: `cycle_length` or `memory_budget_bytes` not None or an integer >= 1, a flag not a bool, or a

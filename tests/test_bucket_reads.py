@@ -28,6 +28,7 @@ import vidvol
 from vidvol.beam_jobs import build
 from vidvol.core import dataset_copy, store
 from vidvol.readers import bucket
+from vidvol.readers.tfdata import shard_window
 from vidvol.testing import samples
 from fault_proxy import FaultProxy
 from in_process_build import build as in_process_build
@@ -287,6 +288,38 @@ def test_a_deleted_streaming_pipeline_lets_go_of_its_shards(int16_world, env):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_streaming_window_never_holds_more_shards_than_its_limit(world, env, tmp_path):
+    """Epoch after epoch of a repeating pipeline, fetching ahead into the next epoch: the shards a window holds (and
+    those still copied from or downloading) never pass its limit, a shard fetched ahead is let go when a batch needs
+    the room, and the batches are the local read's."""
+    import gc
+
+    from vidvol.datasets.mri_volumes import mri_volumes_dataset_builder as mri
+
+    server, _ = world
+    samples.write_mri_volumes(str(tmp_path / "mri"), num_subjects=30, shape=(12, 14, 10))
+    in_process_build(mri.Builder, "small_32", tmp_path / "mri", tmp_path / "local", num_shards=10)
+    dataset_copy.push(str(tmp_path / "local" / VERSION), f"s3://{BUCKET}/many/{VERSION}")
+    sizes = sorted(e["num_bytes"] for e in json.loads((tmp_path / "local" / VERSION / "shards.json").read_text())["shards"]
+                   if e["split"] == "train")
+    assert len(sizes) >= 8
+    spec = vidvol.ReadSpec(order=vidvol.ShardOrder(block=2))
+    window = sizes[-1] * 3 + shard_window.STORE_RESERVE  # one block and one shard ahead
+    runs = {}
+    for where, data_dir, tuning in (("local", str(tmp_path / "local"), None),
+                                    ("bucket", f"s3://{BUCKET}/many", vidvol.Tuning(stream_window=window))):
+        it = iter(vidvol.load(NAME, "train", 3, data_dir=data_dir, seed=2, repeat=True, spec=spec, tuning=tuning))
+        runs[where] = [np.asarray(tf.nest.flatten(next(it))[0]) for _ in range(4 * len(sizes))]  # about 4 epochs
+        if where == "bucket":
+            windows = [w for w in gc.get_objects() if isinstance(w, shard_window.ShardWindow) and not w._released]
+            assert len(windows) == 1 and windows[0].limit == window - shard_window.STORE_RESERVE
+            assert windows[0].fetched > len(sizes) * 3  # epochs of fetches, ahead into the next epoch's shards
+            assert 0 < windows[0].most <= windows[0].limit
+        del it
+    for a, b in zip(runs["local"], runs["bucket"]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_checkpoint_moves_between_bucket_and_local_reads(world, env, tmp_path):
     """Two batches read from the bucket, the iterator saved; restored into a local read, the rest is the local run's."""
     _, root = world
@@ -456,7 +489,7 @@ def test_the_shard_streaming_order_reads_each_shard_whole_with_the_local_batches
     local, remote = str(root / "local"), f"s3://{BUCKET}/tf"
     spec = vidvol.ReadSpec(order=vidvol.ShardOrder(block=2))
     sizes = sorted(_shard_sizes(root, "train"))
-    least = sizes[-1] + sizes[-2]
+    least = sizes[-1] + sizes[-2] + shard_window.STORE_RESERVE  # one block's largest shards, the store client's reserve
     records = dict(spec=spec, tuning=vidvol.Tuning(direct_reads=False))
     smallest = dict(spec=spec, tuning=vidvol.Tuning(direct_reads=False, stream_window=least))
     caplog.set_level(logging.DEBUG, logger="vidvol.readers.tfdata.shard_window")

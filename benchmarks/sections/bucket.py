@@ -52,7 +52,9 @@ METHOD = (
     "decoding, so on 2 cores a byte-bound read is also CPU-bound on the server's side.",
     "Streaming order: the same reads with `spec=ReadSpec(order=ShardOrder(block))` (block: the section's, at most "
     "the shards), from local disk and from the bucket with no cache (each shard one GET, its body streamed into one "
-    "buffer, held in the default window of two blocks' largest shards, `Tuning.stream_window=None`). MRI is built "
+    "buffer, held in the default window: two blocks' largest shards and the 32 MiB the window keeps for the store "
+    "client, `Tuning.stream_window=None`). The local and the bucket read are made in turn, three times each; each "
+    "figure (rate, peak RSS) is the median of the three. MRI is built "
     "into more shards than hmdb51 so that its train split is several windows: every epoch then fetches nearly "
     "every shard again, as a real collection's does.",
     "1 core: hmdb51 read again with the reader pinned to one core and every thread of the server to the other (a "
@@ -174,6 +176,7 @@ class BucketSettings(section.Settings):
     batch: int = 8
     block: int = DEFAULT_BLOCK  # ShardOrder's block of the streamed reads (at most num_shards)
     read_seconds: float = 8.0  # each timed read: at least this long (3 of them, the median)
+    stream_pairs: int = 3  # the streamed reads (local, bucket) made this many times in turn; figures: the medians
 
 
 def _env(server) -> dict[str, str]:
@@ -236,8 +239,14 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
         read(mode, data_dir, limit)
     # The shard-streaming order (ReadSpec(order=ShardOrder(block))): the same order from local disk and from the
     # bucket, each shard fetched whole into the default window, no cache.
-    read(STREAM_LOCAL, local, "-", order=block)
-    read(STREAM_BUCKET, remote, "-", order=block)
+    pairs = []  # the streamed reads, local and bucket in turn, STREAM_PAIRS times: each figure their median
+    for _ in range(settings.stream_pairs):
+        read(STREAM_LOCAL, local, "-", order=block)
+        read(STREAM_BUCKET, remote, "-", order=block)
+        pairs.append((reads.pop(STREAM_LOCAL), reads.pop(STREAM_BUCKET)))
+    for mode, runs in ((STREAM_LOCAL, [p[0] for p in pairs]), (STREAM_BUCKET, [p[1] for p in pairs])):
+        mid = {key: sorted(r[key] for r in runs)[len(runs) // 2] for key in ("second_s", "examples_per_s", "peak_rss_mib")}
+        reads[mode] = {**runs[0], **mid, "runs": [{k: r[k] for k in ("examples_per_s", "peak_rss_mib")} for r in runs]}
     out["block"] = block
     if label == "hmdb51":
         out["shuffle"] = shuffle_quality.measure(local, name, settings.batch)
@@ -278,7 +287,7 @@ class BucketReads(section.Section):
                           height=240, width=320), mri=dict(num=160, shape=(160, 192, 144)), mri_shards=32)
     QUICK = BucketSettings(mode="quick", runs=1, hmdb51=dict(num_classes=2, videos_per_class=4, num_frames=(20, 40),
                            height=120, width=160), mri=dict(num=6, shape=(40, 48, 36)), mri_config="small_32",
-                           num_shards=2, batch=2, read_seconds=1.0)
+                           num_shards=2, batch=2, read_seconds=1.0, stream_pairs=1)
     method = METHOD
 
     def measure(self, work: str, settings: BucketSettings, *, hmdb51_manual: str, mri_manual: str) -> dict[str, Any]:

@@ -65,9 +65,9 @@ def _stream_window(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: re
     in_bucket = bool(source.files) and all(bucket.shard_of_url(f.path) is not None for f in source.files)
     if not in_bucket or plan.cache_limit is not None:
         if window is not None:  # checked all the same: the same arguments fail alike on local disk and in a bucket
-            shard_order.refuse_window(int(window), shard_window.least_window(source.files, plan.spec.order.block
-                                                                            if plan.training else 1),
-                                      where, plan.spec.order.block if plan.training else 1)
+            block = plan.spec.order.block if plan.training else 1
+            shard_order.refuse_window(int(window), shard_window.least_window(source.files, block), where, block,
+                                      shard_window.STORE_RESERVE)
         return None
     return shard_window.window_for(source.files, blocks, plan.training, window, where, repeat)
 

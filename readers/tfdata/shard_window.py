@@ -34,15 +34,26 @@ def file_bytes(index: FileIndex) -> int:
     return int(index.starts[-1]) + HEADER + int(index.lengths[-1]) + FOOTER
 
 
-def least_window(files: Sequence[FileIndex], block: int) -> int:
-    """The smallest window that holds any block of `block` shards: the `block` largest shards' bytes."""
+# Of a window's bytes, what a read from a bucket holds besides the shards: the store client (its library, runtime
+# and connections), the fetching threads' allocator arenas and the body chunks in flight. Shards get the rest.
+STORE_RESERVE = 32 << 20
+
+
+def block_bytes(files: Sequence[FileIndex], block: int) -> int:
+    """The bytes of the `block` largest shards: the most one block's shards hold."""
     sizes = sorted((file_bytes(f) for f in files), reverse=True)
     return int(sum(sizes[:block]))
 
 
+def least_window(files: Sequence[FileIndex], block: int) -> int:
+    """The smallest window that works: one block's largest shards, and the store's reserve (`STORE_RESERVE`)."""
+    return block_bytes(files, block) + STORE_RESERVE
+
+
 def default_window(files: Sequence[FileIndex], block: int) -> int:
-    """The window when `Tuning.stream_window` is None: two blocks (the one read and the next, fetched ahead)."""
-    return 2 * least_window(files, block)
+    """The window when `Tuning.stream_window` is None: two blocks (the one read and the next, fetched ahead), and
+    the store's reserve."""
+    return 2 * block_bytes(files, block) + STORE_RESERVE
 
 
 class ShardWindow:
@@ -56,7 +67,7 @@ class ShardWindow:
       files: the split's shard files (their `FileIndex`; paths are bucket URLs).
       sequence: (epoch, key) -> the shard files of that epoch in reading order.
       block: shards per block (the reader never drops its own block's shards for a fetch ahead).
-      limit: bytes of the window (>= the `block` largest shards: `least_window`).
+      limit: bytes of whole shards held at once (>= the `block` largest shards: a window less `STORE_RESERVE`).
       fetch: url, size -> the object's bytes (default `store.read_object`).
       wrap: fetch ahead into the next epoch's shards (a repeated read); False stops at the epoch's end.
     """
@@ -74,6 +85,7 @@ class ShardWindow:
         self._lock = threading.Condition()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.fetched = 0  # shards downloaded (tests, logs)
+        self.most = 0  # the most bytes counted at once (tests: never above `limit` but for one batch's own shards)
         self._released = False  # `release` was called: fetch nothing ahead, keep nothing after a read
 
     def __getstate__(self):
@@ -101,7 +113,24 @@ class ShardWindow:
         logger.debug("shard window: fetching %s whole (%d bytes)", redact.url(self.files[f].path), self.sizes[f])
         future = self._pool.submit(self._fetch, self.files[f].path, self.sizes[f])
         self._held[f], self._rank[f] = future, rank
+        self.most = max(self.most, self._used())
         return future
+
+    def _drop(self, f: int) -> None:
+        """Lets go of held shard `f`. It stays counted while a batch copies from it or while its download, already
+        under way, has not ended (its bytes arrive all the same): the window's bytes never pass the limit."""
+        future = self._held.pop(f)
+        del self._rank[f]
+        if self._pins.get(f) or not (future.done() or future.cancel()):
+            self._dropped[f] = future
+            future.add_done_callback(lambda done, f=f: self._landed(f, done))
+
+    def _landed(self, f: int, future: concurrent.futures.Future) -> None:
+        """A dropped shard's download ended: uncounted once no batch copies from it."""
+        with self._lock:
+            if self._dropped.get(f) is future and not self._pins.get(f):
+                del self._dropped[f]
+                self._lock.notify_all()
 
     def _drop_before(self, need: int, before: tuple[int, int], keep: set[int]) -> bool:
         """Drops held shards ranked before `before` (lowest first) until `need` more bytes fit; whether they do."""
@@ -109,10 +138,19 @@ class ShardWindow:
             if self._used() + need <= self.limit:
                 break
             if f not in keep and self._rank[f] < before:
-                future = self._held.pop(f)
-                del self._rank[f]
-                if self._pins.get(f):
-                    self._dropped[f] = future
+                self._drop(f)
+        return self._used() + need <= self.limit
+
+    def _make_room(self, need: int, block_start: tuple[int, int], keep: set[int]) -> bool:
+        """Room for `need` bytes a batch wants now: shards of blocks the reader left go first (lowest first), then
+        shards fetched ahead, the furthest ahead first (fetched again when their turn comes); whether it fits."""
+        if self._drop_before(need, block_start, keep):
+            return True
+        for f in sorted(self._held, key=lambda g: self._rank[g], reverse=True):
+            if self._used() + need <= self.limit:
+                break
+            if f not in keep:
+                self._drop(f)
         return self._used() + need <= self.limit
 
     @contextlib.contextmanager
@@ -130,11 +168,10 @@ class ShardWindow:
                 if f in self._held:
                     self._rank[f] = max(self._rank[f], (int(epoch), int(place[f])))
                     continue
-                while not (self._drop_before(self.sizes[f], block_start, set(wanted))
-                           or self._drop_before(self.sizes[f], (int(epoch) + 1, -1), set(wanted))):
+                while not self._make_room(self.sizes[f], block_start, set(wanted)):
                     if not self._dropped:  # only this batch's own shards are in the way: read them all the same
                         break
-                    self._lock.wait()  # for batches to finish copying from dropped shards
+                    self._lock.wait()  # for batches to finish copying from dropped shards, downloads to end
                 self._start(f, (int(epoch), int(place[f])))
             futures = {f: self._held[f] for f in wanted}
             for f in wanted:
@@ -183,9 +220,10 @@ def window_for(files: Sequence[FileIndex], blocks: shard_order.ShardBlocks | Non
     block = blocks.block if blocks is not None and training else 1
     need = least_window(files, block)
     if window is not None:
-        shard_order.refuse_window(int(window), need, where, block)
-    limit = int(window) if window is not None else default_window(files, block)
+        shard_order.refuse_window(int(window), need, where, block, STORE_RESERVE)
+    total = int(window) if window is not None else default_window(files, block)
     storage = np.arange(len(files))
     sequence = blocks.shard_sequence if blocks is not None and training else (lambda epoch, key: storage)
-    logger.info("%s: whole shards from the bucket, %d bytes window (blocks of %d shards)", where, limit, block)
-    return ShardWindow(files, sequence, block, limit, wrap=repeat)
+    logger.info("%s: whole shards from the bucket, %d bytes window (%d for shards; blocks of %d shards)", where, total,
+                total - STORE_RESERVE, block)
+    return ShardWindow(files, sequence, block, total - STORE_RESERVE, wrap=repeat)
