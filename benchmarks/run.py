@@ -1,15 +1,4 @@
-"""vidvol benchmark: the headline (reads and builds against their baselines and limits), then every section.
-
-    python benchmarks/run.py --out bench_out           # full (`make bench`)
-    python benchmarks/run.py --quick --out bench_out   # tiny inputs, 1 run (`make bench-quick`, CI smoke)
-
-A repository tool, not part of the installed package: it runs from a source checkout, this folder as
-`sys.path[0]` (`from common import ...`, `from sections import ...`). Writes OUT/results.json,
-OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the checkout's `benchmarks/`
-(unless --no-publish; never outside a git work tree). Inputs are generated offline under OUT/inputs
-(OUT/inputs_quick, or --inputs) and reused by later runs. What each section measures, against what,
-and which module measures it: benchmarks/README.md.
-"""
+"""vidvol benchmark: the headline (reads and builds against their baselines and limits), then every section."""
 
 from __future__ import annotations
 
@@ -105,13 +94,7 @@ def write_inputs(ctx: section.Context) -> dict[str, Any]:
 
 
 class Headline(section.Section):
-    """Reads and builds against their baselines and limits: the document is results.json's top level.
-
-    Its entries (`inputs`, `build_*`, `no_config`, `read`, `hmdb51_paths`) sit at the top of
-    results.json, its targets are RESULTS.md's headline table, and `report.markdown` renders it
-    (the registered sections go after its build tables). Phases: inputs, builds, build_limit,
-    reads, hmdb51_paths.
-    """
+    """Reads and builds against their baselines and limits: the document is results.json's top level."""
 
     key = "headline"
     label = "headline"
@@ -231,20 +214,12 @@ def notes(results: dict[str, Any]) -> list[str]:
 
 
 def checkout_dir() -> str | None:
-    """This folder when it is the `benchmarks/` of a source checkout (a `.git` beside it), else None.
-
-    Only there do published results belong (they are committed); a copy of this folder anywhere else
-    (an installed package, an unpacked archive) is never written into.
-    """
+    """This folder when it is the `benchmarks/` of a source checkout (a `.git` beside it), else None."""
     return HERE if os.path.exists(os.path.join(os.path.dirname(HERE), ".git")) else None
 
 
 def publish(paths: dict[str, str], destination: str | None = None) -> list[str]:
-    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy).
-
-    Without a `destination`, only a source checkout's benchmarks/ folder is written (see
-    `checkout_dir`); elsewhere nothing is copied and an empty list comes back.
-    """
+    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy)."""
     destination = destination or checkout_dir()
     if destination is None:
         return []

@@ -1,20 +1,4 @@
-"""What we measure our loader against: the read-time pipelines users run today, and the decode limit.
-
-Read-time baselines (each a `tf.data.Dataset` of model-ready batches, parallel map with AUTOTUNE):
-
-- `hmdb51_seek_dataset`: list of video paths -> `tf.py_function` that opens the video with
-  `cv2.VideoCapture`, seeks `CAP_PROP_POS_FRAMES` to each of T evenly spaced frames, converts BGR to
-  RGB, resizes to 64x64 and scales to [0, 1].
-- `fire_get_img_dataset`: list of frame files -> per-frame `get_img` (cv2.imread, RGB, float32 / 255)
-  in `tf.numpy_function`, batched into windows of T frames.
-- `mri_get_fdata_dataset`: list of .nii.gz paths -> `nib.load(path).get_fdata(dtype=np.float32)` in
-  `tf.py_function`.
-
-Decode limit: the libjpeg-turbo rate of the frames exactly as stored in our TFRecords
-(`stored_jpeg_frames` pulls the encoded bytes out of the shards; `decode_rate` runs `cv2.imdecode`
-on them in a tight loop on one core). Times the number of cores, it is the most any reader of
-those files could deliver without skipping the decode.
-"""
+"""What we measure our loader against: the read-time pipelines users run today, and the decode limit."""
 
 from __future__ import annotations
 
@@ -148,12 +132,7 @@ def stored_jpeg_frames(files: Sequence[str], *, feature: str = "video", max_fram
 
 def decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0, ring_frames: int | None = None
                 ) -> dict[str, float]:
-    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time).
-
-    `ring_frames`: the float32 ceiling instead, the same loop plus the one pass a float32 loader cannot skip, each
-    decoded frame written as float32 / 255 into a ring of that many frames (a batch's worth: what stays alive
-    while the consumer holds a batch).
-    """
+    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time)."""
     buffers = [np.frombuffer(b, np.uint8) for b in encoded]
     for buf in buffers[: min(len(buffers), 8)]:  # warm up
         cv2.imdecode(buf, cv2.IMREAD_COLOR)
@@ -239,10 +218,7 @@ def _tfrecord_spans(path: str) -> list[tuple[int, int]]:
 
 def stored_volume_spans(files: Sequence[str], *, feature: str = "volume",
                         max_examples: int | None = None) -> list[tuple[str, int, int]]:
-    """(file, offset, length) of each record's stored volume bytes (`WholeNumberVolume` "data", int16 only).
-
-    Found once by parsing each record; the limit then reads just those bytes from the file.
-    """
+    """(file, offset, length) of each record's stored volume bytes (`WholeNumberVolume` "data", int16 only)."""
     out: list[tuple[str, int, int]] = []
     key = f"{feature}/data"
     for path in files:
@@ -267,11 +243,7 @@ def stored_volume_spans(files: Sequence[str], *, feature: str = "volume",
 def volume_rate(spans: Sequence[tuple[str, int, int]], *, min_seconds: float = 1.0,
                 with_mask: bool = False) -> dict[str, float]:
     """Volumes per second on one core of: stored int16 bytes read from the (page-cached) file with `os.pread`,
-    then `np.frombuffer(...).astype(np.float32)` (a new float32 volume each time, as a loader hands out).
-
-    `with_mask`: also a new float32 all-ones mask per volume (what float32 `((volume, mask), label)` writes).
-    Wall and CPU (thread) time, like `decode_rate`.
-    """
+    then `np.frombuffer(...).astype(np.float32)` (a new float32 volume each time, as a loader hands out)."""
     fds = {p: os.open(p, os.O_RDONLY) for p in {s[0] for s in spans}}
     try:
         def one(path: str, offset: int, length: int) -> None:

@@ -1,17 +1,4 @@
-"""One timed, memory-monitored build of a vidvol dataset config.
-
-`build(...)` prepares `NAME/CONFIG` from a manual_dir either with the real `tfds build` CLI in a
-subprocess (`isolate=True`: multi-process Beam, `--beam_pipeline_options=direct_num_workers=N,
-direct_running_mode=multi_processing`) or in this process (`isolate=False`: Beam's multi-threaded
-mode, for the quick smoke run). While it runs, `measure.TreeSampler` samples the RSS of the
-driver and every Beam SDK worker subprocess, and the shard watch (`dask_builds.AttemptWatch`)
-notes when the first shard file (`*.partial`) appears. Two rates come back:
-
-- `examples_per_s`: examples / (last shard write - first shard open), the writing phase that
-  the Beam workers parallelize;
-- `e2e_examples_per_s`: examples / the whole command's wall time (interpreter, TF import and
-  Beam worker start included), the number a user waits for.
-"""
+"""One timed, memory-monitored build of a vidvol dataset config."""
 
 from __future__ import annotations
 
@@ -41,10 +28,7 @@ def beam_flags(workers: int, running_mode: str) -> list[str]:
 def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, log_path: str,
          monitor_interval: float, extra: Sequence[str], target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI
          ) -> tuple[float, float, measure.TreeSampler]:
-    """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler).
-
-    `target`: what the command names (e.g. `hmdb51` alone, no config); default `name/config`.
-    """
+    """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler)."""
     options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
     cmd = [*tfds_cli, "build", target or f"{name}/{config}",
            "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
@@ -99,16 +83,7 @@ def last_shard_write(data_dir: str, name: str, config: str) -> float:
 def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: int, isolate: bool = True,
           running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = (),
           target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI) -> dict[str, Any]:
-    """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary.
-
-    `target`: what the `tfds build` command names (e.g. the dataset alone, which builds its
-    default config `config`); default `name/config`. `tfds_cli`: the command standing for `tfds`
-    (`studies/stock_writer.py` builds with TFDS's stock writer).
-
-    `isolate`: the tfds CLI in a subprocess (multi-process Beam); otherwise download_and_prepare in
-    this process with Beam's `running_mode` ("multi_threading", or "multi_processing" for worker
-    subprocesses without a fresh driver).
-    """
+    """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary."""
     shutil.rmtree(data_dir, ignore_errors=True)
     os.makedirs(data_dir)
     busy_start = busy_cpu_seconds()

@@ -1,17 +1,4 @@
-"""Dask builds for the cluster section: one build on a fresh `LocalDaskCluster`, timed and monitored.
-
-`run_build` starts this script as a job (`python benchmarks/common/dask_builds.py JOB.json RESULT.json`,
-`jobs.run_job`): the job starts a cluster of N single-threaded worker processes, builds the dataset
-on it with `vidvol.beam_jobs.build.build(runner="dask")` under the RSS sampler
-(`measure.TreeSampler`) and the shard watch (`AttemptWatch`: first shard attempt opened -> last
-shard written; `common/build_job.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
-`_plan` / `_run_pipeline` and the DaskRunner's `run_pipeline` (wrapped in the job process only;
-library code unchanged). `scaling` alternates 1- and 2-worker builds, `memory` builds N and 4N
-experiments; `summarize_scaling` derives the medians, speed-ups and where the time goes.
-
-Top-level imports are stdlib only: they are what the job process imports before it starts timing
-(`interpreter_and_imports`), and tests load this module without the benchmarks folder on sys.path.
-"""
+"""Dask builds for the cluster section: one build on a fresh `LocalDaskCluster`, timed and monitored."""
 
 from __future__ import annotations
 
@@ -39,13 +26,7 @@ MIB = 2**20
 
 
 class AttemptWatch(threading.Thread):
-    """Polls data_dir for shard files: workers' attempts (`*.partial.<id>.tmp`) and renamed `*.partial`.
-
-    Keyed by shard (the attempt suffix stripped): when each shard's first file appeared, when it last grew.
-    The workers' other files next to a shard (`.partial.info.json` sidecars, `.partial.progress`
-    records, their own `.<id>.tmp` attempts) are not shards and are left out. A context manager
-    (or `start()` / `stop()`).
-    """
+    """Polls data_dir for shard files: workers' attempts (`*.partial.<id>.tmp`) and renamed `*.partial`."""
 
     _ATTEMPT = re.compile(r"\.[0-9a-f]{12}\.tmp$")
 
@@ -333,10 +314,7 @@ def scaling(dataset: str, manual_dir: str, work: str, runs: int, *, interval: fl
 
 def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, interval: float,
            timeout: float) -> dict[str, Any]:
-    """Builds over N and 4N experiments with `workers` workers; peak RSS of each worker, scheduler and driver.
-
-    The verdict (flat, under the ceiling) is the section's: `measure.memory_verdict` with its targets.
-    """
+    """Builds over N and 4N experiments with `workers` workers; peak RSS of each worker, scheduler and driver."""
     results = {n: run_build(dataset, manual, work, f"memory_{n}", workers, interval=interval, timeout=timeout)
                for n, manual in sorted(manuals.items())}
     return {"dataset": dataset, "workers": workers, "interval_s": interval,

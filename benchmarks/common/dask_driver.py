@@ -1,18 +1,4 @@
-"""The cluster section's driver at scale: a build's driver-side work for 10k / 100k / 1M sources.
-
-No decoding, no cluster: for n synthetic hmdb51-style `clips.ClipSource` records (Kinetics-700 is
-~650k videos), each size in a fresh process (`python benchmarks/common/dask_driver.py JOB.json RESULT.json`,
-started by `run_driver` through `jobs.run_job`): the source list, shard planning (`num_shards_for` +
-`plan_shards`), writing the shard plan file (`plan.write_plan`: the sources go to a file, the
-pipeline carries one small ShardRef per shard; a worker reads its shard's byte range back), what
-`pipeline.run()` does on the driver before a Dask worker gets anything (Beam pipeline construction,
-Beam's runner-API round trip, the DaskRunner's translation to a dask bag, distributed's
-serialization of the graph) and reading the workers' counts back (`collect_split` over synthetic
-`.info.json` sidecars). Time per phase and the process's peak RSS (VmHWM) after each.
-
-Top-level imports are stdlib only: the job's `rss_after_imports` is what its own imports cost, and
-tests load this module without the benchmarks folder on sys.path.
-"""
+"""The cluster section's driver at scale: a build's driver-side work for 10k / 100k / 1M sources."""
 
 from __future__ import annotations
 
@@ -58,13 +44,7 @@ def _shard_len(refs: Sequence[Any], index: int) -> int:
 
 
 def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str, Any]:
-    """What `pipeline.run()` does on the driver on Beam's DaskRunner before a worker gets a task; times each step.
-
-    The pipeline is `_run_pipeline`'s (`shard_writer.shard_pipeline`: Create(shard refs) | Reshuffle |
-    ParDo), with a trivial DoFn (the real one pickles the same whatever the size); options as
-    `runners._dask_options` makes them (one partition per shard), without a scheduler: the steps up
-    to `Client.compute` sending the graph.
-    """
+    """What `pipeline.run()` does on the driver on Beam's DaskRunner before a worker gets a task; times each step."""
     import apache_beam as beam
     import dask
     from apache_beam.options.pipeline_options import PipelineOptions

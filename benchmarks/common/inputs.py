@@ -1,21 +1,4 @@
-"""Realistic benchmark inputs, written offline with the real encoders and reused between runs.
-
-- HMDB51-like clips: 320x240 XVID AVI at 30 fps, 2-10 s that look like real footage (a set with
-  detail at every scale, a hand-held camera, a moving figure, sensor noise: `samples.make_frame`'s
-  "footage" content via `vidvol.testing.samples.write_hmdb51_layout`, one class per process), official-style
-  split files. Stored as 64x64 quality-90 JPEG frames they are as large and as slow to decode as
-  frames of real HMDB51 videos (~2.2 KiB, ~16k frames/s per core); the benchmark reports both.
-- fire_hrr frames: full-resolution (540x960) JPEG frames of a flickering, rising flame over a
-  textured room with sensor noise, plus `labels.csv` (`experiment,frame,hrr,time`) with a smooth
-  t-squared HRR curve. Written here rather than with `samples.write_fire_hrr_frames` because that
-  generator costs ~0.1 s per full-resolution frame; this one draws from precomputed textures.
-- MRI volumes: int16 `.nii.gz` (slope 1, as scanners write them) of a smooth head-like phantom
-  (scalp, skull, CSF, grey/white matter folds, ventricles, a bias field) with Rician noise, so that
-  gzip compresses them about 2x like real scans (random noise would give ~1x, flat volumes ~100x).
-
-Each writer records its parameters in `inputs.json` under its root and skips the work when they
-match, so a second benchmark run reuses the inputs.
-"""
+"""Realistic benchmark inputs, written offline with the real encoders and reused between runs."""
 
 from __future__ import annotations
 
@@ -362,16 +345,7 @@ def fire_frame_rows(labels_csv: str) -> list[tuple[str, str, float]]:
 
 
 def subset_labels(labels: str, manual_dir: str, count: int) -> int:
-    """Writes manual_dir/labels.csv with the first `count` experiments of `labels` (absolute frame paths).
-
-    Args:
-        labels: a fire_hrr labels.csv (`experiment,frame,...`, frame paths relative to its folder).
-        manual_dir: the folder to write (created if missing).
-        count: how many experiments to keep, in file order.
-
-    Returns:
-        The rows written.
-    """
+    """Writes manual_dir/labels.csv with the first `count` experiments of `labels` (absolute frame paths)."""
     root = os.path.dirname(os.path.abspath(labels))
     os.makedirs(manual_dir, exist_ok=True)
     kept: list[str] = []
@@ -396,19 +370,7 @@ def subset_labels(labels: str, manual_dir: str, count: int) -> int:
 
 
 def repeat_experiments(labels: str, manual_dir: str, repeat: int) -> int:
-    """Writes manual_dir/labels.csv listing every experiment of `labels` `repeat` times (same frames, new names).
-
-    A build long enough that worker start-up (a few seconds of imports) does not dominate the
-    1-vs-2-worker comparison, without generating more full-resolution frames.
-
-    Args:
-        labels: a labels.csv with absolute frame paths (`subset_labels`' output).
-        manual_dir: the folder to write (created if missing).
-        repeat: how many times each experiment is listed (1: the same names).
-
-    Returns:
-        The rows written.
-    """
+    """Writes manual_dir/labels.csv listing every experiment of `labels` `repeat` times (same frames, new names)."""
     os.makedirs(manual_dir, exist_ok=True)
     with open(labels, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)

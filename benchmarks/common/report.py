@@ -1,13 +1,4 @@
-"""Benchmark results out: `results.json`, a Markdown report (`RESULTS.md`) and a PNG chart.
-
-The results document (a dict, see `run.py`) holds the machine, library versions,
-inputs, read/build measurements and `targets`: one row per promise (`value`, `target`, `op`,
-`pass`; `section.target`), and one document per registered section under its key, which that
-section renders itself (`Section.markdown`, with the helpers here). Ratios are the headline;
-absolute numbers drift between machines. The figures of one-off study scripts are hand-kept in the
-committed RESULTS.md between `<!-- studies -->` and `<!-- /studies -->`; every regenerated
-RESULTS.md carries that block (`write_markdown`).
-"""
+"""Benchmark results out: `results.json`, a Markdown report (`RESULTS.md`) and a PNG chart."""
 
 from __future__ import annotations
 
@@ -78,10 +69,7 @@ def misses(rows: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None = None, studies: str | None = None) -> str:
-    """The RESULTS.md text: the headline's tables, each of `sections` ({key: render}) after its build tables.
-
-    `studies`: a hand-kept block (`studies_block`), appended as it is.
-    """
+    """The RESULTS.md text: the headline's tables, each of `sections` ({key: render}) after its build tables."""
     sections = sections or {}
     m, v = results["machine"], results["versions"]
     out = [
@@ -218,10 +206,7 @@ def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None =
 
 
 def studies_block(text: str, where: str = "RESULTS.md") -> str | None:
-    """The hand-kept block of a RESULTS.md text, markers included; None when it has none.
-
-    A block left open, or a second one, is a ValueError: regenerating would lose part of it.
-    """
+    """The hand-kept block of a RESULTS.md text, markers included; None when it has none."""
     begin = text.find(STUDIES_BEGIN)
     if begin < 0:
         return None

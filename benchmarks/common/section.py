@@ -1,15 +1,4 @@
-"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself.
-
-A section measures one thing (Dask builds, random access, ...) into a JSON document: its records,
-what is derived from them (summaries, notes), its `targets` (one row per promise) and its `method`.
-`run.py` runs the headline (reads and builds) and then every section registered in `run.SECTIONS`,
-each on the run's inputs and builds (`Section.in_run`), and stores each document under its key in
-results.json; `common/report.py` renders each after the headline's build tables (`Section.markdown`). Run
-alone, a section module is a script (`Section.main`): OUT/KEY.json and OUT/KEY.md. See README.md.
-
-Stdlib only (it is loaded by tests without the benchmarks folder on sys.path); `report` is imported
-where a standalone run writes.
-"""
+"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself."""
 
 from __future__ import annotations
 
@@ -111,11 +100,7 @@ def verdict(row: dict[str, Any]) -> str:
 
 
 def run_notes(doc: dict[str, Any], results: dict[str, Any], steadier: str) -> list[str]:
-    """The notes every timed section ends with: how busy other processes kept the cores, and quick mode's caveat.
-
-    `results`: the section's rows (each with `other_cores_busy`); `steadier`: what to read instead
-    when the machine was shared ("the cpu-normalized ratios are steadier").
-    """
+    """The notes every timed section ends with: how busy other processes kept the cores, and quick mode's caveat."""
     others = max(x["other_cores_busy"] for x in results.values())
     notes = [f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
              + (f": the wall-clock rates are understated and noisy; {steadier}." if others > 0.25
@@ -156,12 +141,7 @@ class Context:
 
 
 class Section(abc.ABC):
-    """One part of the benchmark: what it measures, its promises, how it reads in RESULTS.md.
-
-    A subclass sets `key`, `label`, `summary`, `FULL`, `QUICK` and `method`, and implements
-    `measure`, `targets` and `markdown`; `summarize` (derived figures, notes), `run_settings` and
-    `run_inputs` (what it takes from the run) and the standalone hooks have defaults.
-    """
+    """One part of the benchmark: what it measures, its promises, how it reads in RESULTS.md."""
 
     key: ClassVar[str]  # its document's key in results.json; standalone: OUT/KEY.json, OUT/KEY.md
     label: ClassVar[str]  # how run.py's summary lines name it: "[bench] LABEL: PASS ..."

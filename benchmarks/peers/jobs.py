@@ -1,38 +1,4 @@
-"""One peer read pipeline, timed inside the peers' virtual environment (PyTorch, no TensorFlow, no vidvol).
-
-    OUT/peers_venv/bin/python benchmarks/peers/jobs.py JOB.json RESULT.json   (`jobs.job_main`)
-
-`sections/peers.py` writes JOB.json (a `PeerJob`) and runs this script with `jobs.run_job(..., python=<the
-peers venv's python>)`, one process per row. A job builds the peer's map-style dataset over the
-benchmark's own files, wraps it in a DataLoader (`num_workers` worker processes, batches of
-`batch_size`, shuffled by a seeded sampler that runs over the files again and again, so batches flow
-across epochs as `vidvol.load(..., repeat=True)` does), takes warm-up batches, then times `runs`
-fresh iterators for at least `min_seconds` and `rounds` batches per worker each (each worker makes
-whole batches, so batches arrive in rounds; `streams.stream_rate`, CPU of the process tree: the
-workers do the decoding). It reports the rates, the tree's peak RSS, the first batch's shape and
-dtype with one example saved for `sections/peers.py`'s correctness check, and the versions it ran with.
-
-Video peers (`VIDEO_PEERS`): one clip per item, `num_frames` frame indices spread evenly over the
-video exactly as vidvol's builder picks them (`uniform_indices`), decoded by the peer to RGB uint8,
-then the same resize as vidvol's build (`cv2.resize`, INTER_AREA, to size x size) and / 255 to
-float32: the peers differ only in how they get the frames out of the file.
-
-- `opencv`: `cv2.VideoCapture`, one sequential pass of `grab()`, `retrieve()` at the wanted indices;
-- `decord`: `decord.VideoReader(path).get_batch(indices)`;
-- `pyav`: `container.decode(video=0)` sequentially, `to_ndarray(format="rgb24")` at the wanted frames;
-- `torchcodec`: `VideoDecoder(path, seek_mode="exact", dimension_order="NHWC").get_frames_at(indices)`.
-
-Volume peers (`VOLUME_PEERS`), batches of `(1, S, S, S)` float32 volumes: MONAI's `LoadImaged ->
-EnsureChannelFirstd -> Orientationd("RAS") -> ResizeWithPadOrCropd(S^3)` through `Dataset`,
-`PersistentDataset` (a disk cache filled before timing, like a build) and `CacheDataset` (in memory),
-with `monai.data.DataLoader`; TorchIO's `SubjectsDataset` with `ToCanonical + CropOrPad(S) +
-To(float32)` (TorchIO keeps the file's int16 otherwise) and `SubjectsLoader`. `augment` adds
-`MONAI_AUGMENT` / `TORCHIO_AUGMENT` (see their docstrings).
-
-The top level imports only the standard library (this folder's helpers inside functions), so the
-test suite can load it without this folder on sys.path, to check `uniform_indices` against vidvol's
-own sampler.
-"""
+"""One peer read pipeline, timed inside the peers' virtual environment (PyTorch, no TensorFlow, no vidvol)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Datasets in a bucket: read rates against local disk and the store's own GET limit, build time, peak RSS.
-
-    python benchmarks/sections/bucket.py --out DIR           # hmdb51 (decode-bound) and MRI 128^3 (byte-bound)
-    python benchmarks/sections/bucket.py --quick --out DIR   # tiny inputs (smoke)
-
-A real S3 server (SeaweedFS on loopback, tests/services.py) serves the same builds a local data_dir holds.
-Each read is `vidvol.load` over the train split in its own process (peak RSS: its VmHWM): from local disk, from
-the bucket by ranged GETs, and from the bucket through the shard cache. The store's limit: the same record
-bytes fetched by concurrent ranged GETs alone. Targets: hmdb51 from the bucket >= 80 % of its local rate,
-MRI >= 80 % of the GET limit (the per-example order, one ranged GET per example); in the shard-streaming order
-(`ReadSpec(order=ShardOrder(block))`, each shard fetched whole into a memory window) hmdb51 >= 90 % of the same
-order from local disk, MRI >= 90 % of the GET limit, and peak RSS <= the local read's + the window. The shuffle
-quality of that order against a uniform shuffle (`common/shuffle_quality.py`) is measured on the hmdb51 build. `make bench` runs it as the "bucket" section of `run.py`.
-"""
+"""Datasets in a bucket: read rates against local disk and the store's own GET limit, build time, peak RSS."""
 
 from __future__ import annotations
 

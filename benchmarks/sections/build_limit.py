@@ -1,19 +1,4 @@
-"""How close a build comes to the limit of its own work: source frames per second per core.
-
-The limit is the same decoding and encoding done in a tight loop on one core, with nothing else:
-for hmdb51, OpenCV grabs every frame of each video (as the builder does: seeking in DivX/XviD is
-unreliable), retrieves the sampled ones, converts BGR->RGB, resizes (INTER_AREA) and JPEG-encodes
-them at the config's quality; for fire_hrr, OpenCV decodes each JPEG frame file, converts, resizes
-when the config's size differs and encodes it. Times the cores, that is the most any build of
-these inputs could reach on this machine.
-
-Between that loop and a real build, `stages()` times the same sources one core at a time through
-our own example function (probe, sampling, masks: `run_example_fn`) and then through TFDS's
-feature encoding and serialization (`example_bytes.Serializer`: what each Beam worker does per example). What is left
-between that and the build's writing phase is Beam (bundles, pickling, shard tasks) and worker
-imbalance; between the writing phase and the whole command, start-up (interpreter, TensorFlow and
-Beam imports in the driver and in each SDK worker) and the driver's planning and summary.
-"""
+"""How close a build comes to the limit of its own work: source frames per second per core."""
 
 from __future__ import annotations
 
@@ -132,11 +117,7 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
 
 def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, frames_per_source_scale: float = 1.0
                ) -> dict[str, Any]:
-    """The build's source frames/s per core against the tight-loop limit; where the rest goes.
-
-    `frames_per_source_scale`: the build decoded this many times the frames `stage` measured
-    (e.g. fire_hrr's scaling builds list every experiment several times).
-    """
+    """The build's source frames/s per core against the tight-loop limit; where the rest goes."""
     frames = stage["source_frames"] * frames_per_source_scale
     limit = stage["limit_frames_per_s_one_core"] * cores
     write_rate = frames / max(build["write_s"], 1e-3)

@@ -1,15 +1,4 @@
-"""Resuming a killed build: the resumed run's time against the full build's, and what the resume check costs.
-
-    python benchmarks/sections/build_resume.py --out DIR            # its own fire_hrr and hmdb51 inputs, a 1M-source plan
-    python benchmarks/sections/build_resume.py --quick --out DIR    # tiny inputs, a 10k-source plan (smoke)
-
-`make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
-dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 worker threads), then the same command into another
-data_dir SIGKILLed once about 70 % of its shards are written, then that command again, which resumes; the
-target: the resumed run takes at most 40 % of the full build; then the full build's dataset grown by 5 % of its
-inputs, target at most 15 % of the full build (start-up left out), peak RSS no higher. The check: fingerprinting a plan of 1M sources
-(real files, hard links) and keeping 70 % of its shards from a dead build's folder; target under 10 s.
-"""
+"""Resuming a killed build: the resumed run's time against the full build's, and what the resume check costs."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The headline's builds: fire_hrr on 1 vs 2 Beam workers, build memory, builds against their limit.
-
-Every dataset the reads use is built here too (`builds_for_reads`). A measured build runs as a user
-runs it in a full run (the tfds CLI, multi-process Beam: `build_job.build`); `sections/build_limit.py` times the
-same inputs through a tight loop, our example function and TFDS serialization; `tfds build hmdb51`
-with no config is timed against its default config by name.
-"""
+"""The headline's builds: fire_hrr on 1 vs 2 Beam workers, build memory, builds against their limit."""
 
 from __future__ import annotations
 
@@ -26,10 +20,7 @@ METHOD = [
 
 def _build(ctx: section.Context, name: str, config: str, manual_dir: str, data_dir: str, workers: int, *,
            measured: bool = True, target: str | None = None) -> dict[str, Any]:
-    """One build; `measured` ones run as a user runs them (the tfds CLI) in a full run.
-
-    `target`: what the tfds command names (e.g. `hmdb51` alone for its default config).
-    """
+    """One build; `measured` ones run as a user runs them (the tfds CLI) in a full run."""
     print(f"[bench] build {target or name + '/' + config} from {manual_dir} with {workers} worker(s)", flush=True)
     isolate = ctx.settings.isolate and measured
     mode = "multi_processing" if ctx.settings.isolate else "multi_threading"

@@ -1,37 +1,4 @@
-"""Builds on Beam's DaskRunner: 1 vs 2 workers, worker peak RSS vs size, and the driver at Kinetics scale.
-
-    python benchmarks/sections/cluster.py --out DIR            # full: fire_hrr/full_161x540x960, 3 alternating runs, 10k/100k/1M
-    python benchmarks/sections/cluster.py --quick --out DIR    # tiny sizes, one run (smoke)
-    python benchmarks/sections/cluster.py --only driver --sizes 2000 --out DIR
-
-`make bench` runs it as the "cluster" section of `run.py` (`SECTION`, on the inputs and manual folders
-that run.py's builds already wrote); standalone it writes its own fire_hrr inputs (`inputs.fire_plan`,
-reused when `--inputs` points at a benchmark run's inputs folder) and DIR/cluster.json + DIR/CLUSTER.md
-(`section.Section.main`; `--resummarize` redoes summaries, notes and targets of a stored cluster.json).
-The builds are `common/dask_builds.py`, the driver at scale `common/dask_driver.py`, each measurement in its
-own job process (`jobs.run_job`).
-
-1. Scaling: `fire_hrr/CONFIG` built with `vidvol.beam_jobs.build.build(runner="dask")` on a fresh
-   `LocalDaskCluster` of 1, then 2 single-threaded worker processes, alternating, same inputs. Each
-   build is its own Python process (a `common/dask_builds.py` job), so end to end counts what a user waits for:
-   interpreter + imports, cluster start, the build, cluster stop. The writing phase is timed with a
-   shard watch as in common/build_job.py (first shard file opened -> last shard written), from the attempt
-   files (`<shard>.partial.<id>.tmp`) the workers open; the build is also cut into driver-side
-   steps by timestamps taken around the builder's `_plan` / `_run_pipeline` and the DaskRunner's
-   `run_pipeline` (wrapped in the job process only; library code unchanged).
-2. Worker memory: the RSS of every dask worker process (and of the scheduler and the driver) is
-   sampled (`measure.TreeSampler`) during builds of N and 4N experiments.
-3. Driver scale (no decoding, no cluster): for 10k / 100k / 1M synthetic hmdb51-style
-   `clips.ClipSource` records (Kinetics-700 is ~650k videos), each size in a fresh process (a
-   `common/dask_driver.py` job): the
-   source list, shard planning (`num_shards_for` + `plan_shards`), writing the shard plan file
-   (`writer.plan.write_plan`: the sources go to a file, the pipeline carries one small ShardRef per
-   shard; a worker reads its shard's byte range back), what `pipeline.run()` does on the driver before a
-   Dask worker gets anything (Beam pipeline construction, Beam's runner-API round trip, the
-   DaskRunner's translation to a dask bag, distributed's serialization of the graph) and reading
-   the workers' counts back (`collect_split` over synthetic `.info.json` sidecars). Time per phase
-   and the process's peak RSS (VmHWM) after each.
-"""
+"""Builds on Beam's DaskRunner: 1 vs 2 workers, worker peak RSS vs size, and the driver at Kinetics scale."""
 
 from __future__ import annotations
 

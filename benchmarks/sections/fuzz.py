@@ -1,14 +1,4 @@
-"""The fuzz lane's long budget: seeded mutations of every target, counted by outcome, with peak RSS per target.
-
-    python benchmarks/sections/fuzz.py --out DIR             # full: 3000 inputs per target
-    python benchmarks/sections/fuzz.py --quick --out DIR     # 20 per target (smoke)
-
-The targets are tests/fuzz_targets.py's (the same as `make test`'s short budget in tests/test_fuzz.py): each runs in
-a process of its own (`fuzz_targets.run_budget`, a fixed seed), its decodes in decoding children as in a build.
-Per target: inputs tried, examples, skips, clear errors, the bad outcomes (crashes, hangs, wrong examples, unclear
-errors) with the first ones; the process's peak RSS and its decoding child's. Target: no bad outcome.
-`make bench` runs it as the "fuzz" section of `run.py`.
-"""
+"""The fuzz lane's long budget: seeded mutations of every target, counted by outcome, with peak RSS per target."""
 
 from __future__ import annotations
 

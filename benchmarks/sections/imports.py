@@ -1,21 +1,4 @@
-"""What starting vidvol costs: `import vidvol`, `tfds.builder("hmdb51")` and `python -m vidvol --help` vs `import tensorflow_datasets`.
-
-    python benchmarks/sections/imports.py --out DIR            # full: 7 rounds
-    python benchmarks/sections/imports.py --quick --out DIR    # one round (smoke)
-
-`make bench` runs it as the "imports" section of `run.py` (`SECTION`; it needs no inputs). Each command
-is a fresh interpreter, timed from outside from its start to its exit (its start-up included), after one
-warm-up run of each (bytecode written, files cached; PYTHONDONTWRITEBYTECODE is dropped); a round runs
-every command once, in an order that turns by one each round, so a machine that gets busier hits them alike.
-Per command: the median wall seconds over the rounds, the median CPU seconds (user + system, the
-kernel's account of the finished child), its ratio to `import tensorflow_datasets` taken round by round
-(paired), its peak RSS (VmHWM, `measure.TreeSampler`, one extra run) and which of TensorFlow, Beam,
-OpenCV and Keras it imported (`-X importtime`, one extra run). `import tensorflow` is timed too: what a
-command that needs TensorFlow pays on top.
-
-Targets: `python -m vidvol --help` <= 1.5 s; `import vidvol` and `tfds.builder("hmdb51").info` (after
-`import vidvol`) within 1.5x of `import tensorflow_datasets`.
-"""
+"""What starting vidvol costs: `import vidvol`, `tfds.builder`, `--help` vs `import tensorflow_datasets`."""
 
 from __future__ import annotations
 

@@ -1,32 +1,4 @@
-"""vidvol beside the tools users know, on the benchmark's own inputs (OpenCV, decord, PyAV, TorchCodec, TFDS, MONAI, TorchIO).
-
-    python benchmarks/sections/peers.py --out OUT           # after `python benchmarks/run.py --out OUT` (its inputs, builds, rows)
-    python benchmarks/sections/peers.py --out OUT --quick   # likewise after a quick run (skipped without a peers venv)
-
-`make bench` runs it as the "peers" section of `run.py` (`SECTION`), after the headline, on the
-headline's inputs and builds. Standalone it measures against OUT/results.json of such a run.
-
-- Video: the hmdb51 split-1 train clips (XVID 320x240 .avi), 20 evenly spaced frames -> 64x64
-  float32 in [0, 1], at the headline's read-path batch sizes (8 and 32): each read-time decoder
-  (OpenCV sequential grab, decord, PyAV, TorchCodec exact seek) as a map-style dataset under a
-  PyTorch `DataLoader(num_workers=2)` (`peers/jobs.py`, in the peers venv), and TFDS's stock
-  `tfds.features.Video` storage of the same frames read with plain `tfds.load` (`peers/tfds.py`,
-  a `common/read_job.py` job in vidvol's venv).
-- Volumes: the mri_volumes train files of the first source size (128^3 int16 .nii.gz), batches
-  of 4: MONAI `Dataset`, `PersistentDataset`, `CacheDataset` and TorchIO `SubjectsDataset`, with
-  augmentation off and on (`peer_jobs.MONAI_AUGMENT`, `peer_jobs.TORCHIO_AUGMENT`).
-- vidvol's side is what the headline measured on the same data (`vidvol_rows`): `vidvol.load`
-  float32 at batch 8 and 32 with seed=0, the stored-raw config, and mri_volumes float32 + mask,
-  `output_dtype='int16'` and float32 + mask with the MONAI peer's augmentation (`suite.mri_augment`:
-  96^3 patches, flip, quarter turn, scale, shift) (read here with the headline's own `read_job.ReadJob`
-  when the headline's MRI batch is not the peers' batch).
-
-Each peer row is its own process with warm-up and `runs` timed runs (medians), like every read row.
-Each peer's first batch is checked: shape and dtype, and its example 0 must correlate with the frames
-(volume) vidvol stored for the same file (`check_video`, `check_volume`). The peers venv is made by
-`peers_env.ensure` from setup.cfg's `bench` extra in a full run (OUT/peers_venv, reused); a quick run
-never makes it and records why the peer rows are missing (TFDS's stock row needs no venv: it runs).
-"""
+"""vidvol beside the tools users know (OpenCV, decord, PyAV, TorchCodec, TFDS, MONAI, TorchIO)."""
 
 from __future__ import annotations
 

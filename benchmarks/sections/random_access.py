@@ -1,29 +1,4 @@
-"""Random access over ArrayRecord shards vs the sequential `vidvol.load` rate, on the same hmdb51 data.
-
-    python benchmarks/sections/random_access.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
-    python benchmarks/sections/random_access.py --quick --out DIR    # tiny inputs, one round (smoke)
-
-`make bench` runs it as the "random_access" section of `run.py` (`SECTION`, on the hmdb51 inputs and
-TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`, reused
-when `--inputs` points at a benchmark run's inputs folder) and DIR/random_access.json + RANDOM_ACCESS.md
-(`section.Section.main`; `--resummarize` redoes ratios, notes and targets of a stored document).
-
-The default config (`split1_20x64x64`) is built from the same inputs twice, TFRecord and ArrayRecord
-(`file_format="array_record"`). Then, in this process, `rounds` rounds each time these pipelines
-over the train split, one after the other, so a machine that gets busier hits them all alike:
-
-- sequential: `vidvol.load(..., batch_size=32, repeat=True)` model-ready float batches (TFRecord);
-- `ds[i]`: `vidvol.data_source` one random index at a time (a decoded example, uint8 frames);
-- batch reads: `ds.__getitems__(32 random indices)`: records read together, decoded in its thread pool;
-- Grain: `vidvol.grain_dataset(..., 32)` model-ready `((x, mask), y)` float batches, shuffled,
-  through `to_iter_dataset(ReadOptions(num_threads=4))`, and the same with `mp_prefetch` on 2
-  worker processes.
-
-Rates are examples/s over at least `min_seconds` after warm-up (medians of the rounds); the
-cpu-normalized rate is examples per CPU-second of this process (children too, for Grain's
-workers) times the cores. Targets: batch reads and the better Grain pipeline each >= 50% of the
-sequential rate.
-"""
+"""Random access over ArrayRecord shards vs the sequential `vidvol.load` rate, on the same hmdb51 data."""
 
 from __future__ import annotations
 
@@ -66,10 +41,7 @@ METHOD = [
 
 
 def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2) -> dict[str, float]:
-    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls.
-
-    `streams.stream_rate` over those calls, CPU of this process and its children (Grain's workers).
-    """
+    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls."""
     from common import streams
 
     return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,

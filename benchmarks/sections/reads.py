@@ -1,12 +1,4 @@
-"""The headline's reads: every dataset via `vidvol.load` against its read-time baseline and its limit.
-
-hmdb51 (default config, its `output_dtype='uint8'` mode and its stored-raw twin), fire_hrr and
-mri_volumes from two source sizes (and, for the first, the float32 and int16 modes without mask);
-then hmdb51 through plain `tfds.load` and seeded/unseeded `vidvol.load` at each batch size
-(`hmdb51_paths`). Each pipeline is a `read_job.ReadJob`, in its own process in a full run
-(`benchmarks/common/read_job.py JOB.json OUT.json`); the decode (or volume) limit is timed in the same process
-before and after each run.
-"""
+"""The headline's reads: every dataset via `vidvol.load` against its read-time baseline and its limit."""
 
 from __future__ import annotations
 

@@ -1,32 +1,4 @@
-"""Stopping and resuming `vidvol.load`: checkpoint size, restore cost, and the shuffle's quality old vs new.
-
-    python benchmarks/sections/resume.py --out DIR            # full: sample builds of hmdb51, fire_hrr, mri_volumes
-    python benchmarks/sections/resume.py --quick --out DIR    # tiny builds, one run (smoke)
-
-`make bench` runs it as the "resume" section of `run.py` (`SECTION`) on the run's own TFRecord builds
-(hmdb51 default config, the smaller fire_hrr build, the first mri_volumes build); standalone it builds
-small sample datasets itself. Two parts:
-
-- Restore cost, per dataset: a training pipeline (`seed=0, repeat=True`) is read to 10 % and to
-  90 % of an epoch and its iterator checkpointed (`tf.train.Checkpoint(iterator=it).write`); then,
-  with the process's record indexes dropped (as in a fresh process; the page cache stays warm),
-  a new pipeline (another seed) is made, restored and its first batch read: "restore to first
-  batch". Against it: a fresh pipeline's first batch, same conditions ("start to first batch").
-  The checkpoint's bytes are the files `write` leaves. Medians of `runs`.
-- Shuffle quality, on the order alone (example indices; no data read): the order the release
-  before gave (TFDS's file shuffle, interleave of `cycle_length` files one example at a time, then
-  a shuffle buffer of 256 MiB of stored examples: its tf.data ops run on integers), the order now
-  (`readers.order`: a keyed permutation of the whole split per epoch), and a uniform random
-  permutation (the ideal), for splits shaped like hmdb51, fire_hrr at 540x960 and mri_volumes
-  128^3 (example count, shard count, stored bytes per example). Metrics, averaged over epochs:
-  `shard_tv`: mixing across shards, the total-variation distance between the shard mix of each
-  window of 32 consecutive examples (a batch) and the split's (0: every batch mixes the shards in
-  proportion; reported with the ideal's value beside it, which is not 0 for a finite window);
-  `position_corr`: |Pearson| between an example's place in the epoch and its place in storage
-  (order within and across shards; 0 ideal); `neighbours`: consecutive examples that are storage
-  neighbours, as a multiple of the ideal's rate 2/n; `epoch_corr`: |Pearson| of an example's
-  places in two successive epochs (0 ideal).
-"""
+"""Stopping and resuming `vidvol.load`: checkpoint size, restore cost, and the shuffle's quality old vs new."""
 
 from __future__ import annotations
 

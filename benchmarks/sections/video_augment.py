@@ -1,37 +1,4 @@
-"""What read-time video augmentation costs: `vidvol.load` hmdb51 with `ReadSpec(augment=VideoAugment(...))` on vs off.
-
-    python benchmarks/sections/video_augment.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
-    python benchmarks/sections/video_augment.py --quick --out DIR    # tiny inputs, one round (smoke)
-
-`make bench` runs it as the "video_augment" section of `run.py` (`SECTION`, on the hmdb51 inputs and
-TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`,
-reused when `--inputs` points at a benchmark run's inputs folder), builds the default config
-(`split1_20x64x64`) and writes DIR/video_augment.json + VIDEO_AUGMENT.md.
-
-In this process, `rounds` rounds each time these `vidvol.load(..., "train", batch_size=32, seed=0,
-repeat=True)` pipelines, one after the other (so a machine that gets busier hits them all alike):
-
-- off: model-ready float32 batches of the stored 64x64 frames, no augmentation (the headline's seeded row);
-- random resized crop: `VideoAugment(56)` (pytorchvideo's RandomResizedCrop defaults: a box of
-  8-100 % of the frame, aspect 3/4-4/3, resized to 56x56, 7/8 of the stored side as 224 of 256; and
-  a flip with probability 0.5);
-- random crop: `VideoAugment(56, training_crop="random_short_side_scale")` (DMVR's crop at
-  `min_resize` = the stored short side: a 56x56 crop copied, no resize, and the flip);
-- random resized crop to the stored size: `VideoAugment(64)`, the output size of `off` and of the
-  peers' rows (every output pixel resampled, and as many converted to float as without): no target
-  of its own, it is the augmented row the peers section compares;
-- evaluation 3 crops: `VideoAugment(56, multi_crop=True)` with `training=False` (three 56x56 views per
-  clip): shown for what it costs per clip, no target.
-
-The cost of a pipeline is `1 - rate / off's rate` in each round (paired), median over the rounds;
-also cpu-normalized (examples per CPU-second of this process, times the cores). Target: each
-training augmentation costs at most 10 % of the read rate.
-
-Then the augmentation step alone (`step_rounds`): on one batch of the stored uint8 frames, the CPU
-milliseconds of each pipeline's crop call (`Geometry.crop`, the body of `vidvol.load`'s augmentation
-step, one thread) and of the float conversion that follows it (`off`: of the stored frames), in
-alternating rounds: what the pipeline's cost is made of, without the reads and decodes around it.
-"""
+"""What read-time video augmentation costs: `vidvol.load` with `VideoAugment` on vs off."""
 
 from __future__ import annotations
 
@@ -89,11 +56,7 @@ def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
 
 
 def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, calls: int) -> dict[str, dict[str, Any]]:
-    """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating.
-
-    `frames`: one batch of stored uint8 frames (B, T, H, W, C); the training crops are keyed as the
-    examples 0..B-1 of epoch 0. The float conversion is `vidvol.load`'s (`stages.as_float`, TensorFlow).
-    """
+    """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating."""
     import time
 
     import numpy as np

@@ -1,19 +1,4 @@
-"""Peak RSS of an mri_volumes build against the size of its source scan, with a header bomb beside it.
-
-    python benchmarks/sections/volume_memory.py --out DIR            # full: sources inflating to 64 MiB ... 1.5 GiB
-    python benchmarks/sections/volume_memory.py --quick --out DIR    # small sources (smoke)
-
-`make bench` runs it as the "volume_memory" section of `run.py` (`SECTION`). For each source size S:
-one int16 `.nii.gz` scan that inflates to S bytes (a block-patterned ellipsoid in zeros, so it
-compresses well; the header written by nibabel, the voxels streamed through gzip plane by plane so
-that writing it never holds the volume) and a 1.4 KB `.nii` whose header claims 20000^3 int16 voxels
-(16 TB), both listed in one labels.csv (split `train`). `tfds build mri_volumes/128` (the default
-config: a 128^3 centre crop at the file's own voxel size) runs in a subprocess with one Beam worker
-process while the RSS of its whole process tree is sampled (`measure.TreeSampler`). Per build:
-the tree's peak, the driver's and the worker's, the wall time, examples and skips (with reasons).
-Targets: the largest source's build (1.5 GiB in full mode) peaks at <= 3 GiB, and every input ends
-as an example or a skip.
-"""
+"""Peak RSS of an mri_volumes build against the size of its source scan, with a header bomb beside it."""
 
 from __future__ import annotations
 
