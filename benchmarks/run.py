@@ -68,10 +68,6 @@ def versions() -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# The headline: reads and builds
-
-
 def write_inputs(ctx: section.Context) -> dict[str, Any]:
     """Generates (or reuses) every input set of the run's settings; returns their descriptions."""
     start = time.monotonic()

@@ -17,10 +17,6 @@ HMDB51_NUM_FRAMES = 20
 HMDB51_SIZE = 64
 
 
-# --------------------------------------------------------------------------------------------
-# Read-time baselines
-
-
 def read_clip_by_seeking(path: str, *, num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> np.ndarray:
     """Float32 (T, size, size, 3) RGB clip in [0, 1]: one CAP_PROP_POS_FRAMES seek per frame."""
     cap = cv2.VideoCapture(path)
@@ -99,10 +95,6 @@ def mri_get_fdata_dataset(paths: Sequence[str], labels: Sequence[int], *, shape:
 
     ds = _sources(paths, np.asarray(labels, np.int64), repeat)
     return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
-
-
-# --------------------------------------------------------------------------------------------
-# Decode limit
 
 
 def shard_files(data_dir: str, name: str, config: str, split: str) -> list[str]:
@@ -193,10 +185,6 @@ def on_every_core(rate_fn, work, cores: int, *, min_seconds: float) -> dict[str,
     return {"frames_per_s": sum(r["frames_per_s"] for r in results) / cores,
             "cpu_frames_per_s": sum(r["cpu_frames_per_s"] for r in results) / cores,
             "frames": sum(r["frames"] for r in results)}
-
-
-# --------------------------------------------------------------------------------------------
-# Volume limit (MRI): stored bytes -> float32 volume, NumPy only
 
 
 def _tfrecord_spans(path: str) -> list[tuple[int, int]]:

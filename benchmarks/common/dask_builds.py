@@ -21,10 +21,6 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks
 MIB = 2**20
 
 
-# --------------------------------------------------------------------------------------------
-# Shard watch (worker attempt files) and driver-step stamps
-
-
 class AttemptWatch(threading.Thread):
     """Polls data_dir for shard files: workers' attempts (`*.partial.<id>.tmp`) and renamed `*.partial`."""
 
@@ -100,10 +96,6 @@ class _Stamps:
 
         setattr(owner, name, wrapped)
 
-
-
-# --------------------------------------------------------------------------------------------
-# One build on a fresh LocalDaskCluster (runs in its own process: this script as a job)
 
 
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -217,10 +209,6 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
           f"{st['dispatch_to_first_shard_open']} after submit, stop {st['cluster_stop']}); worker peaks "
           f"{r['worker_peaks_mib']} MiB, driver {r['driver_peak_mib']:.0f} MiB; others {others:.2f} cores", flush=True)
     return r
-
-
-# --------------------------------------------------------------------------------------------
-# 1. scaling, 2. worker memory
 
 
 def _median(runs: Sequence[dict[str, Any]], key: str) -> float | None:

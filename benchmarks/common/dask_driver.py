@@ -231,9 +231,6 @@ def driver_curve(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 
-# --------------------------------------------------------------------------------------------
-# Notes: where the driver's time and memory go
-
 # Why a driver phase costs what it does (the function that spends the time), for the report's notes.
 PHASE_WHY = {
     "sources": "building one frozen `ClipSource` dataclass (and its features dict) per video in Python",

@@ -26,10 +26,6 @@ STAMP = "inputs.json"
 HMDB51_FPS = 30.0
 
 
-# --------------------------------------------------------------------------------------------
-# Caching and parallel helpers
-
-
 def _cached(root: str, spec: dict[str, Any]) -> bool:
     """True when root already holds inputs written with exactly `spec`."""
     return os.path.isfile(os.path.join(root, STAMP)) and _source_spec(root) == spec
@@ -87,10 +83,6 @@ def _call(fn_job: tuple[Callable[..., Any], dict[str, Any]]) -> Any:
     """Unpacks one (fn, kwargs) job for a process pool."""
     fn, job = fn_job
     return fn(**job)
-
-
-# --------------------------------------------------------------------------------------------
-# HMDB51
 
 
 HMDB51_CONTENT = "footage"
@@ -154,10 +146,6 @@ def hmdb51_split_videos(root: str, split_number: int, subset: str) -> list[tuple
                 if parts[1] == wanted:
                     out.append((os.path.join(root, samples.HMDB51_ORG_DIR, class_name, parts[0]), class_name))
     return sorted(out)
-
-
-# --------------------------------------------------------------------------------------------
-# fire_hrr
 
 
 def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
@@ -382,10 +370,6 @@ def repeat_experiments(labels: str, manual_dir: str, repeat: int) -> int:
             for row in rows:
                 writer.writerow({**row, "experiment": f"{row['experiment']}_r{j}" if repeat > 1 else row["experiment"]})
     return len(rows) * repeat
-
-
-# --------------------------------------------------------------------------------------------
-# MRI
 
 
 def _smooth_field(shape: Sequence[int], rng: np.random.Generator, grid: int, amplitude: float) -> np.ndarray:

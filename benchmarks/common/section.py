@@ -17,10 +17,6 @@ from typing import Any, ClassVar
 OPS = (">=", "<=")
 
 
-# --------------------------------------------------------------------------------------------
-# Settings
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """What every mode of every section has; a section subclasses it with its own sizes."""
@@ -41,10 +37,6 @@ class Settings:
 def default_inputs_dir(out: str, mode: str) -> str:
     """OUT/inputs in full mode, OUT/inputs_<mode> otherwise: a quick run never replaces a full run's inputs."""
     return os.path.join(out, "inputs" if mode == "full" else f"inputs_{mode}")
-
-
-# --------------------------------------------------------------------------------------------
-# Targets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,10 +102,6 @@ def run_notes(doc: dict[str, Any], results: dict[str, Any], steadier: str) -> li
     return notes
 
 
-# --------------------------------------------------------------------------------------------
-# A benchmark run, as the sections see it
-
-
 class Context:
     """One `make bench` run: its folders, its settings, its phase timings and the results so far."""
 
@@ -136,10 +124,6 @@ class Context:
         print(f"[bench] {name} done in {self.phases[name]:.0f} s", flush=True)
 
 
-# --------------------------------------------------------------------------------------------
-# The section
-
-
 class Section(abc.ABC):
     """One part of the benchmark: what it measures, its promises, how it reads in RESULTS.md."""
 
@@ -149,8 +133,6 @@ class Section(abc.ABC):
     FULL: ClassVar[Settings]
     QUICK: ClassVar[Settings]
     method: ClassVar[Sequence[str]] = ()  # how it measures (RESULTS.md lists it)
-
-    # -- what a section implements --------------------------------------------------------------
 
     @abc.abstractmethod
     def measure(self, work: str, settings: Settings, **inputs: Any) -> dict[str, Any]:
@@ -175,8 +157,6 @@ class Section(abc.ABC):
     def run_inputs(self, ctx: Context) -> dict[str, Any]:
         """Its `measure` inputs inside a benchmark run (the run's inputs and builds); by default none."""
         return {}
-
-    # -- what the skeleton does with it ----------------------------------------------------------
 
     def mode_settings(self, quick: bool) -> Settings:
         """QUICK or FULL."""
@@ -203,8 +183,6 @@ class Section(abc.ABC):
         doc = self.measure_section(ctx.path(self.key), self.run_settings(ctx), **self.run_inputs(ctx))
         ctx.phase(self.key, start)
         return doc
-
-    # -- standalone: `python benchmarks/KEY.py --out DIR` ----------------------------------------
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """The section's own command-line options (beyond --out, --quick, --inputs, --runs, --resummarize)."""

@@ -53,10 +53,6 @@ class PeerJob:
         return self.peer in VIDEO_PEERS
 
 
-# --------------------------------------------------------------------------------------------
-# Video: the frames, as vidvol's builder picks them, decoded by each peer
-
-
 def uniform_indices(num_frames: int, num_samples: int) -> list[int]:
     """The centre frame of each of `num_samples` equal segments (vidvol's `builders.video.uniform_indices`)."""
     if num_frames <= num_samples:
@@ -151,10 +147,6 @@ class ClipDataset:
         return clip.astype(np.float32) / np.float32(255.0), self.job.labels[i], i
 
 
-# --------------------------------------------------------------------------------------------
-# Volumes: MONAI and TorchIO pipelines
-
-
 def monai_transforms(job: PeerJob) -> Any:
     """LoadImaged -> EnsureChannelFirstd -> Orientationd(RAS) -> ResizeWithPadOrCropd(S^3), then `MONAI_AUGMENT`."""
     from monai import transforms as mt
@@ -221,10 +213,6 @@ def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Call
     setup["setup_s"] = round(time.perf_counter() - start, 2)
     loader = md.DataLoader(dataset, batch_size=job.batch_size, num_workers=job.num_workers, sampler=sampler)
     return loader, setup, lambda b: (b["image"], b["file"][0])
-
-
-# --------------------------------------------------------------------------------------------
-# Timing
 
 
 def make_loader(job: PeerJob) -> tuple[Any, dict[str, Any], Callable[[Any], tuple[Any, str]]]:

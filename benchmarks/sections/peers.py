@@ -72,10 +72,6 @@ METHOD = [
 ]
 
 
-# --------------------------------------------------------------------------------------------
-# vidvol's side, from the headline
-
-
 def _keep(result: dict[str, Any]) -> dict[str, Any]:
     """The figures a read row shows."""
     return {k: result[k] for k in KEEP if k in result}
@@ -127,10 +123,6 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# Running jobs
-
-
 def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str, Any]:
     """A `read_job.ReadJob` in its own process (`common/read_job.py`), or in this one when not isolating."""
     print(f"[peers] {tag} ({job.pipeline}, batch {job.batch_size})", flush=True)
@@ -175,10 +167,6 @@ def peer_row(work: str, python: str, settings: PeersSettings, peer: str, tag: st
     print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
           f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
     return {"pipeline": peer, **r}
-
-
-# --------------------------------------------------------------------------------------------
-# Checks: the peers decode the frames (volume) vidvol stored
 
 
 def correlation(a: Any, b: Any) -> float:
@@ -238,10 +226,6 @@ def check_row(row: dict[str, Any], expect_shape: Sequence[int], stored: dict[str
         ok = check.get("ok", check["corr"] >= CORR_MIN)
     check["ok"] = bool(ok and check["shape_ok"] and check["dtype_ok"])
     row["check"] = check
-
-
-# --------------------------------------------------------------------------------------------
-# The section
 
 
 class Peers(section.Section):

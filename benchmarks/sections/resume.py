@@ -41,9 +41,6 @@ METHOD = [
 ]
 
 
-# ------------------------------------------------------------------------------------------------ orders
-
-
 def old_orders(shard_lengths: Sequence[int], cycle: int, buffer: int, seed: int, epochs: int) -> list[np.ndarray]:
     """The release before's training order over a split: file shuffle, interleave (block 1), example shuffle buffer."""
     import tensorflow as tf
@@ -111,9 +108,6 @@ def quality(shapes: Sequence[tuple], settings: ResumeSettings) -> list[dict[str,
         print(f"[resume] {label}: shard_tv old {entry['old']['shard_tv']:.3f} new {entry['new']['shard_tv']:.3f} "
               f"ideal {entry['ideal']['shard_tv']:.3f}", flush=True)
     return out
-
-
-# ------------------------------------------------------------------------------------------------ restore cost
 
 
 def _drop_indexes() -> None:
@@ -195,9 +189,6 @@ def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]
                                                                                       beam_options=options))
         out.append((label, os.fspath(builder.data_path), batch))
     return out
-
-
-# ------------------------------------------------------------------------------------------------ the section
 
 
 class Resume(section.Section):
