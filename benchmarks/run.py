@@ -100,7 +100,6 @@ class Headline(section.Section):
     method = reads.METHOD + builds.METHOD
 
     def measure(self, work: str, settings: section.Settings, *, ctx: section.Context) -> dict[str, Any]:
-        """Inputs, builds (and builds against their limit), reads, then the hmdb51 read paths, into `ctx.out`."""
         results: dict[str, Any] = {"inputs": write_inputs(ctx)}
         built = builds.build_all(ctx)
         results["build_limit"] = builds.build_limit_all(ctx, built)
@@ -120,13 +119,11 @@ class Headline(section.Section):
         return self.measure(ctx.out, ctx.settings, ctx=ctx)
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Whether other work shared the machine, and the automatic notes."""
         doc["machine"]["shared"] = other_cores_max(doc) > CONTENDED_CORES
         doc["notes"] = notes(doc)
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """The headline promises: reads, builds, then the hmdb51 read paths."""
         return (reads.targets(doc["read"]) + builds.targets(doc)
                 + reads.path_targets(doc.get("hmdb51_paths")))
 

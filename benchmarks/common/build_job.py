@@ -46,7 +46,6 @@ def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers:
     """Runs download_and_prepare here under a TreeSampler of this process (and its Beam workers, if any)."""
     import tensorflow_datasets as tfds
     from apache_beam.options.pipeline_options import PipelineOptions
-
     import vidvol  # noqa: F401
 
     with measure.TreeSampler(os.getpid(), monitor_interval) as monitor:

@@ -103,7 +103,6 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     started = psutil_create_time()
     from common import measure
     import psutil
-
     from vidvol.beam_jobs import build, dask_cluster, dask_runner
     from vidvol.builders import dataset_builder
 

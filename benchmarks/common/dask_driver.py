@@ -53,7 +53,6 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     from dask._expr import FinalizeCompute
     from dask.base import collections_to_expr
     from distributed.protocol.serialize import serialize, to_serialize
-
     from vidvol.beam_jobs import dask_runner, runners
     from vidvol.builders.writer import shard_writer
 

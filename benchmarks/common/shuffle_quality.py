@@ -20,7 +20,6 @@ FULL_SIZE_BATCH = 32
 def score(labels, sizes, batch: int, block: int | None, seed: int = 0) -> dict[str, float]:
     """Same-class pair share, repeated-pair share and shards per batch of one order over `EPOCHS` epochs."""
     import numpy as np
-
     from vidvol import ShardOrder
     from vidvol.readers import order
 
@@ -57,7 +56,6 @@ def layouts(data_dir: str | None, name: str | None):
     out = []
     if data_dir:
         import vidvol
-
         from vidvol.readers.dataset import get_builder
 
         builder = get_builder(name, data_dir)

@@ -279,7 +279,6 @@ def ffmpeg_of(peer: str) -> str:
         return f"libavcodec {line[0].split('(')[-1].rstrip(') ')} (bundled)" if line else ""
     if peer == "decord":
         import glob
-
         import decord
 
         site = os.path.dirname(os.path.dirname(decord.__file__))
@@ -291,7 +290,6 @@ def ffmpeg_of(peer: str) -> str:
 def run_peer(job: PeerJob) -> dict[str, Any]:
     """Times one peer pipeline `runs` times; returns the read-row figures, first-batch check data and versions."""
     import torch
-
     from common import measure, streams
 
     os.makedirs(job.work, exist_ok=True)

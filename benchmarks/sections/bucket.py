@@ -343,7 +343,6 @@ class BucketReads(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs; MRI inputs of this section's own (written once under the run's inputs)."""
         settings = self.run_settings(ctx)
         mri = os.path.join(ctx.inputs_dir, "mri_bucket")
         inputs.write_inputs([inputs.mri_plan(mri, **settings.mri)], workers=ctx.cores)

@@ -20,7 +20,6 @@ if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, 
 def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
     """(split, source, example_fn) of every input a build of name/config decodes, from the builder itself."""
     import tensorflow_datasets as tfds
-
     import vidvol  # noqa: F401
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +78,6 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
            quality: int) -> dict[str, Any]:
     """CPU seconds for the inputs of name/config, one core: tight loop, our example function, + serialization."""
     import tensorflow_datasets as tfds
-
     from vidvol.builders import example_io
     from vidvol.builders.writer import example_bytes
 

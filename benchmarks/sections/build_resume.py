@@ -459,7 +459,6 @@ class BuildResume(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 and fire_hrr input sets (stamped: the replicated plans record what they were made from)."""
         return {"hmdb51_manual": os.path.join(ctx.inputs_dir, "hmdb51"),
                 "fire_manual": os.path.join(ctx.inputs_dir, "fire_hrr")}
 

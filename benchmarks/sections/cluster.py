@@ -77,7 +77,6 @@ class Cluster(section.Section):
 
     def measure(self, work: str, settings: ClusterSettings, *, scaling_manual: str, memory_manuals: dict[int, str],
                 only: Sequence[str] = PARTS) -> dict[str, Any]:
-        """Runs the cluster measurements (one at a time) into `work`; returns their records."""
         s = settings
         dataset = f"fire_hrr/{s.fire_config}"
         doc: dict[str, Any] = {"mode": s.mode}
@@ -102,7 +101,6 @@ class Cluster(section.Section):
         return doc
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Summaries and notes from the per-build and per-size records: speed-ups, memory verdict, driver curve."""
         b = doc.get("scaling")
         if b:
             runs = {int(w): rs for w, rs in b["runs"].items()}
@@ -118,7 +116,6 @@ class Cluster(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """The cluster promises and whether this run meets them."""
         rows = []
         b = doc.get("scaling")
         if b:
@@ -154,7 +151,6 @@ class Cluster(section.Section):
         return rows
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then scaling, worker memory and driver scale, each where measured."""
         c = doc
         out = ["## Builds on a Dask cluster (DaskRunner)", "",
                f"`benchmarks/sections/cluster.py` ({c['mode']} mode, {c['duration_s'] / 60:.1f} min). Targets:", ""]
@@ -228,7 +224,6 @@ class Cluster(section.Section):
         return out
 
     def run_settings(self, ctx: section.Context) -> ClusterSettings:
-        """The run's fire inputs and build runs; the mode's driver-scale sizes."""
         s = ctx.settings
         counts = (s.fire_counts[-1], s.fire_counts[-1] * s.scaling_repeat) if s.scaling_repeat > 1 else tuple(s.fire_counts)
         return dataclasses.replace(self.mode_settings(s.quick), mode=s.mode, fire_config=s.fire_config, fire=dict(s.fire),
@@ -236,7 +231,6 @@ class Cluster(section.Section):
                                    scaling_repeat=s.scaling_repeat, memory_counts=counts)
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The manual folders the headline's builds wrote: the scaling one and one per memory count."""
         s = ctx.settings
         scaling_manual = ctx.path("manual", f"fire_{s.fire_counts[-1]}_x{s.scaling_repeat}")
         repeated = s.fire_counts[-1] * s.scaling_repeat
@@ -253,7 +247,6 @@ class Cluster(section.Section):
 
     def standalone_inputs(self, out: str, settings: ClusterSettings, inputs_dir: str,
                           args: argparse.Namespace) -> dict[str, Any]:
-        """Fire inputs and manual folders where a build is measured; the parts to measure."""
         scaling_manual, memory_manuals = ("", {})
         if {"scaling", "memory"} & set(args.only):
             scaling_manual, memory_manuals = prepare_inputs(out, settings, inputs_dir)

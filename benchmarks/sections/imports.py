@@ -105,7 +105,6 @@ class ImportCost(section.Section):
     method = METHOD
 
     def measure(self, work: str, settings: ImportSettings, **inputs: Any) -> dict[str, Any]:
-        """Times every command `runs` rounds (turning order), then one RSS run and one importtime run of each."""
         keys = list(COMMANDS)
         for key in keys:  # warm-up, not counted: bytecode written, files in the page cache
             timed_run(key, work, settings.timeout_s)
@@ -122,7 +121,6 @@ class ImportCost(section.Section):
                 "python": sys.executable, "runs": runs, "results": results}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Medians per command and the paired ratios to the baseline, and the notes."""
         base = doc["runs"][BASELINE]
         for key, r in doc["results"].items():
             own = doc["runs"][key]
@@ -136,7 +134,6 @@ class ImportCost(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """`--help` <= 1.5 s; `import vidvol` and `tfds.builder` within 1.5x of `import tensorflow_datasets`."""
         r = doc["results"]
         return [
             section.target("python -m vidvol --help: wall seconds", r["help"]["wall_s"], MAX_HELP_S, op="<=", unit="s",
@@ -148,7 +145,6 @@ class ImportCost(section.Section):
         ]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then every command's wall, CPU, ratio, peak RSS and heavy imports."""
         out = ["## Imports: what starting vidvol costs", "",
                f"`benchmarks/sections/imports.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): each command a "
                f"fresh interpreter, {doc['rounds']} round(s) on {doc['cores']} cores.", ""]

@@ -182,7 +182,6 @@ def correlation(a: Any, b: Any) -> float:
 def stored_examples(data_dir: str, name: str, key: str, wanted: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """{key value: example} of the train examples of a vidvol build whose `key` feature is in `wanted` (None: all)."""
     import tensorflow_datasets as tfds
-
     import vidvol  # noqa: F401  (registers the datasets)
 
     out = {}
@@ -242,7 +241,6 @@ class Peers(section.Section):
     def measure(self, work: str, settings: PeersSettings, *, hmdb51_root: str, hmdb51_data: str, hmdb51_config: str,
                 mri_root: str, mri_data: str, mri_config: str, mri_key: str, venv: str,
                 headline: dict[str, Any]) -> dict[str, Any]:
-        """TFDS's stock video rows, then (with the peers venv) every read-time peer and vidvol's MRI rows at its batch."""
         from common import inputs
         from peers import env as peers_env
         from vidvol.testing import samples
@@ -289,7 +287,6 @@ class Peers(section.Section):
     def tfds_rows(self, work: str, settings: PeersSettings, hmdb51_root: str) -> list[dict[str, Any]]:
         """TFDS's stock `tfds.features.Video` of the same frames, built afresh, read with plain tfds.load per batch."""
         import shutil
-
         from peers import tfds as peers_tfds
         from common.read_job import ReadJob
 
@@ -312,26 +309,21 @@ class Peers(section.Section):
         return rows
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Ratios of vidvol's rows to each peer's, the best peer per batch (augmented or not), and the notes."""
         return peers_report.summarize(doc)
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """vidvol.load vs the best read-time video peer (float32, raw) and vs MONAI PersistentDataset (MRI)."""
         return peers_report.targets(doc)
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, the video and volume tables with ratios, who wins where, versions."""
         return peers_report.markdown(doc)
 
     def run_settings(self, ctx: section.Context) -> PeersSettings:
-        """The run's timed runs and seconds, its hmdb51 batch sizes and its first MRI grid."""
         s = ctx.settings
         batches = tuple(s.hmdb51_path_batches)[:1] if s.quick else tuple(s.hmdb51_path_batches)  # quick: one, cheap
         return dataclasses.replace(self.mode_settings(s.quick), runs=s.runs, min_seconds=s.min_seconds,
                                    video_batches=batches, raw_batch=s.hmdb51_batch, mri_size=int(s.mri[0][1]["shape"][0]))
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's inputs, its builds and its headline rows; the venv at OUT/peers_venv."""
         s = ctx.settings
         tag = s.mri[0][0]
         return {"hmdb51_root": os.path.join(ctx.inputs_dir, "hmdb51"), "hmdb51_data": ctx.path("data", "hmdb51"),
@@ -345,7 +337,6 @@ class Peers(section.Section):
                             "in full mode when missing, never in quick mode")
 
     def standalone_inputs(self, out: str, settings: PeersSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
-        """What a benchmark run into OUT left: its results.json (headline rows), inputs and builds."""
         from common import suite
 
         path = os.path.join(out, "results.json")

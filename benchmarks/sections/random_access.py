@@ -58,7 +58,6 @@ def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: i
     """{pipeline: factory of a fresh `next_batch`}: each factory opens its pipeline anew (one per round)."""
     import grain
     import tensorflow_datasets as tfds
-
     import vidvol
 
     def sequential():
@@ -90,7 +89,6 @@ def build(manual_dir: str, data_dir: str, config: str, file_format: str = "tfrec
     """hmdb51/`config` from `manual_dir` into `data_dir` in this process (multi-threaded Beam), unless prepared."""
     import tensorflow_datasets as tfds
     from apache_beam.options.pipeline_options import PipelineOptions
-
     import vidvol  # noqa: F401
 
     builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir, file_format=file_format)
@@ -125,7 +123,6 @@ class RandomAccess(section.Section):
 
     def measure(self, work: str, settings: RandomAccessSettings, *, manual_dir: str,
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
-        """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
         name = f"hmdb51/{settings.config}"
         dirs = build_both(manual_dir, tfrecord_dir, work, settings.config)
         import tensorflow_datasets as tfds
@@ -145,7 +142,6 @@ class RandomAccess(section.Section):
                 "peak_rss_mib": round(measure.peak_rss_mib(), 1)}  # VmHWM: not run.py's peak, as ru_maxrss would be
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Ratios to the sequential rate, and the notes."""
         r = doc["results"]
         seq = r["sequential"]
         for p in PIPELINES:
@@ -155,7 +151,6 @@ class RandomAccess(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """Batch reads and the better Grain pipeline, each against the sequential rate."""
         r = doc["results"]
         best = max(("grain_threads", "grain_processes"), key=lambda p: r[p]["of_sequential"])
         return [
@@ -172,7 +167,6 @@ class RandomAccess(section.Section):
         ]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then the rate of every pipeline and its share of the sequential rate."""
         s = doc
         out = ["## Random access (ArrayRecord): by index vs sequential", "",
                f"`benchmarks/sections/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
@@ -191,13 +185,11 @@ class RandomAccess(section.Section):
         return out
 
     def run_settings(self, ctx: section.Context) -> RandomAccessSettings:
-        """The run's hmdb51 inputs, default config, timed runs and hmdb51 batch size."""
         s = ctx.settings
         return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
                                    runs=s.runs, batch_size=s.hmdb51_batch)
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs and its TFRecord build of them."""
         return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -205,7 +197,6 @@ class RandomAccess(section.Section):
 
     def standalone_inputs(self, out: str, settings: RandomAccessSettings, inputs_dir: str,
                           args: argparse.Namespace) -> dict[str, Any]:
-        """The hmdb51 inputs of the mode (reused when present)."""
         from common import inputs
 
         root = os.path.join(inputs_dir, "hmdb51")

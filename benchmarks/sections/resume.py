@@ -122,7 +122,6 @@ def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -
     """Checkpoint bytes and seconds to the first batch after a restore at 10 % and 90 % of an epoch (module docstring)."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
-
     import vidvol
 
     builder = tfds.builder_from_directory(data_path)
@@ -167,7 +166,6 @@ def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]
     """Small sample builds (standalone runs): (label, data_path, batch size) of hmdb51, fire_hrr, mri_volumes."""
     import tensorflow_datasets as tfds
     from apache_beam.options.pipeline_options import PipelineOptions
-
     import vidvol  # noqa: F401
     from vidvol.testing import samples
 
@@ -251,7 +249,6 @@ class Resume(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's TFRecord builds: hmdb51 default config, the smaller fire_hrr build, the first mri_volumes build."""
         s = ctx.settings
         wanted = [("hmdb51", ctx.path("data", "hmdb51"), f"hmdb51/{s.hmdb51_config}", s.hmdb51_batch),
                   ("fire_hrr", ctx.path("data", f"fire_{min(s.fire_counts)}"), f"fire_hrr/{s.fire_config}", s.fire_batch),

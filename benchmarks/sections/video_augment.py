@@ -58,10 +58,8 @@ def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
 def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, calls: int) -> dict[str, dict[str, Any]]:
     """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating."""
     import time
-
     import numpy as np
     import tensorflow as tf
-
     from vidvol.readers import rng
     from vidvol.readers.tfdata import stages
 
@@ -120,9 +118,7 @@ class VideoAugmentCost(section.Section):
 
     def measure(self, work: str, settings: VideoAugmentSettings, *, manual_dir: str,
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
-        """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
         import tensorflow_datasets as tfds
-
         import vidvol
         from sections.random_access import build, summarize_rounds, timed
 
@@ -161,7 +157,6 @@ class VideoAugmentCost(section.Section):
                 "augments": {p: repr(a) for p, (a, _) in made.items()}}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Each pipeline's cost against `off`, paired per round (wall and cpu-normalized), and the notes."""
         off = doc["runs"]["off"]
         for p, r in doc["results"].items():
             pairs = list(zip(doc["runs"][p], off))
@@ -172,14 +167,12 @@ class VideoAugmentCost(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """Each training augmentation's cost, at most 10 % of the read rate."""
         r = doc["results"]
         return [section.target(
             f"hmdb51 (batch {doc['batch_size']}): vidvol.load with {_label(doc, p)} costs vs without", r[p]["cost"],
             TARGET_COST, op="<=", unit="%", cpu_value=r[p]["cost_cpu"], note=NOTES[p]) for p in TRAINING]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then every pipeline's rate and cost."""
         out = ["## Video augmentation: vidvol.load with VideoAugment on vs off", "",
                f"`benchmarks/sections/video_augment.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): "
                f"`{doc['dataset']}` {doc['split']} ({doc['examples']} clips), batches of {doc['batch_size']}, "
@@ -206,17 +199,14 @@ class VideoAugmentCost(section.Section):
         return out
 
     def run_settings(self, ctx: section.Context) -> VideoAugmentSettings:
-        """The run's hmdb51 inputs, default config, timed runs and hmdb51 batch size."""
         s = ctx.settings
         return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
                                    runs=s.runs, min_seconds=s.min_seconds, batch_size=s.hmdb51_batch)
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs and its TFRecord build of them."""
         return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
 
     def standalone_inputs(self, out: str, settings: VideoAugmentSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
-        """The hmdb51 inputs of the mode (reused when present); the build goes under OUT/video_augment."""
         from common import inputs
 
         root = os.path.join(inputs_dir, "hmdb51")

@@ -160,7 +160,6 @@ def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, 
     """The same build in this process (Beam in memory), under a sampler of this process: quick mode's plumbing."""
     import tensorflow_datasets as tfds
     from apache_beam.options.pipeline_options import PipelineOptions
-
     import vidvol  # noqa: F401
 
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -192,7 +191,6 @@ class VolumeMemory(section.Section):
     ]
 
     def measure(self, work: str, settings: VolumeMemorySettings, *, inputs_dir: str) -> dict[str, Any]:
-        """Writes (or reuses) the sources and builds each size once."""
         sources = write_inputs(os.path.join(inputs_dir, "volume_memory"), settings.sizes_mib)
         rows = []
         for size in settings.sizes_mib:
@@ -209,7 +207,6 @@ class VolumeMemory(section.Section):
                 "isolated": settings.isolate, "rows": rows}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Per row: inputs accounted for (examples + skips, of 2); how the peak moved from the smallest source to the largest."""
         for row in doc["rows"]:
             row["accounted"] = row["examples"] + len(row["skipped"])
         lo, hi = doc["rows"][0], doc["rows"][-1]
@@ -218,7 +215,6 @@ class VolumeMemory(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """The largest source's build peak, and every input an example or a skip in every build."""
         last = doc["rows"][-1]
         size = f"{last['inflated_bytes'] / GIB:.2f} GiB" if last["inflated_bytes"] >= GIB else f"{last['size_mib']} MiB"
         failed = [r["size_mib"] for r in doc["rows"] if r["exit_code"] != 0]
@@ -232,7 +228,6 @@ class VolumeMemory(section.Section):
         ]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then one row per source size."""
         out = ["## MRI build memory against source size", "",
                f"`benchmarks/sections/volume_memory.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
                f"`tfds build mri_volumes/{doc['config']}` over one int16 .nii.gz source and a 1.4 KB header bomb "
@@ -254,7 +249,6 @@ class VolumeMemory(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """Its sources live beside the run's other inputs."""
         return {"inputs_dir": ctx.inputs_dir}
 
     def standalone_inputs(self, out: str, settings: section.Settings, inputs_dir: str, args: Any) -> dict[str, Any]:
