@@ -343,21 +343,15 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
 
 
 def _alone_note(b: dict[str, Any]) -> str:
-    """A build row's note: its main alone (or, in results from before the phases, the build logs' span)."""
-    if not b.get("build_ratio"):
-        return ""
-    if "full_phases" not in b:
-        return (f"from the build logs (the command's start left out): {b['resumed_build_s']:.0f} s vs "
-                f"{b['full_build_s']:.0f} s, {b['build_ratio']:.0%}")
+    """A build row's note: its main alone."""
     return (f"the build alone (the command's start-up and exit left out): {b['resumed_build_s']:.1f} s "
-            f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}")
+            f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}") if b.get("build_ratio") else ""
 
 
 def _fixed(b: dict[str, Any]) -> str:
-    """A build row's start-up and exit seconds (interpreter, imports, exit), full / resumed; '-' for older results."""
-    def one(p: dict[str, float] | None) -> str:
-        return f"{p['interpreter_s'] + p['imports_s'] + p['exit_s']:.1f} s" if p else "?"
-    return f"{one(b.get('full_phases'))} / {one(b.get('resumed_phases'))}" if b.get("full_phases") else "-"
+    """A build row's start-up and exit seconds (interpreter, imports, exit), full / resumed."""
+    return " / ".join(f"{p['interpreter_s'] + p['imports_s'] + p['exit_s']:.1f} s"
+                      for p in (b["full_phases"], b["resumed_phases"]))
 
 
 class BuildResume(section.Section):
@@ -430,22 +424,13 @@ class BuildResume(section.Section):
                 f"hmdb51 {counts['hmdb51_clips']:,} clips" if counts.get("hmdb51_clips") else "",
                 f"fire_hrr {counts['fire_experiments']} experiments" if counts.get("fire_experiments") else "") if text)
                     + " (hard links of the run's generated inputs, each decoded for real).", ""]
-        if all("full_phases" in b for b in doc["builds"]):
-            out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
-                                 "start-up + exit (full / resumed)", "the build alone", "identical"],
-                                [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
-                                  f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}", _fixed(b),
-                                  f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
-                                  if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
-        else:  # results from before the phases were noted: the build logs' spans, to the second
-            out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
-                                 "the same without the command's start", "identical"],
-                                [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
-                                  f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}",
-                                  f"{b['resumed_build_s']:.0f} s / {b['full_build_s']:.0f} s = {b['build_ratio']:.0%}"
-                                  if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
-        if all("full_phases" in b for b in doc["builds"]):
-            out += [PHASES_NOTE, ""]
+        out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
+                             "start-up + exit (full / resumed)", "the build alone", "identical"],
+                            [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
+                              f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}", _fixed(b),
+                              f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
+                              if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
+        out += [PHASES_NOTE, ""]
         if doc.get("startup_s"):
             out += [f"Starting and ending `python -c \"import vidvol.beam_jobs.build\"` alone takes {doc['startup_s']:.1f} s "
                     "here (interpreter, TensorFlow, TFDS, Beam): every build command pays it, the resumed run as much "
