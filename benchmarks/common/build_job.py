@@ -9,7 +9,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.dask_builds import AttemptWatch
@@ -17,6 +17,7 @@ from common import jobs, measure
 from common.streams import busy_cpu_seconds
 
 MIB = 2**20
+IN_MEMORY = ("--direct_num_workers=1", "--direct_running_mode=in_memory")
 TFDS_CLI = (sys.executable, "-m", "tensorflow_datasets.scripts.cli.main")  # `tfds`, as a user runs it
 
 
@@ -41,18 +42,28 @@ def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, l
     return wall, usage.ru_utime + usage.ru_stime, monitor
 
 
-def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
-                monitor_interval: float, target: str | None = None) -> tuple[float, float, measure.TreeSampler]:
-    """Runs download_and_prepare here under a TreeSampler of this process (and its Beam workers, if any)."""
+def prepare(name: str, manual_dir: str, data_dir: str, flags: Sequence[str] = IN_MEMORY, *,
+            before: Callable[[], Any] | None = None, **builder_kwargs: Any) -> Any:
+    """`tfds.builder(name)` prepared in this process (Beam with `flags`) unless it is; `before()` first if not."""
     import tensorflow_datasets as tfds
     from apache_beam.options.pipeline_options import PipelineOptions
     import vidvol  # noqa: F401
 
+    builder = tfds.builder(name, data_dir=data_dir, **builder_kwargs)
+    if not builder.is_prepared():
+        if before:
+            before()
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=manual_dir, beam_options=PipelineOptions(list(flags))))
+    return builder
+
+
+def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
+                monitor_interval: float, target: str | None = None) -> tuple[float, float, measure.TreeSampler]:
+    """Runs download_and_prepare here under a TreeSampler of this process (and its Beam workers, if any)."""
     with measure.TreeSampler(os.getpid(), monitor_interval) as monitor:
         start, cpu_start = time.monotonic(), _cpu_seconds()
-        builder = tfds.builder(target or f"{name}/{config}", data_dir=data_dir)
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            manual_dir=manual_dir, beam_options=PipelineOptions(beam_flags(workers, running_mode))))
+        prepare(target or f"{name}/{config}", manual_dir, data_dir, beam_flags(workers, running_mode))
     return time.monotonic() - start, _cpu_seconds() - cpu_start, monitor
 
 

@@ -87,16 +87,10 @@ def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: i
 
 def build(manual_dir: str, data_dir: str, config: str, file_format: str = "tfrecord") -> None:
     """hmdb51/`config` from `manual_dir` into `data_dir` in this process (multi-threaded Beam), unless prepared."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
-    import vidvol  # noqa: F401
+    from common import build_job
 
-    builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir, file_format=file_format)
-    if not builder.is_prepared():
-        workers = len(os.sched_getaffinity(0))
-        options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            manual_dir=manual_dir, beam_options=options))
+    build_job.prepare(f"hmdb51/{config}", manual_dir, data_dir, build_job.beam_flags(
+        len(os.sched_getaffinity(0)), "multi_threading"), file_format=file_format)
 
 
 def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str) -> dict[str, str]:

@@ -164,12 +164,9 @@ def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -
 
 def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]]:
     """Small sample builds (standalone runs): (label, data_path, batch size) of hmdb51, fire_hrr, mri_volumes."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
-    import vidvol  # noqa: F401
+    from common import build_job
     from vidvol.testing import samples
 
-    options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     plans = [("hmdb51", "hmdb51/split1_20x64x64", 8, lambda m: samples.write_hmdb51_layout(
                  m, videos_per_class=sizes["hmdb_videos"], num_frames=(20, 40), height=120, width=160, splits=(1,))),
              ("fire_hrr", "fire_hrr/161x135x240", 1, lambda m: samples.write_fire_hrr_frames(
@@ -180,11 +177,7 @@ def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]
     out = []
     for label, name, batch, write in plans:
         manual, data_dir = os.path.join(work, "manual", label), os.path.join(work, "data")
-        builder = tfds.builder(name, data_dir=data_dir)
-        if not builder.is_prepared():
-            write(manual)
-            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual,
-                                                                                      beam_options=options))
+        builder = build_job.prepare(name, manual, data_dir, before=lambda w=write, m=manual: w(m))
         out.append((label, os.fspath(builder.data_path), batch))
     return out
 

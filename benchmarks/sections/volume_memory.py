@@ -158,18 +158,13 @@ def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, tim
 
 def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, Any]:
     """The same build in this process (Beam in memory), under a sampler of this process: quick mode's plumbing."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
-    import vidvol  # noqa: F401
+    from common import build_job
 
     shutil.rmtree(data_dir, ignore_errors=True)
     start, exit_code, error = time.monotonic(), 0, ""
     with measure.TreeSampler(os.getpid(), interval) as monitor:
         try:
-            builder = tfds.builder(f"mri_volumes/{CONFIG}", data_dir=data_dir)
-            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-                manual_dir=manual_dir, beam_options=PipelineOptions(["--direct_num_workers=1",
-                                                                     "--direct_running_mode=in_memory"])))
+            build_job.prepare(f"mri_volumes/{CONFIG}", manual_dir, data_dir)
         except Exception as e:  # a dead build is this measurement's result
             exit_code, error = 1, f"{type(e).__name__}: {e}"[-1500:]
     return _record(monitor, data_dir, exit_code, time.monotonic() - start, error)
