@@ -10,7 +10,7 @@ import logging
 import multiprocessing
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import cv2
@@ -23,6 +23,7 @@ from vidvol.testing import samples
 logger = logging.getLogger(__name__)
 
 STAMP = "inputs.json"
+FIRE_COLUMNS = ("experiment", "frame", "hrr", "time")
 HMDB51_FPS = 30.0
 
 
@@ -233,13 +234,14 @@ def fire_plan(root: str, *, experiments: int, frames: int, height: int = 540, wi
                                           height=height, width=width, quality=quality, fps=fps))
             for e in range(experiments)]
 
-    def finish(results: list[Any]) -> None:
-        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["experiment", "frame", "hrr", "time"])
-            writer.writerows(row for chunk in results for row in chunk)
+    return InputPlan(root, spec, jobs, lambda results: _write_labels(root, FIRE_COLUMNS, (
+        row for chunk in results for row in chunk)))
 
-    return InputPlan(root, spec, jobs, finish)
+
+def _write_labels(root: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """root/labels.csv: the header, then the rows."""
+    with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([header, *rows])
 
 
 def _link(src: str, dst: str) -> None:
@@ -302,14 +304,8 @@ def _link_fire(source: str, root: str, experiments: int) -> list[list[Any]]:
 def fire_replicated_plan(root: str, source: str, experiments: int) -> InputPlan:
     """`experiments` fire_hrr experiments made of hard links of `source`'s frames (its experiments in turn)."""
     spec = {"kind": "fire_hrr", "replicated_from": _source_spec(source), "experiments": experiments}
-
-    def finish(results: list[Any]) -> None:
-        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["experiment", "frame", "hrr", "time"])
-            writer.writerows(results[0])
-
-    return InputPlan(root, spec, [(_link_fire, dict(source=source, root=root, experiments=experiments))], finish)
+    return InputPlan(root, spec, [(_link_fire, dict(source=source, root=root, experiments=experiments))],
+                     lambda results: _write_labels(root, FIRE_COLUMNS, results[0]))
 
 
 def describe_fire(root: str) -> dict[str, Any]:
@@ -423,14 +419,8 @@ def mri_plan(root: str, *, num: int, shape: Sequence[int], spacing: Sequence[flo
     rels = [f"volumes/sub-{i + 1:03d}.nii.gz" for i in range(num)]
     jobs = [(_write_mri, dict(path=os.path.join(root, rel), shape=tuple(shape), spacing=tuple(spacing), seed=i))
             for i, rel in enumerate(rels)]
-
-    def finish(results: list[Any]) -> None:
-        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["path", "label", "subject"])
-            writer.writerows([rel, "patient" if i % 2 else "control", f"sub-{i + 1:03d}"] for i, rel in enumerate(rels))
-
-    return InputPlan(root, spec, jobs, finish)
+    return InputPlan(root, spec, jobs, lambda results: _write_labels(root, ["path", "label", "subject"], (
+        [rel, "patient" if i % 2 else "control", f"sub-{i + 1:03d}"] for i, rel in enumerate(rels))))
 
 
 def describe_mri(root: str) -> dict[str, Any]:
@@ -441,13 +431,12 @@ def describe_mri(root: str) -> dict[str, Any]:
     return {"mean_file_mib": round(stored / len(paths) / 2**20, 2), "gzip_ratio": round(raw / stored, 2)}
 
 
-def mri_paths(root: str) -> list[str]:
-    """Absolute paths of the volumes listed in root/labels.csv, in file order."""
+def mri_paths(root: str, column: str = "path") -> list[str]:
+    """Absolute paths (or another column) of the volumes listed in root/labels.csv, in file order."""
     with open(os.path.join(root, "labels.csv"), newline="", encoding="utf-8") as f:
-        return [os.path.join(root, row["path"]) for row in csv.DictReader(f)]
+        return [os.path.join(root, row[column]) if column == "path" else row[column] for row in csv.DictReader(f)]
 
 
 def mri_labels(root: str) -> list[str]:
     """Label of each volume listed in root/labels.csv, in file order."""
-    with open(os.path.join(root, "labels.csv"), newline="", encoding="utf-8") as f:
-        return [row["label"] for row in csv.DictReader(f)]
+    return mri_paths(root, "label")
