@@ -236,3 +236,23 @@ class Section(abc.ABC):
         for row in doc["targets"]:
             print(f"[{self.key}] {verdict(row)}", flush=True)
         return 0
+
+
+class Hmdb51Section(Section):
+    """A section over the run's hmdb51 inputs and TFRecord build (its settings: `hmdb51`, `config`, `batch_size`)."""
+
+    def run_settings(self, ctx: Context) -> Settings:
+        s = ctx.settings
+        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
+                                   runs=s.runs, batch_size=s.hmdb51_batch)
+
+    def run_inputs(self, ctx: Context) -> dict[str, Any]:
+        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
+
+    def standalone_inputs(self, out: str, settings: Any, inputs_dir: str, args: argparse.Namespace) -> dict[str, Any]:
+        """The hmdb51 inputs of the mode (reused when present)."""
+        from common import inputs
+
+        root = os.path.join(inputs_dir, "hmdb51")
+        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
+        return {"manual_dir": root}

@@ -102,7 +102,7 @@ def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str
     return dirs
 
 
-class RandomAccess(section.Section):
+class RandomAccess(section.Hmdb51Section):
     """By-index reads and Grain batches over ArrayRecord shards vs sequential `vidvol.load` (TFRecord)."""
 
     key = "random_access"
@@ -123,13 +123,7 @@ class RandomAccess(section.Section):
 
         examples = tfds.builder(name, data_dir=dirs["array_record"]).info.splits["train"].num_examples
         factories = pipelines(name, dirs["tfrecord"], dirs["array_record"], settings.batch_size)
-        runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
-        for _ in range(settings.runs):
-            for pipeline in PIPELINES:
-                runs[pipeline].append(timed(factories[pipeline](), min_seconds=settings.min_seconds))
-                last = runs[pipeline][-1]
-                print(f"[random_access] {pipeline}: {last['examples_per_s']:.0f} examples/s "
-                      f"({last['cores_used']:.2f} cores, others {last['other_cores_busy']:.2f})", flush=True)
+        runs = rounds(factories, settings, "random_access", "examples")
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
                 "batch_size": settings.batch_size, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
                 "results": {p: summarize_rounds(r) for p, r in runs.items()},
@@ -178,24 +172,21 @@ class RandomAccess(section.Section):
         out += [f"- {line}" for line in s.get("notes", []) + s.get("method", [])] + [""]
         return out
 
-    def run_settings(self, ctx: section.Context) -> RandomAccessSettings:
-        s = ctx.settings
-        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
-                                   runs=s.runs, batch_size=s.hmdb51_batch)
-
-    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
-
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--rounds", dest="runs", type=int, default=None, help="override the timed rounds")
 
-    def standalone_inputs(self, out: str, settings: RandomAccessSettings, inputs_dir: str,
-                          args: argparse.Namespace) -> dict[str, Any]:
-        from common import inputs
 
-        root = os.path.join(inputs_dir, "hmdb51")
-        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
-        return {"manual_dir": root}
+def rounds(factories: dict[str, Callable[[], Callable[[], int]]], settings: Any, tag: str,
+           unit: str) -> dict[str, list[dict[str, float]]]:
+    """`timed` runs of every pipeline, each once per round (`settings.runs` rounds): load changes hit all alike."""
+    runs: dict[str, list[dict[str, float]]] = {p: [] for p in factories}
+    for _ in range(settings.runs):
+        for pipeline, factory in factories.items():
+            last = timed(factory(), min_seconds=settings.min_seconds)
+            runs[pipeline].append(last)
+            print(f"[{tag}] {pipeline}: {last['examples_per_s']:.0f} {unit}/s ({last['cores_used']:.2f} cores, "
+                  f"others {last['other_cores_busy']:.2f})", flush=True)
+    return runs
 
 
 def summarize_rounds(runs: Sequence[dict[str, float]]) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def _label(doc: dict[str, Any], pipeline: str) -> str:
     return LABELS[pipeline].format(c=doc["crop_size"], s=doc["small_crop"])
 
 
-class VideoAugmentCost(section.Section):
+class VideoAugmentCost(section.Hmdb51Section):
     """vidvol.load with read-time video augmentation vs without, on the same data and batches."""
 
     key = "video_augment"
@@ -120,7 +120,7 @@ class VideoAugmentCost(section.Section):
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
         import tensorflow_datasets as tfds
         import vidvol
-        from sections.random_access import build, summarize_rounds, timed
+        from sections.random_access import build, rounds, summarize_rounds
 
         name = f"hmdb51/{settings.config}"
         data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")
@@ -135,13 +135,7 @@ class VideoAugmentCost(section.Section):
             batches = iter(tfds.as_numpy(ds))
             return lambda: len(next(batches)[1])
 
-        runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
-        for _ in range(settings.runs):
-            for pipeline in PIPELINES:
-                runs[pipeline].append(timed(factory(pipeline), min_seconds=settings.min_seconds))
-                last = runs[pipeline][-1]
-                print(f"[video_augment] {pipeline}: {last['examples_per_s']:.0f} clips/s ({last['cores_used']:.2f} "
-                      f"cores, others {last['other_cores_busy']:.2f})", flush=True)
+        runs = rounds({p: lambda p=p: factory(p) for p in PIPELINES}, settings, "video_augment", "clips")
         ds = vidvol.load(name, "train", settings.batch_size, data_dir=data_dir, seed=0, repeat=True, drop_remainder=True,
                          spec=vidvol.ReadSpec(output=vidvol.Output(features=["video"], dtype="uint8")))
         frames = next(iter(tfds.as_numpy(ds)))["video"]
@@ -199,19 +193,7 @@ class VideoAugmentCost(section.Section):
         return out
 
     def run_settings(self, ctx: section.Context) -> VideoAugmentSettings:
-        s = ctx.settings
-        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
-                                   runs=s.runs, min_seconds=s.min_seconds, batch_size=s.hmdb51_batch)
-
-    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
-
-    def standalone_inputs(self, out: str, settings: VideoAugmentSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
-        from common import inputs
-
-        root = os.path.join(inputs_dir, "hmdb51")
-        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
-        return {"manual_dir": root}
+        return dataclasses.replace(super().run_settings(ctx), min_seconds=ctx.settings.min_seconds)
 
 
 def vidvol_row(doc: dict[str, Any] | None, pipeline: str = "random_resized_crop_stored_size") -> dict[str, Any] | None:
