@@ -41,13 +41,9 @@ def cpu_model() -> str:
 
 def machine() -> dict[str, Any]:
     """Cores, CPU model, memory, platform and the current load average."""
-    return {
-        "cores": len(os.sched_getaffinity(0)),
-        "cpu_model": cpu_model(),
-        "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
-        "platform": platform.platform(),
-        "load_before": [round(x, 2) for x in os.getloadavg()],
-    }
+    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": cpu_model(),
+            "memory_gib": round(psutil.virtual_memory().total / GIB, 1), "platform": platform.platform(),
+            "load_before": [round(x, 2) for x in os.getloadavg()]}
 
 
 def versions() -> dict[str, str]:
@@ -61,11 +57,10 @@ def versions() -> dict[str, str]:
 
     jpeg = next((line.split(":", 1)[1].strip() for line in cv2.getBuildInformation().splitlines()
                  if line.strip().startswith("JPEG:")), "unknown")
-    return {
-        "python": platform.python_version(), "tensorflow": tensorflow.__version__,
-        "tensorflow-datasets": tensorflow_datasets.__version__, "apache-beam": apache_beam.__version__,
-        "opencv": cv2.__version__, "opencv JPEG": jpeg, "nibabel": nibabel.__version__, "numpy": numpy.__version__,
-    }
+    return {"python": platform.python_version(), "tensorflow": tensorflow.__version__,
+            "tensorflow-datasets": tensorflow_datasets.__version__, "apache-beam": apache_beam.__version__,
+            "opencv": cv2.__version__, "opencv JPEG": jpeg, "nibabel": nibabel.__version__,
+            "numpy": numpy.__version__}
 
 
 def write_inputs(ctx: section.Context) -> dict[str, Any]:
@@ -77,10 +72,8 @@ def write_inputs(ctx: section.Context) -> dict[str, Any]:
              inputs.fire_plan(os.path.join(root, "fire_hrr"), **s.fire)]
     plans += [inputs.mri_plan(os.path.join(root, f"mri_{tag}"), **spec) for tag, spec in s.mri]
     written = inputs.write_inputs(plans, workers=ctx.cores if s.isolate else 1)
-    desc = {
-        "hmdb51": {**plans[0].spec, **inputs.describe_hmdb51(plans[0].root)},
-        "fire_hrr": {**plans[1].spec, **inputs.describe_fire(plans[1].root)},
-    }
+    desc = {"hmdb51": {**plans[0].spec, **inputs.describe_hmdb51(plans[0].root)},
+            "fire_hrr": {**plans[1].spec, **inputs.describe_fire(plans[1].root)}}
     for (tag, _), plan in zip(s.mri, plans[2:]):
         desc[f"mri_{tag}"] = {**plan.spec, **inputs.describe_mri(plan.root)}
     for d, w in zip(desc.values(), written):

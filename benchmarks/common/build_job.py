@@ -31,9 +31,8 @@ def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, l
          ) -> tuple[float, float, measure.TreeSampler]:
     """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler)."""
     options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
-    cmd = [*tfds_cli, "build", target or f"{name}/{config}",
-           "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
-           f"--beam_pipeline_options={options}", *extra]
+    cmd = [*tfds_cli, "build", target or f"{name}/{config}", "--imports", "vidvol", "--manual_dir", manual_dir,
+           "--data_dir", data_dir, f"--beam_pipeline_options={options}", *extra]
     start = time.monotonic()
     returncode, usage, monitor = jobs.run_command(cmd, log_path, interval=monitor_interval)  # usage: driver + workers
     wall = time.monotonic() - start

@@ -194,13 +194,11 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
     print(f"[cluster] build {dataset} from {manual_dir} on {workers} dask worker(s)", flush=True)
     r, cost = jobs.json_job(__file__, job, work, tag, timeout)
     wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
-    r.update({
-        "wall_s": round(wall, 2),
-        "examples_per_s": round(r["examples"] / r["write_s"], 3) if r["write_s"] else None,
-        "build_examples_per_s": round(r["examples"] / r["build_s"], 3),
-        "e2e_examples_per_s": round(r["examples"] / wall, 3),
-        "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "other_cores_busy": round(others, 2),
-    })
+    r.update({"wall_s": round(wall, 2),
+              "examples_per_s": round(r["examples"] / r["write_s"], 3) if r["write_s"] else None,
+              "build_examples_per_s": round(r["examples"] / r["build_s"], 3),
+              "e2e_examples_per_s": round(r["examples"] / wall, 3), "cpu_s": round(cpu, 2),
+              "cores_used": round(cpu / wall, 2), "other_cores_busy": round(others, 2)})
     st = r["steps_s"]
     print(f"[cluster]   {r['examples']} examples in {r['shards']} shards: writing {r['write_s']} s "
           f"({r['examples_per_s']} ex/s, {r['shards_in_flight']} shards in flight), build() {r['build_s']} s, end to end "

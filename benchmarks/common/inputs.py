@@ -163,11 +163,9 @@ class FireScene:
         self.height, self.width = height, width
         y, x = np.mgrid[0:height, 0:width].astype(np.float32)
         phase = rng.uniform(0, 2 * np.pi, 3)
-        room = np.stack([
-            45 + 25 * np.sin(x / width * 3 + phase[0]) + 25 * y / height,
-            40 + 18 * np.cos(y / height * 2 + phase[1]),
-            35 + 14 * np.sin((x + y) / (width + height) * 4 + phase[2]),
-        ], axis=-1)
+        room = np.stack([45 + 25 * np.sin(x / width * 3 + phase[0]) + 25 * y / height,
+                         40 + 18 * np.cos(y / height * 2 + phase[1]),
+                         35 + 14 * np.sin((x + y) / (width + height) * 4 + phase[2])], axis=-1)
         room += 40 * (_smooth_noise(rng, (height, width), 2.0)[..., None] - 0.5)
         floor = int(height * 0.82)
         room[floor:] += 25  # a floor with an edge, a wall corner, a burner tray

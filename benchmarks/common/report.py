@@ -409,8 +409,6 @@ def finite_numbers(obj: Any, where: str = "results") -> list[str]:
 def write_all(results: Mapping[str, Any], out_dir: str, sections: Mapping[str, Render] | None = None) -> dict[str, str]:
     """Writes results.json, RESULTS.md (with the `sections` renderers) and results.png into out_dir; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
-    return {
-        "json": write_json(results, os.path.join(out_dir, "results.json")),
-        "markdown": write_markdown(results, os.path.join(out_dir, "RESULTS.md"), sections),
-        "chart": chart(results, os.path.join(out_dir, "results.png")),
-    }
+    return {"json": write_json(results, os.path.join(out_dir, "results.json")),
+            "markdown": write_markdown(results, os.path.join(out_dir, "RESULTS.md"), sections),
+            "chart": chart(results, os.path.join(out_dir, "results.png"))}

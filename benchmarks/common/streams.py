@@ -53,11 +53,9 @@ def stream_rate(make: Callable[[], Iterator[Any]], *, count: Callable[[Any], int
 def run_summary(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
     """Medians of timed runs (`stream_rate` results) and every run's rate, as read rows report them."""
     rates = [r["examples_per_s"] for r in runs]
-    return {
-        "examples_per_s_runs": [round(r, 3) for r in rates],
-        "examples_per_s": round(float(statistics.median(rates)), 3),
-        "cpu_examples_per_s": round(float(statistics.median(r["cpu_examples_per_s"] for r in runs)), 3),
-        "cores_used": round(float(statistics.median(r["cores_used"] for r in runs)), 2),
-        "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
-        "examples_timed": sum(r["examples"] for r in runs),
-    }
+    return {"examples_per_s_runs": [round(r, 3) for r in rates],
+            "examples_per_s": round(float(statistics.median(rates)), 3),
+            "cpu_examples_per_s": round(float(statistics.median(r["cpu_examples_per_s"] for r in runs)), 3),
+            "cores_used": round(float(statistics.median(r["cores_used"] for r in runs)), 2),
+            "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
+            "examples_timed": sum(r["examples"] for r in runs)}

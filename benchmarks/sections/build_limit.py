@@ -103,14 +103,11 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
         serialize_cpu += time.process_time() - t1
         example_cpu += t1 - t0
         examples += len(items)
-    return {
-        "sources": len(sources), "examples": examples, "source_frames": frames,
-        "tight_cpu_s": round(tight_cpu, 2), "example_fn_cpu_s": round(example_cpu, 2),
-        "serialize_cpu_s": round(serialize_cpu, 2),
-        "limit_frames_per_s_one_core": round(frames / tight_cpu, 1),
-        "example_fn_frames_per_s_one_core": round(frames / example_cpu, 1),
-        "with_serialization_frames_per_s_one_core": round(frames / (example_cpu + serialize_cpu), 1),
-    }
+    return {"sources": len(sources), "examples": examples, "source_frames": frames,
+            "tight_cpu_s": round(tight_cpu, 2), "example_fn_cpu_s": round(example_cpu, 2),
+            "serialize_cpu_s": round(serialize_cpu, 2), "limit_frames_per_s_one_core": round(frames / tight_cpu, 1),
+            "example_fn_frames_per_s_one_core": round(frames / example_cpu, 1),
+            "with_serialization_frames_per_s_one_core": round(frames / (example_cpu + serialize_cpu), 1)}
 
 
 def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, frames_per_source_scale: float = 1.0

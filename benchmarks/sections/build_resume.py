@@ -386,10 +386,9 @@ class BuildResume(section.Section):
                   resumed_build("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings.num_shards)]
         grows = [grown_build(b["label"], b["dataset"], m, work, settings.num_shards, b)
                  for b, m in zip(builds, (fire_manual, hmdb51_manual))]
-        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "builds": builds,
-                "grows": grows,
-                "inputs": counts,
-                "startup_s": startup_cost(), "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
+        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)),
+                "builds": builds, "grows": grows, "inputs": counts, "startup_s": startup_cost(),
+                "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows = [section.target(f"{b['label']}: resumed run after a kill at {b['shards_done_when_killed']}/{b['shards']} "

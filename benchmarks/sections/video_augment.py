@@ -144,10 +144,9 @@ class VideoAugmentCost(section.Hmdb51Section):
             print(f"[video_augment] step {p}: crop {r['crop_ms']:.2f} ms, float conversion {r['float_ms']:.2f} ms "
                   f"per batch", flush=True)
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples, "step": step,
-                "batch_size": settings.batch_size, "crop_size": settings.crop_size, "small_crop": settings.small_crop,
-                "rounds": settings.runs,
-                "cores": len(os.sched_getaffinity(0)), "runs": runs,
-                "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "batch_size": settings.batch_size, "crop_size": settings.crop_size,
+                "small_crop": settings.small_crop, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
+                "runs": runs, "results": {p: summarize_rounds(r) for p, r in runs.items()},
                 "augments": {p: repr(a) for p, (a, _) in made.items()}}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
