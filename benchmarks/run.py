@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import logging
 import os
 import platform
 import shutil
@@ -31,12 +29,9 @@ def cpu_model() -> str:
     """CPU model name from /proc/cpuinfo (or platform.processor())."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
 
 
 def machine() -> dict[str, Any]:
@@ -122,21 +117,12 @@ class Headline(section.Section):
 
 
 HEADLINE = Headline()
-# The sections measured after the headline, in this order, each on the run's inputs and builds; each
-# document goes to results.json[KEY] and renders after the build tables. A new one: a module with a
-# `section.Section` subclass, and one line here (benchmarks/README.md).
+# The sections measured after the headline, in this order (imports first: start-up times before the sections'
+# builds and servers; video_augment before peers: its augmented row joins the peers' table); each document goes
+# to results.json[KEY] and renders after the build tables. A new one: a `section.Section` module, one entry here.
 SECTIONS: tuple[section.Section, ...] = (
-    imports.SECTION,  # first: start-up times before the sections' builds and servers
-    cluster.SECTION,
-    random_access.SECTION,
-    resume.SECTION,
-    build_resume.SECTION,
-    bucket.SECTION,
-    video_augment.SECTION,  # before peers: its augmented row joins the peers' table
-    peers.SECTION,
-    volume_memory.SECTION,
-    fuzz.SECTION,
-)
+    imports.SECTION, cluster.SECTION, random_access.SECTION, resume.SECTION, build_resume.SECTION, bucket.SECTION,
+    video_augment.SECTION, peers.SECTION, volume_memory.SECTION, fuzz.SECTION)
 
 
 def renderers(sections: Sequence[section.Section] = SECTIONS) -> dict[str, Any]:
@@ -151,14 +137,11 @@ def run(out: str, settings: suite.RunSettings, *, inputs_dir: str | None = None,
     t0 = time.monotonic()
     ctx = section.Context(out, settings, inputs_dir)
     results = ctx.results
-    results.update({
-        "mode": settings.mode, "started": started.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
-        "versions": versions(),
-        "settings": {"runs": settings.runs, "build_runs": settings.build_runs, "min_seconds": settings.min_seconds,
-                     "isolated": settings.isolate, "batch_sizes": {"hmdb51": settings.hmdb51_batch,
-                                                                     "fire_hrr": settings.fire_batch,
-                                                                     "mri_volumes": settings.mri_batch}},
-    })
+    batches = {"hmdb51": settings.hmdb51_batch, "fire_hrr": settings.fire_batch, "mri_volumes": settings.mri_batch}
+    results.update({"mode": settings.mode, "started": started.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
+                    "versions": versions(), "settings": {"runs": settings.runs, "build_runs": settings.build_runs,
+                                                         "min_seconds": settings.min_seconds,
+                                                         "isolated": settings.isolate, "batch_sizes": batches}})
     results.update(HEADLINE.in_run(ctx))
     for s in sections:
         results[s.key] = s.in_run(ctx)
@@ -207,32 +190,14 @@ def checkout_dir() -> str | None:
 def publish(paths: dict[str, str], destination: str | None = None) -> list[str]:
     """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy)."""
     destination = destination or checkout_dir()
-    if destination is None:
-        return []
-    copied = []
-    for path in paths.values():
-        target_path = os.path.join(destination, os.path.basename(path))
-        shutil.copyfile(path, target_path)
-        copied.append(target_path)
-    return copied
-
-
-def _report_published(copied: Sequence[str]) -> None:
-    """One line: where the results were published, or why they were not."""
-    if copied:
-        print(f"[bench] published {', '.join(copied)}", flush=True)
-    else:
-        print(f"[bench] not published: {HERE} is not in a source checkout (no .git beside it)", flush=True)
+    return [shutil.copyfile(p, os.path.join(destination, os.path.basename(p))) for p in paths.values()] \
+        if destination else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--out", required=True, help="output folder (inputs, datasets, logs, results)")
-    parser.add_argument("--quick", action="store_true", help="tiny inputs, 1 run, in-process (CI smoke)")
-    parser.add_argument("--inputs", default=None, help="where generated inputs live (default OUT/inputs, quick: "
-                        "OUT/inputs_quick)")
-    parser.add_argument("--runs", type=int, default=None, help="override the timed runs per read pipeline")
+    parser = section.parser_(__doc__, "output folder (inputs, datasets, logs, results)",
+                            "tiny inputs, 1 run, in-process (CI smoke)", "override the timed runs per read pipeline")
     parser.add_argument("--build-runs", type=int, default=None, help="override the builds per worker count")
     parser.add_argument("--isolate", action="store_true",
                         help="with --quick: still build with the tfds CLI and read in subprocesses (as a full run)")
@@ -241,8 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for s in SECTIONS:
         parser.add_argument(f"--no-{s.key.replace('_', '-')}", action="store_true", help=f"leave out the {s.summary}")
     parser.add_argument("--no-publish", action="store_true", help="do not copy the results into the checkout's benchmarks/")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = section.parse(parser, argv)
     settings = HEADLINE.mode_settings(args.quick).override(runs=args.runs, build_runs=args.build_runs,
                                                            isolate=True if args.isolate else None)
     if args.report_only:
@@ -260,13 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[bench] {settings.mode} run into {os.path.abspath(args.out)}; load average {load:.2f} on "
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
     sections = [s for s in SECTIONS if not getattr(args, f"no_{s.key}")]
-    results = run(args.out, settings, inputs_dir=args.inputs, sections=sections)
-    bad = report.finite_numbers(results)
-    if bad:
-        raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
+    results = section.finite(run(args.out, settings, inputs_dir=args.inputs, sections=sections))
     paths = report.write_all(results, os.path.abspath(args.out), renderers())
     if settings.mode == "full" and not args.no_publish:
-        _report_published(publish(paths))
+        copied = publish(paths)
+        print(f"[bench] published {', '.join(copied)}" if copied else
+              f"[bench] not published: {HERE} is not in a source checkout (no .git beside it)", flush=True)
     print(f"[bench] wrote {', '.join(paths.values())} in {results['duration_s'] / 60:.1f} min", flush=True)
     for t in results["targets"]:
         print(f"[bench] {section.verdict(t)}", flush=True)

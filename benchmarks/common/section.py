@@ -102,6 +102,33 @@ def run_notes(doc: dict[str, Any], results: dict[str, Any], steadier: str) -> li
     return notes
 
 
+def parser_(doc: str, out: str, quick: str, runs: str) -> argparse.ArgumentParser:
+    """The options every benchmark script takes: --out, --quick, --inputs, --runs (`doc`'s first line describes it)."""
+    parser = argparse.ArgumentParser(description=doc.strip().split("\n", 1)[0])
+    parser.add_argument("--out", required=True, help=out)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--inputs", default=None, help="folder holding (or to hold) the generated inputs "
+                        "(default OUT/inputs, quick: OUT/inputs_quick)")
+    parser.add_argument("--runs", type=int, default=None, help=runs)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed arguments, with logging set up for a benchmark script."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return parser.parse_args(argv)
+
+
+def finite(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc`, or a ValueError naming its non-finite numbers."""
+    from common import report
+
+    bad = report.finite_numbers(doc)
+    if bad:
+        raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
+    return doc
+
+
 class Context:
     """One `make bench` run: its folders, its settings, its phase timings and the results so far."""
 
@@ -199,19 +226,13 @@ class Section(abc.ABC):
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Standalone run: measures into OUT/KEY (or --resummarize OUT/KEY.json), writes KEY.json and KEY.md."""
-        module_doc = sys.modules[type(self).__module__].__doc__ or self.key
-        parser = argparse.ArgumentParser(description=module_doc.strip().split("\n", 1)[0])
-        parser.add_argument("--out", required=True, help=f"work folder (inputs, datasets, {self.key}.json, "
-                            f"{self.key.upper()}.md)")
-        parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (smoke)")
-        parser.add_argument("--inputs", default=None, help="folder holding (or to hold) the generated inputs "
-                            "(default OUT/inputs, quick: OUT/inputs_quick)")
-        parser.add_argument("--runs", type=int, default=None, help="override the timed runs")
+        parser = parser_(sys.modules[type(self).__module__].__doc__ or self.key,
+                         f"work folder (inputs, datasets, {self.key}.json, {self.key.upper()}.md)",
+                         "tiny sizes, one run (smoke)", "override the timed runs")
         parser.add_argument("--resummarize", action="store_true", help=f"recompute summaries, notes and targets of "
                             f"OUT/{self.key}.json and re-render; measure nothing")
         self.add_arguments(parser)
-        args = parser.parse_args(argv)
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        args = parse(parser, argv)
         settings = self.apply_arguments(self.mode_settings(args.quick).override(runs=args.runs), args)
         out = os.path.abspath(args.out)
         os.makedirs(out, exist_ok=True)
@@ -225,10 +246,7 @@ class Section(abc.ABC):
                                        **self.standalone_inputs(out, settings, inputs_dir, args))
         from common import report
 
-        bad = report.finite_numbers(doc)
-        if bad:
-            raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
-        report.write_json(doc, path)
+        report.write_json(finite(doc), path)
         with open(os.path.join(out, f"{self.key.upper()}.md"), "w", encoding="utf-8") as f:
             f.write("\n".join(self.markdown(doc)))
         print(f"[{self.key}] wrote {path} and {self.key.upper()}.md"
