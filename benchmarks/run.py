@@ -126,7 +126,6 @@ SECTIONS: tuple[section.Section, ...] = (
 
 
 def renderers(sections: Sequence[section.Section] = SECTIONS) -> dict[str, Any]:
-    """{key: markdown lines of a section document} for common/report.py."""
     return {s.key: s.markdown for s in sections}
 
 

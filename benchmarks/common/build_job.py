@@ -22,7 +22,6 @@ TFDS_CLI = (sys.executable, "-m", "tensorflow_datasets.scripts.cli.main")  # `tf
 
 
 def beam_flags(workers: int, running_mode: str) -> list[str]:
-    """Beam flags for a local build with `workers` SDK workers."""
     return [f"--direct_num_workers={workers}", f"--direct_running_mode={running_mode}"]
 
 

@@ -33,7 +33,6 @@ def _cached(root: str, spec: dict[str, Any]) -> bool:
 
 
 def _stamp(root: str, spec: dict[str, Any]) -> None:
-    """Marks root as holding inputs written with `spec`."""
     with open(os.path.join(root, STAMP), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=1)
 
@@ -52,7 +51,6 @@ class InputPlan:
 
     @property
     def cached(self) -> bool:
-        """Whether root already holds these inputs."""
         return _cached(self.root, self.spec)
 
 
@@ -237,13 +235,11 @@ def fire_plan(root: str, *, experiments: int, frames: int, height: int = 540, wi
 
 
 def _write_labels(root: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """root/labels.csv: the header, then the rows."""
     with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows([header, *rows])
 
 
 def _link(src: str, dst: str) -> None:
-    """A hard link (a copy across file systems)."""
     try:
         os.link(src, dst)
     except OSError:
@@ -251,7 +247,6 @@ def _link(src: str, dst: str) -> None:
 
 
 def _source_spec(root: str) -> dict[str, Any]:
-    """The spec root's inputs were written with (its stamp)."""
     with open(os.path.join(root, STAMP), encoding="utf-8") as f:
         return json.load(f)
 

@@ -177,7 +177,6 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/common/read_job.py JOB.json OUT.json`: one isolated measurement."""
     return jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job)), argv)
 
 

@@ -32,7 +32,6 @@ def fmt(value: float, unit: str) -> str:
 
 
 def rate(value: float) -> str:
-    """An examples/s figure with sensible precision."""
     return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
 
 
@@ -263,7 +262,6 @@ def build_limit_section(limit: Mapping[str, Any], no_config: Mapping[str, Any] |
 
 
 def opt(value: Any, fmt: str = "{:.2f}") -> str:
-    """A number, or '-' for None."""
     return "-" if value is None else fmt.format(value)
 
 
@@ -274,7 +272,6 @@ def _pipelines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _describe(spec: Mapping[str, Any]) -> str:
-    """One-line description of an input set."""
     return ", ".join(f"{k}={v}" for k, v in spec.items() if k not in ("kind", "labels"))
 
 

@@ -26,7 +26,6 @@ class Settings:
 
     @property
     def quick(self) -> bool:
-        """True in quick mode."""
         return self.mode == "quick"
 
     def override(self, **changes: Any) -> Settings:
@@ -81,7 +80,6 @@ class Target:
 
 def target(name: str, value: float, threshold: float, *, op: str = ">=", unit: str = "x", note: str = "",
            cpu_value: float | None = None) -> dict[str, Any]:
-    """One target row (`Target(...).row()`)."""
     return Target(name, value, threshold, op=op, unit=unit, note=note, cpu_value=cpu_value).row()
 
 
@@ -142,7 +140,6 @@ class Context:
         os.makedirs(self.out, exist_ok=True)
 
     def path(self, *parts: str) -> str:
-        """A path under the output folder."""
         return os.path.join(self.out, *parts)
 
     def phase(self, name: str, start: float) -> None:
@@ -186,7 +183,6 @@ class Section(abc.ABC):
         return {}
 
     def mode_settings(self, quick: bool) -> Settings:
-        """QUICK or FULL."""
         return self.QUICK if quick else self.FULL
 
     def measure_section(self, work: str, settings: Settings, **inputs: Any) -> dict[str, Any]:

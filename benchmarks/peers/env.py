@@ -32,7 +32,6 @@ def bench_requirements(setup_cfg: str = SETUP_CFG, extra: str = EXTRA) -> list[s
 
 
 def python_of(venv: str) -> str:
-    """The interpreter of a venv."""
     return os.path.join(os.path.abspath(venv), "bin", "python")
 
 

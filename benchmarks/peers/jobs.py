@@ -49,7 +49,6 @@ class PeerJob:
 
     @property
     def video(self) -> bool:
-        """True for a video peer."""
         return self.peer in VIDEO_PEERS
 
 

@@ -73,7 +73,6 @@ METHOD = [
 
 
 def _keep(result: dict[str, Any]) -> dict[str, Any]:
-    """The figures a read row shows."""
     return {k: result[k] for k in KEEP if k in result}
 
 

@@ -108,10 +108,8 @@ def write_inputs(root: str, sizes_mib: tuple[int, ...]) -> dict[int, dict[str, A
         os.symlink(source, os.path.join(manual, "volumes", "source.nii.gz"))
         os.symlink(bomb, os.path.join(manual, "volumes", "header_bomb.nii"))
         with open(os.path.join(manual, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["path", "label", "subject", "split"])
-            writer.writerow(["volumes/source.nii.gz", "scan", "sub-1", "train"])
-            writer.writerow(["volumes/header_bomb.nii", "bomb", "sub-2", "train"])
+            csv.writer(f).writerows([["path", "label", "subject", "split"], ["volumes/source.nii.gz", "scan", "sub-1",
+                                     "train"], ["volumes/header_bomb.nii", "bomb", "sub-2", "train"]])
         out[size] = {"manual_dir": manual, "shape": list(shape), "inflated_bytes": int(np.prod(shape)) * 2 + 352,
                      "file_bytes": os.path.getsize(source), "bomb_file_bytes": os.path.getsize(bomb),
                      "generated_this_run": fresh}
