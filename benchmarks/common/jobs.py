@@ -40,13 +40,13 @@ def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: f
     return result, {"wall": wall, "cpu": cpu, "others": max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall}
 
 
-def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *,
-                interval: float | None = None) -> tuple[int, Any, Any]:
+def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *, interval: float | None = None,
+                env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[int, Any, Any]:
     """Runs `cmd` (its output to log_path), SIGKILLs its process tree once it runs past `timeout` seconds."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = env or dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     sampler = None
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         timer = threading.Timer(timeout, kill_tree, args=(proc.pid,)) if timeout else None
         if timer:
             timer.start()

@@ -7,7 +7,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
@@ -56,20 +55,14 @@ def _env() -> dict[str, str]:
 
 def timed_run(key: str, work: str, timeout: float) -> dict[str, float]:
     """One run of a command: wall and CPU seconds, and how busy the rest of the machine kept its cores."""
+    from common import jobs
     from common.streams import busy_cpu_seconds
 
     busy0, start = busy_cpu_seconds(), time.monotonic()
-    proc = subprocess.Popen(_argv(key), cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
+    status, usage, _ = jobs.run_command(_argv(key), os.devnull, timeout, env=_env(), cwd=work)
     wall = time.monotonic() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        why = f"killed after {timeout:.0f} s" if wall >= timeout else f"exited with {proc.returncode}"
+    if status != 0:
+        why = f"killed after {timeout:.0f} s" if wall >= timeout else f"exited with {status}"
         raise RuntimeError(f"{COMMANDS[key][0]!r} {why} (run it by hand: {' '.join(_argv(key))})")
     cpu = usage.ru_utime + usage.ru_stime
     others = max(0.0, (busy_cpu_seconds() - busy0 - cpu) / wall)

@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import statistics
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import measure, report, section
+from common import measure, report, section, streams
 
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
@@ -42,8 +41,6 @@ METHOD = [
 
 def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2) -> dict[str, float]:
     """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls."""
-    from common import streams
-
     return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,
                                warmup_batches=warmup, cores=len(os.sched_getaffinity(0)),
                                cpu_seconds=streams.tree_cpu_seconds)
@@ -126,7 +123,7 @@ class RandomAccess(section.Hmdb51Section):
         runs = rounds(factories, settings, "random_access", "examples")
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
                 "batch_size": settings.batch_size, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
-                "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "results": {p: streams.run_summary(r) for p, r in runs.items()},
                 "peak_rss_mib": round(measure.peak_rss_mib(), 1)}  # VmHWM: not run.py's peak, as ru_maxrss would be
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -187,15 +184,6 @@ def rounds(factories: dict[str, Callable[[], Callable[[], int]]], settings: Any,
             print(f"[{tag}] {pipeline}: {last['examples_per_s']:.0f} {unit}/s ({last['cores_used']:.2f} cores, "
                   f"others {last['other_cores_busy']:.2f})", flush=True)
     return runs
-
-
-def summarize_rounds(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
-    """Medians of one pipeline's rounds, with every round's rate."""
-    return {"examples_per_s": round(statistics.median(r["examples_per_s"] for r in runs), 2),
-            "examples_per_s_runs": [round(r["examples_per_s"], 2) for r in runs],
-            "cpu_examples_per_s": round(statistics.median(r["cpu_examples_per_s"] for r in runs), 2),
-            "cores_used": round(statistics.median(r["cores_used"] for r in runs), 2),
-            "other_cores_busy": round(statistics.median(r["other_cores_busy"] for r in runs), 2)}
 
 
 SECTION = RandomAccess()

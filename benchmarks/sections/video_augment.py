@@ -120,7 +120,8 @@ class VideoAugmentCost(section.Hmdb51Section):
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
         import tensorflow_datasets as tfds
         import vidvol
-        from sections.random_access import build, rounds, summarize_rounds
+        from common import streams
+        from sections.random_access import build, rounds
 
         name = f"hmdb51/{settings.config}"
         data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")
@@ -146,7 +147,7 @@ class VideoAugmentCost(section.Hmdb51Section):
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples, "step": step,
                 "batch_size": settings.batch_size, "crop_size": settings.crop_size,
                 "small_crop": settings.small_crop, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
-                "runs": runs, "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "runs": runs, "results": {p: streams.run_summary(r) for p, r in runs.items()},
                 "augments": {p: repr(a) for p, (a, _) in made.items()}}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
