@@ -14,7 +14,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs, section, shuffle_quality
+from common import inputs, jobs, section, shuffle_quality
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 BUCKET = "vidvol-bench"
@@ -169,12 +169,10 @@ def _env(server) -> dict[str, str]:
 
 def _timed_build(name: str, manual: str, data_dir: str, num_shards: int, env: dict[str, str], log: str) -> float:
     start = time.monotonic()
-    with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.run([sys.executable, "-m", "vidvol", "build", name, "--manual_dir", manual, "--data_dir",
-                               data_dir, "--num_shards", str(num_shards)], stdout=f, stderr=subprocess.STDOUT, env=env,
-                              timeout=3600)
-    if proc.returncode:
-        raise RuntimeError(f"building {name} into {data_dir} failed ({proc.returncode}); see {log}")
+    status, _, _ = jobs.run_command([sys.executable, "-m", "vidvol", "build", name, "--manual_dir", manual, "--data_dir",
+                                     data_dir, "--num_shards", str(num_shards)], log, 3600, env=env)
+    if status:
+        raise RuntimeError(f"building {name} into {data_dir} failed ({status}); see {log}")
     return time.monotonic() - start
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs, measure, section
+from common import inputs, jobs, section
 from vidvol.testing import samples
 
 TARGET_RATIO = 0.40
@@ -106,13 +106,10 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
     """The command's wall time, and its phases: start-up (interpreter and imports), build (its main), exit."""
     phases = log + ".phases.json"
     spawned, start = time.time(), time.monotonic()
-    with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(phases))
-        with measure.TreeSampler(proc.pid, interval=0.2) as tree:  # the children's own VmHWM (not ru_maxrss)
-            proc.wait(timeout=3600)
+    status, _, tree = jobs.run_command(cmd, log, 3600, interval=0.2, env=_env(phases))  # children's own VmHWM
     total, ended = time.monotonic() - start, time.time()
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
+    if status:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log}")
     with open(phases, encoding="utf-8") as f:
         t = json.load(f)
     phases = {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
