@@ -106,10 +106,8 @@ class ImportCost(section.Section):
             for key in keys[r % len(keys):] + keys[: r % len(keys)]:
                 runs[key].append(timed_run(key, work, settings.timeout_s))
             print(f"[imports] round {r + 1}: " + ", ".join(f"{k} {runs[k][-1]['wall_s']:.2f} s" for k in keys), flush=True)
-        results = {}
-        for key in keys:
-            results[key] = {"command": COMMANDS[key][0], "peak_rss_mib": peak_rss_mib(key, work, settings.timeout_s),
-                            "imports": heavy_imports(key, work, settings.timeout_s)}
+        results = {key: {"command": COMMANDS[key][0], "peak_rss_mib": peak_rss_mib(key, work, settings.timeout_s),
+                         "imports": heavy_imports(key, work, settings.timeout_s)} for key in keys}
         return {"mode": settings.mode, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
                 "python": sys.executable, "runs": runs, "results": results}
 
