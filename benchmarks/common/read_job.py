@@ -176,6 +176,13 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
     }}
 
 
+def run(job: ReadJob, folder: str, tag: str, *, isolate: bool, timeout: float) -> dict[str, Any]:
+    """`measure_read(job)`: in a process of its own (this script as a job, files FOLDER/TAG.*) when `isolate`."""
+    if not isolate:
+        return measure_read(job)
+    return jobs.json_job(__file__, dataclasses.asdict(job), folder, tag, timeout)[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     return jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job)), argv)
 

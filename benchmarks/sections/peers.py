@@ -124,12 +124,10 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
 
 def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str, Any]:
     """A `read_job.ReadJob` in its own process (`common/read_job.py`), or in this one when not isolating."""
-    print(f"[peers] {tag} ({job.pipeline}, batch {job.batch_size})", flush=True)
-    if not settings.isolate:
-        from common import read_job
+    from common import read_job
 
-        return read_job.measure_read(job)
-    return run_script(work, tag, "common/read_job.py", dataclasses.asdict(job), settings)
+    print(f"[peers] {tag} ({job.pipeline}, batch {job.batch_size})", flush=True)
+    return read_job.run(job, os.path.join(work, "jobs"), tag, isolate=settings.isolate, timeout=settings.job_timeout_s)
 
 
 def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: PeersSettings,
