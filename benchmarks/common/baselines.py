@@ -36,26 +36,25 @@ def read_clip_by_seeking(path: str, *, num_frames: int = HMDB51_NUM_FRAMES, size
         cap.release()
 
 
-def _sources(paths: Sequence[str], targets: np.ndarray, repeat: bool) -> tf.data.Dataset:
-    """(path, target) pairs, repeated forever when `repeat` (before the map, as a training input would)."""
+def _mapped(paths: Sequence[str], targets: np.ndarray, repeat: bool, read, shape: Sequence[int],
+            op=tf.py_function) -> tf.data.Dataset:
+    """(path, target) pairs (repeated forever when `repeat`, before the map, as a training input would) mapped in
+    parallel to (`read(path)` in `op`, a float32 tensor of `shape`; target)."""
+    def map_fn(path, target):
+        x = op(read, [path], tf.float32)
+        x.set_shape(tuple(shape))
+        return x, target
+
     ds = tf.data.Dataset.from_tensor_slices((list(paths), targets))
-    return ds.repeat() if repeat else ds
+    return (ds.repeat() if repeat else ds).map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def hmdb51_seek_dataset(paths: Sequence[str], labels: Sequence[int], *, batch_size: int, repeat: bool = False,
                         num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> tf.data.Dataset:
     """Users' read-time HMDB51 pipeline: paths -> py_function(seek + resize + /255) -> batches."""
-
-    def load(path: tf.Tensor) -> np.ndarray:
-        return read_clip_by_seeking(path.numpy().decode(), num_frames=num_frames, size=size)
-
-    def map_fn(path, label):
-        clip = tf.py_function(load, [path], tf.float32)
-        clip.set_shape((num_frames, size, size, 3))
-        return clip, label
-
-    ds = _sources(paths, np.asarray(labels, np.int64), repeat)
-    return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    read = lambda path: read_clip_by_seeking(path.numpy().decode(), num_frames=num_frames, size=size)
+    ds = _mapped(paths, np.asarray(labels, np.int64), repeat, read, (num_frames, size, size, 3))
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def get_img(path: bytes) -> np.ndarray:
@@ -70,31 +69,15 @@ def get_img(path: bytes) -> np.ndarray:
 def fire_get_img_dataset(frame_paths: Sequence[str], hrr: Sequence[float], *, window: int, height: int, width: int,
                          batch_size: int, repeat: bool = False) -> tf.data.Dataset:
     """Users' read-time fire pipeline: frame paths -> numpy_function(get_img) -> windows of T frames -> batches."""
-
-    def map_fn(path, value):
-        frame = tf.numpy_function(get_img, [path], tf.float32)
-        frame.set_shape((height, width, 3))
-        return frame, value
-
-    ds = _sources(frame_paths, np.asarray(hrr, np.float32), repeat)
-    ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(window, drop_remainder=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    ds = _mapped(frame_paths, np.asarray(hrr, np.float32), repeat, get_img, (height, width, 3), tf.numpy_function)
+    return ds.batch(window, drop_remainder=True).batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def mri_get_fdata_dataset(paths: Sequence[str], labels: Sequence[int], *, shape: Sequence[int],
                           batch_size: int, repeat: bool = False) -> tf.data.Dataset:
     """Users' read-time MRI pipeline: paths -> py_function(nib.load(p).get_fdata(float32)) -> batches."""
-
-    def load(path: tf.Tensor) -> np.ndarray:
-        return nib.load(path.numpy().decode()).get_fdata(dtype=np.float32)
-
-    def map_fn(path, label):
-        volume = tf.py_function(load, [path], tf.float32)
-        volume.set_shape(tuple(shape))
-        return volume, label
-
-    ds = _sources(paths, np.asarray(labels, np.int64), repeat)
-    return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    read = lambda path: nib.load(path.numpy().decode()).get_fdata(dtype=np.float32)
+    return _mapped(paths, np.asarray(labels, np.int64), repeat, read, shape).batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def shard_files(data_dir: str, name: str, config: str, split: str) -> list[str]:
