@@ -27,11 +27,6 @@ FIRE_COLUMNS = ("experiment", "frame", "hrr", "time")
 HMDB51_FPS = 30.0
 
 
-def _cached(root: str, spec: dict[str, Any]) -> bool:
-    """True when root already holds inputs written with exactly `spec`."""
-    return os.path.isfile(os.path.join(root, STAMP)) and _source_spec(root) == spec
-
-
 def _stamp(root: str, spec: dict[str, Any]) -> None:
     with open(os.path.join(root, STAMP), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=1)
@@ -51,7 +46,7 @@ class InputPlan:
 
     @property
     def cached(self) -> bool:
-        return _cached(self.root, self.spec)
+        return os.path.isfile(os.path.join(self.root, STAMP)) and _source_spec(self.root) == self.spec
 
 
 def write_inputs(plans: Sequence[InputPlan], *, workers: int = 1) -> list[bool]:
@@ -106,14 +101,9 @@ def hmdb51_plan(root: str, *, num_classes: int, videos_per_class: int, num_frame
 
 
 def describe_hmdb51(root: str) -> dict[str, Any]:
-    """Count, mean size and duration range of the clips of an HMDB51 input set."""
-    return describe_videos(os.path.join(root, samples.HMDB51_ORG_DIR))
-
-
-def describe_videos(root: str) -> dict[str, Any]:
-    """Count, mean bytes and duration range of the .avi files under root."""
+    """Count, mean size and duration range of the clips (.avi files) of an HMDB51 input set."""
     sizes, durations = [], []
-    for folder, _, files in os.walk(root):
+    for folder, _, files in os.walk(os.path.join(root, samples.HMDB51_ORG_DIR)):
         for name in files:
             if name.endswith(".avi"):
                 path = os.path.join(folder, name)

@@ -80,22 +80,17 @@ class Cluster(section.Section):
         dataset = f"fire_hrr/{s.fire_config}"
         doc: dict[str, Any] = {"mode": s.mode}
         phases = {}
-        if "scaling" in only:
+        parts = {"scaling": lambda: dask_builds.scaling(dataset, scaling_manual, os.path.join(work, "scaling"), s.runs,
+                                                        interval=s.interval, timeout=s.job_timeout),
+                 "memory": lambda: dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
+                                                      len(os.sched_getaffinity(0)), interval=s.interval,
+                                                      timeout=s.job_timeout),
+                 "driver": lambda: dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
+                                                            timeout=s.job_timeout)}
+        for part in (p for p in PARTS if p in only):
             t = time.monotonic()
-            doc["scaling"] = dask_builds.scaling(dataset, scaling_manual, os.path.join(work, "scaling"), s.runs,
-                                                    interval=s.interval, timeout=s.job_timeout)
-            phases["scaling"] = round(time.monotonic() - t, 1)
-        if "memory" in only:
-            t = time.monotonic()
-            doc["memory"] = dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
-                                                  len(os.sched_getaffinity(0)), interval=s.interval,
-                                                  timeout=s.job_timeout)
-            phases["memory"] = round(time.monotonic() - t, 1)
-        if "driver" in only:
-            t = time.monotonic()
-            doc["driver"] = dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
-                                                        timeout=s.job_timeout)
-            phases["driver"] = round(time.monotonic() - t, 1)
+            doc[part] = parts[part]()
+            phases[part] = round(time.monotonic() - t, 1)
         doc["phases_s"] = phases
         return doc
 
