@@ -100,9 +100,10 @@ class _Stamps:
 
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     """Starts a cluster, builds `job['dataset']` on it under the RSS monitor and the shard watch; returns timings."""
-    started = psutil_create_time()
-    from common import measure
     import psutil
+
+    started = psutil.Process().create_time()  # when this process started (time.time() scale)
+    from common import measure
     from vidvol.beam_jobs import build, dask_cluster, dask_runner
     from vidvol.builders import dataset_builder
 
@@ -174,13 +175,6 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
         "driver_peak_mib": round(max(driver, default=0) / MIB, 1),
         "polls": monitor.samples,
     }
-
-
-def psutil_create_time() -> float:
-    """When this process started (time.time() scale)."""
-    import psutil
-
-    return psutil.Process().create_time()
 
 
 def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,

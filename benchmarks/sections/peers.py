@@ -130,40 +130,28 @@ def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str
     return read_job.run(job, os.path.join(work, "jobs"), tag, isolate=settings.isolate, timeout=settings.job_timeout_s)
 
 
-def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: PeersSettings,
-               python: str = sys.executable) -> dict[str, Any]:
-    """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.json_job`; its result, or RuntimeError with the log."""
-    from common import jobs
-
-    benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return jobs.json_job(os.path.join(benchmarks, script), job, os.path.join(work, "jobs"), tag, settings.job_timeout_s,
-                         python=python)[0]
-
-
 def peer_rows(doc: dict[str, Any], kind: str, work: str, python: str, settings: PeersSettings, peers: Sequence[str],
               paths: Sequence[str], labels: Sequence[int], batch: int, **extra: Any) -> None:
     """Each peer pipeline timed by `peers/jobs.py` in the peers venv: its row into doc[kind], or into doc['failed']."""
+    from common import jobs
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers", "jobs.py")
     for peer in peers:
         tag = f"{peer}_b{batch}" + ("_aug" if extra.get("augment") else "")
+        print(f"[peers] {tag}", flush=True)
+        job = dict(peer=peer, paths=list(paths), labels=list(labels), batch_size=batch, work=os.path.join(work, tag),
+                   num_workers=settings.num_workers, runs=settings.runs, min_seconds=settings.min_seconds,
+                   warmup_batches=settings.warmup_batches, rounds=settings.rounds, **extra)
         try:
-            doc[kind].append(peer_row(work, python, settings, peer, tag, paths, labels, batch, **extra))
+            r = jobs.json_job(script, job, os.path.join(work, "jobs"), tag, settings.job_timeout_s, python=python)[0]
         except RuntimeError as e:  # one peer that cannot run does not hide the others
             print(f"[peers]   {tag} failed: {e}", flush=True)
             doc.setdefault("failed", []).append({"pipeline": peer, "batch_size": batch, "augment": bool(
                 extra.get("augment")), "error": str(e)[-2000:], "log": os.path.join(work, "jobs", f"{tag}.log")})
-
-
-def peer_row(work: str, python: str, settings: PeersSettings, peer: str, tag: str, paths: Sequence[str],
-             labels: Sequence[int], batch: int, **extra: Any) -> dict[str, Any]:
-    """One peer pipeline timed by `peers/jobs.py` in the peers venv; its row."""
-    print(f"[peers] {tag}", flush=True)
-    job = dict(peer=peer, paths=list(paths), labels=list(labels), batch_size=batch, work=os.path.join(work, tag),
-               num_workers=settings.num_workers, runs=settings.runs, min_seconds=settings.min_seconds,
-               warmup_batches=settings.warmup_batches, rounds=settings.rounds, **extra)
-    r = run_script(work, tag, "peers/jobs.py", job, settings, python=python)
-    print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
-          f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
-    return {"pipeline": peer, **r}
+            continue
+        print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
+              f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
+        doc[kind].append({"pipeline": peer, **r})
 
 
 def correlation(a: Any, b: Any) -> float:
