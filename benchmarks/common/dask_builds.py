@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import re
 import shutil
@@ -300,12 +299,7 @@ def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, in
             "results": {str(n): r for n, r in results.items()}}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/common/dask_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
+if __name__ == "__main__":  # `python benchmarks/common/dask_builds.py JOB.json RESULT.json` (started by `run_build`)
     from common import jobs
 
-    logging.basicConfig(level=logging.WARNING)
-    return jobs.job_main(__file__, _build_job, argv)
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jobs.job_main(__file__, _build_job))

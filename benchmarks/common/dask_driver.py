@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import math
 import os
 import shutil
@@ -196,10 +195,8 @@ def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.
 
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
     r, cost = jobs.json_job(__file__, {"n": n, "work": work, "submit": submit}, work, f"driver_{n}", timeout)
-    wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
-    r["process_wall_s"] = round(wall, 1)
-    r["cpu_s"] = round(cpu, 2)
-    r["other_cores_busy"] = round(others, 2)  # cores other processes kept busy meanwhile (the job uses ~1)
+    others = cost["others"]  # cores other processes kept busy meanwhile (the job uses ~1)
+    r.update(process_wall_s=round(cost["wall"], 1), cpu_s=round(cost["cpu"], 2), other_cores_busy=round(others, 2))
     t = r["times_s"]
     print(f"[cluster]   {n:,} sources, {r['shards']} shards: driver {r['driver_total_s']:.1f} s ("
           + ", ".join(f"{k} {t[k]:.2f}" for k in r["driver_phases"]) + f"), peak RSS {r['peak_rss_mib']:.0f} MiB "
@@ -294,12 +291,7 @@ def driver_note(row: dict[str, Any]) -> str:
     return "slowest phases: " + ", ".join(f"{k} {t[k]:.1f} s" for k in top)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/common/dask_driver.py JOB.json RESULT.json`: one size (started by `run_driver`)."""
+if __name__ == "__main__":  # `python benchmarks/common/dask_driver.py JOB.json RESULT.json` (started by `run_driver`)
     from common import jobs
 
-    logging.basicConfig(level=logging.WARNING)
-    return jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"]), argv)
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"])))

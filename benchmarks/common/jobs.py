@@ -93,6 +93,9 @@ def tail(path: str, size: int = 4000) -> str:
 
 def job_main(script: str, run: Callable[[dict[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None) -> int:
     """A job script's entry, `python SCRIPT JOB.json RESULT.json`: writes `run(job)` to RESULT.json."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
         benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

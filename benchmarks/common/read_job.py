@@ -183,9 +183,5 @@ def run(job: ReadJob, folder: str, tag: str, *, isolate: bool, timeout: float) -
     return jobs.json_job(__file__, dataclasses.asdict(job), folder, tag, timeout)[0]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job)), argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python benchmarks/common/read_job.py JOB.json RESULT.json`
+    sys.exit(jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job))))

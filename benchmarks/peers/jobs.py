@@ -309,12 +309,7 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
             "torch_threads": torch.get_num_threads()}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/peers/jobs.py JOB.json RESULT.json`: one peer pipeline, timed."""
+if __name__ == "__main__":  # `python benchmarks/peers/jobs.py JOB.json RESULT.json`: one peer pipeline, timed
     from common import jobs
 
-    return jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job)), argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job))))
