@@ -21,7 +21,8 @@ def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
 
 def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: float, *,
              python: str = sys.executable) -> tuple[dict[str, Any], dict[str, float]]:
-    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) under `run_job`: its result and its costs."""
+    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) under `run_job`: its result and its costs ({"wall",
+    "cpu" of its tree, "others": cores other processes kept busy}); RuntimeError with the log's tail if it fails."""
     from common.streams import busy_cpu_seconds
 
     os.makedirs(folder, exist_ok=True)
@@ -42,7 +43,8 @@ def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: f
 
 def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *, interval: float | None = None,
                 env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[int, Any, Any]:
-    """Runs `cmd` (its output to log_path), SIGKILLs its process tree once it runs past `timeout` seconds."""
+    """Runs `cmd` (its output to log_path), SIGKILLs its process tree once it runs past `timeout` seconds: (exit
+    status, negative for a signal; rusage of it and the children it reaped; its `TreeSampler` if `interval`, or None)."""
     env = env or dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     sampler = None
     with open(log_path, "w", encoding="utf-8") as log:

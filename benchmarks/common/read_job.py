@@ -8,7 +8,7 @@ import logging
 import os
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -101,13 +101,6 @@ def batch_size_of(batch: Any) -> int:
     return int(leaves[-1].shape[0])
 
 
-def stream_rate(make: Callable[[], tf.data.Dataset], *, min_seconds: float, warmup_batches: int,
-                cores: int) -> dict[str, float]:
-    """Examples/s of a fresh iterator over the endless `make()`, after warm-up batches (`streams.stream_rate`)."""
-    return streams.stream_rate(lambda: iter(make()), count=batch_size_of, min_seconds=min_seconds,
-                               warmup_batches=warmup_batches, cores=cores)
-
-
 def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     """Streams the job's pipeline `runs` times; returns per-run rates and peak RSS while streaming."""
     cores = len(os.sched_getaffinity(0))
@@ -129,8 +122,8 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         for _ in range(job.runs):
             before = limit() if frames is not None else None
             ceiling_before = limit(ceiling_fn) if with_ceiling else None
-            runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
-                                    warmup_batches=job.warmup_batches, cores=cores))
+            runs.append(streams.stream_rate(lambda: iter(make_dataset(job)), count=batch_size_of, cores=cores,
+                                            min_seconds=job.min_seconds, warmup_batches=job.warmup_batches))
             if ceiling_before is not None:
                 after = limit(ceiling_fn)
                 ceilings.append({k: (ceiling_before[k] + after[k]) / 2 for k in ceiling_before})

@@ -134,7 +134,6 @@ def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, fram
 
 if __name__ == "__main__":  # python benchmarks/sections/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
     import json
-    import sys
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     n, c, m, k, h, w = sys.argv[1:7]

@@ -93,19 +93,13 @@ class Fuzz(section.Section):
         names = sorted(fuzz_targets.TARGETS)
         rows = []
         for batch in ([[n] for n in names] if settings.isolate else [names]):
-            done = run_targets(batch, work, settings)
-            rows += done
-            for row in done:
-                self._say(row)
+            for row in run_targets(batch, work, settings):
+                rows.append(row)
+                print(f"[fuzz] {row['target']}: {row['inputs']} inputs in {row['seconds']} s, "
+                      + ", ".join(f"{k} {row[k]}" for k in ("example", "skip", "error") + BAD)
+                      + f"; peak RSS {row['peak_rss_mib']} MiB (children {row['children_peak_rss_mib']} MiB)", flush=True)
         return {"mode": settings.mode, "inputs_per_target": settings.inputs, "seed": settings.seed,
                 "isolated": settings.isolate, "rows": rows}
-
-    @staticmethod
-    def _say(row: dict[str, Any]) -> None:
-        name = row["target"]
-        print(f"[fuzz] {name}: {row['inputs']} inputs in {row['seconds']} s, "
-              + ", ".join(f"{k} {row[k]}" for k in ("example", "skip", "error") + BAD)
-              + f"; peak RSS {row['peak_rss_mib']} MiB (children {row['children_peak_rss_mib']} MiB)", flush=True)
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
         doc["inputs"] = sum(r["inputs"] for r in doc["rows"])
