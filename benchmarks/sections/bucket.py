@@ -205,10 +205,9 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
     shards = settings.mri_shards if label == "mri" and settings.mri_shards else settings.num_shards
     out["build_local_s"] = round(_timed_build(name, manual, local, shards, env, local + ".log"), 1)
     env["VIDVOL_STAGING_DIR"] = os.path.join(work, label, "staging")
-    out["build_bucket_s"] = round(_timed_build(name, manual, remote, shards, env, os.path.join(work, label, "bucket.log")),
-                                  1)
+    out["build_bucket_s"] = round(_timed_build(name, manual, remote, shards, env,
+                                               os.path.join(work, label, "bucket.log")), 1)
     reads = {}
-
     block = min(settings.block, shards)
 
     def read(mode: str, data_dir: str, limit: str, cpus: set[int] | None = None, order: int = 0) -> None:
@@ -217,12 +216,12 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
                    env, cpus)
         reads[mode] = {**r, "examples_per_s": round(r["examples"] / r["second_s"], 2)}
 
-    for mode, data_dir, limit in (("local", local, "-"), ("bucket", remote, "-"), ("bucket+cache", remote, "100GB")):
-        read(mode, data_dir, limit)
-    # The shard-streaming order (ReadSpec(order=ShardOrder(block))): the same order from local disk and from the
+    # Then the shard-streaming order (ReadSpec(order=ShardOrder(block))): the same order from local disk and from the
     # bucket, each shard fetched whole into the default window, no cache.
-    read(STREAM_LOCAL, local, "-", order=block)
-    read(STREAM_BUCKET, remote, "-", order=block)
+    for mode, data_dir, limit, order in (("local", local, "-", 0), ("bucket", remote, "-", 0),
+                                         ("bucket+cache", remote, "100GB", 0), (STREAM_LOCAL, local, "-", block),
+                                         (STREAM_BUCKET, remote, "-", block)):
+        read(mode, data_dir, limit, order=order)
     out["block"] = block
     if label == "hmdb51":
         out["shuffle"] = shuffle_quality.measure(local, name, settings.batch)

@@ -244,9 +244,8 @@ def _grown_fire(manual: str, grown: str, fraction: float) -> tuple[int, int]:
             new = f"frames/{e}_g/{r[1].rsplit('/', 1)[1]}"
             os.link(os.path.join(manual, *r[1].split("/")), os.path.join(grown, *new.split("/")))
             extra.append([f"{e}_g", new, *r[2:]])
-    os.remove(os.path.join(grown, "labels.csv"))
-    with open(os.path.join(grown, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows([header, *rows, *extra])
+    os.remove(os.path.join(grown, "labels.csv"))  # a hard link of the input's: write a new file
+    inputs._write_labels(grown, header, [*rows, *extra])
     return len(added), len(experiments)
 
 
