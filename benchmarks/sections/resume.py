@@ -67,7 +67,11 @@ def ideal_orders(n: int, seed: int, epochs: int) -> list[np.ndarray]:
 
 
 def metrics(orders: Sequence[np.ndarray], shard_lengths: Sequence[int]) -> dict[str, float]:
-    """The order metrics (module docstring) of one run of epochs."""
+    """The order metrics of one run of epochs, averaged over them: `shard_tv`, the total-variation distance between
+    the shard mix of each window of WINDOW consecutive examples (a batch) and the split's (0: every batch mixes the
+    shards in proportion; not 0 for the ideal either); `position_corr`, |Pearson| of an example's place in the epoch
+    and in storage; `neighbours`, consecutive examples that are storage neighbours, as a multiple of the ideal's 2/n;
+    `epoch_corr`, |Pearson| of an example's places in two successive epochs (0 ideal for the correlations)."""
     n = int(sum(shard_lengths))
     bounds = np.cumsum(shard_lengths)
     share = np.asarray(shard_lengths, float) / n
@@ -119,7 +123,9 @@ def _drop_indexes() -> None:
 
 
 def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -> dict[str, Any]:
-    """Checkpoint bytes and seconds to the first batch after a restore at 10 % and 90 % of an epoch (module docstring)."""
+    """Checkpoint bytes and seconds to the first batch after a restore at 10 % and 90 % of an epoch: a pipeline (seed=0)
+    read that far is checkpointed; then, record indexes dropped (as in a fresh process), a new one (seed=1) restores it
+    and reads its first batch, against a fresh pipeline's first batch; medians of `runs`."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
     import vidvol

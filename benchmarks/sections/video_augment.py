@@ -1,4 +1,10 @@
-"""What read-time video augmentation costs: `vidvol.load` with `VideoAugment` on vs off."""
+"""What read-time video augmentation costs: `vidvol.load` with `VideoAugment` on vs off.
+
+`VideoAugment(56)`: pytorchvideo's RandomResizedCrop defaults (boxes of 8-100 % of the frame, aspect 3/4-4/3) to 7/8
+of the stored side, and a flip; `training_crop="random_short_side_scale"`: DMVR's crop at the stored short side (a
+copy, no resize); `VideoAugment(64)`: the peers' output size (their augmented row, no target of its own);
+`multi_crop=True, training=False`: three views per clip (no target). Cost: `1 - rate / off's rate` within a round.
+"""
 
 from __future__ import annotations
 
