@@ -1,22 +1,9 @@
-"""vidvol benchmark: the headline (reads and builds against their baselines and limits), then every section.
-
-    python benchmarks/run.py --out bench_out           # full (`make bench`)
-    python benchmarks/run.py --quick --out bench_out   # tiny inputs, 1 run (`make bench-quick`, CI smoke)
-
-A repository tool, not part of the installed package: it runs from a source checkout, this folder as
-`sys.path[0]` (`from common import ...`, `from sections import ...`). Writes OUT/results.json,
-OUT/RESULTS.md and OUT/results.png; a full run also publishes them to the checkout's `benchmarks/`
-(unless --no-publish; never outside a git work tree). Inputs are generated offline under OUT/inputs
-(OUT/inputs_quick, or --inputs) and reused by later runs. What each section measures, against what,
-and which module measures it: benchmarks/README.md.
-"""
+"""vidvol benchmark: the headline (reads and builds against their baselines and limits), then every section."""
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import logging
 import os
 import platform
 import shutil
@@ -42,23 +29,16 @@ def cpu_model() -> str:
     """CPU model name from /proc/cpuinfo (or platform.processor())."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
 
 
 def machine() -> dict[str, Any]:
     """Cores, CPU model, memory, platform and the current load average."""
-    return {
-        "cores": len(os.sched_getaffinity(0)),
-        "cpu_model": cpu_model(),
-        "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
-        "platform": platform.platform(),
-        "load_before": [round(x, 2) for x in os.getloadavg()],
-    }
+    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": cpu_model(),
+            "memory_gib": round(psutil.virtual_memory().total / GIB, 1), "platform": platform.platform(),
+            "load_before": [round(x, 2) for x in os.getloadavg()]}
 
 
 def versions() -> dict[str, str]:
@@ -72,15 +52,10 @@ def versions() -> dict[str, str]:
 
     jpeg = next((line.split(":", 1)[1].strip() for line in cv2.getBuildInformation().splitlines()
                  if line.strip().startswith("JPEG:")), "unknown")
-    return {
-        "python": platform.python_version(), "tensorflow": tensorflow.__version__,
-        "tensorflow-datasets": tensorflow_datasets.__version__, "apache-beam": apache_beam.__version__,
-        "opencv": cv2.__version__, "opencv JPEG": jpeg, "nibabel": nibabel.__version__, "numpy": numpy.__version__,
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# The headline: reads and builds
+    return {"python": platform.python_version(), "tensorflow": tensorflow.__version__,
+            "tensorflow-datasets": tensorflow_datasets.__version__, "apache-beam": apache_beam.__version__,
+            "opencv": cv2.__version__, "opencv JPEG": jpeg, "nibabel": nibabel.__version__,
+            "numpy": numpy.__version__}
 
 
 def write_inputs(ctx: section.Context) -> dict[str, Any]:
@@ -92,10 +67,8 @@ def write_inputs(ctx: section.Context) -> dict[str, Any]:
              inputs.fire_plan(os.path.join(root, "fire_hrr"), **s.fire)]
     plans += [inputs.mri_plan(os.path.join(root, f"mri_{tag}"), **spec) for tag, spec in s.mri]
     written = inputs.write_inputs(plans, workers=ctx.cores if s.isolate else 1)
-    desc = {
-        "hmdb51": {**plans[0].spec, **inputs.describe_hmdb51(plans[0].root)},
-        "fire_hrr": {**plans[1].spec, **inputs.describe_fire(plans[1].root)},
-    }
+    desc = {"hmdb51": {**plans[0].spec, **inputs.describe_hmdb51(plans[0].root)},
+            "fire_hrr": {**plans[1].spec, **inputs.describe_fire(plans[1].root)}}
     for (tag, _), plan in zip(s.mri, plans[2:]):
         desc[f"mri_{tag}"] = {**plan.spec, **inputs.describe_mri(plan.root)}
     for d, w in zip(desc.values(), written):
@@ -105,13 +78,7 @@ def write_inputs(ctx: section.Context) -> dict[str, Any]:
 
 
 class Headline(section.Section):
-    """Reads and builds against their baselines and limits: the document is results.json's top level.
-
-    Its entries (`inputs`, `build_*`, `no_config`, `read`, `hmdb51_paths`) sit at the top of
-    results.json, its targets are RESULTS.md's headline table, and `report.markdown` renders it
-    (the registered sections go after its build tables). Phases: inputs, builds, build_limit,
-    reads, hmdb51_paths.
-    """
+    """Reads and builds against their baselines and limits: the document is results.json's top level."""
 
     key = "headline"
     label = "headline"
@@ -121,7 +88,6 @@ class Headline(section.Section):
     method = reads.METHOD + builds.METHOD
 
     def measure(self, work: str, settings: section.Settings, *, ctx: section.Context) -> dict[str, Any]:
-        """Inputs, builds (and builds against their limit), reads, then the hmdb51 read paths, into `ctx.out`."""
         results: dict[str, Any] = {"inputs": write_inputs(ctx)}
         built = builds.build_all(ctx)
         results["build_limit"] = builds.build_limit_all(ctx, built)
@@ -141,37 +107,25 @@ class Headline(section.Section):
         return self.measure(ctx.out, ctx.settings, ctx=ctx)
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Whether other work shared the machine, and the automatic notes."""
         doc["machine"]["shared"] = other_cores_max(doc) > CONTENDED_CORES
         doc["notes"] = notes(doc)
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """The headline promises: reads, builds, then the hmdb51 read paths."""
         return (reads.targets(doc["read"]) + builds.targets(doc)
                 + reads.path_targets(doc.get("hmdb51_paths")))
 
 
 HEADLINE = Headline()
-# The sections measured after the headline, in this order, each on the run's inputs and builds; each
-# document goes to results.json[KEY] and renders after the build tables. A new one: a module with a
-# `section.Section` subclass, and one line here (benchmarks/README.md).
+# The sections measured after the headline, in this order (imports first: start-up times before the sections'
+# builds and servers; video_augment before peers: its augmented row joins the peers' table); each document goes
+# to results.json[KEY] and renders after the build tables. A new one: a `section.Section` module, one entry here.
 SECTIONS: tuple[section.Section, ...] = (
-    imports.SECTION,  # first: start-up times before the sections' builds and servers
-    cluster.SECTION,
-    random_access.SECTION,
-    resume.SECTION,
-    build_resume.SECTION,
-    bucket.SECTION,
-    video_augment.SECTION,  # before peers: its augmented row joins the peers' table
-    peers.SECTION,
-    volume_memory.SECTION,
-    fuzz.SECTION,
-)
+    imports.SECTION, cluster.SECTION, random_access.SECTION, resume.SECTION, build_resume.SECTION, bucket.SECTION,
+    video_augment.SECTION, peers.SECTION, volume_memory.SECTION, fuzz.SECTION)
 
 
 def renderers(sections: Sequence[section.Section] = SECTIONS) -> dict[str, Any]:
-    """{key: markdown lines of a section document} for common/report.py."""
     return {s.key: s.markdown for s in sections}
 
 
@@ -182,14 +136,11 @@ def run(out: str, settings: suite.RunSettings, *, inputs_dir: str | None = None,
     t0 = time.monotonic()
     ctx = section.Context(out, settings, inputs_dir)
     results = ctx.results
-    results.update({
-        "mode": settings.mode, "started": started.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
-        "versions": versions(),
-        "settings": {"runs": settings.runs, "build_runs": settings.build_runs, "min_seconds": settings.min_seconds,
-                     "isolated": settings.isolate, "batch_sizes": {"hmdb51": settings.hmdb51_batch,
-                                                                     "fire_hrr": settings.fire_batch,
-                                                                     "mri_volumes": settings.mri_batch}},
-    })
+    batches = {"hmdb51": settings.hmdb51_batch, "fire_hrr": settings.fire_batch, "mri_volumes": settings.mri_batch}
+    results.update({"mode": settings.mode, "started": started.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
+                    "versions": versions(), "settings": {"runs": settings.runs, "build_runs": settings.build_runs,
+                                                         "min_seconds": settings.min_seconds,
+                                                         "isolated": settings.isolate, "batch_sizes": batches}})
     results.update(HEADLINE.in_run(ctx))
     for s in sections:
         results[s.key] = s.in_run(ctx)
@@ -231,47 +182,21 @@ def notes(results: dict[str, Any]) -> list[str]:
 
 
 def checkout_dir() -> str | None:
-    """This folder when it is the `benchmarks/` of a source checkout (a `.git` beside it), else None.
-
-    Only there do published results belong (they are committed); a copy of this folder anywhere else
-    (an installed package, an unpacked archive) is never written into.
-    """
+    """This folder when it is the `benchmarks/` of a source checkout (a `.git` beside it), else None."""
     return HERE if os.path.exists(os.path.join(os.path.dirname(HERE), ".git")) else None
 
 
 def publish(paths: dict[str, str], destination: str | None = None) -> list[str]:
-    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy).
-
-    Without a `destination`, only a source checkout's benchmarks/ folder is written (see
-    `checkout_dir`); elsewhere nothing is copied and an empty list comes back.
-    """
+    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy)."""
     destination = destination or checkout_dir()
-    if destination is None:
-        return []
-    copied = []
-    for path in paths.values():
-        target_path = os.path.join(destination, os.path.basename(path))
-        shutil.copyfile(path, target_path)
-        copied.append(target_path)
-    return copied
-
-
-def _report_published(copied: Sequence[str]) -> None:
-    """One line: where the results were published, or why they were not."""
-    if copied:
-        print(f"[bench] published {', '.join(copied)}", flush=True)
-    else:
-        print(f"[bench] not published: {HERE} is not in a source checkout (no .git beside it)", flush=True)
+    return [shutil.copyfile(p, os.path.join(destination, os.path.basename(p))) for p in paths.values()] \
+        if destination else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--out", required=True, help="output folder (inputs, datasets, logs, results)")
-    parser.add_argument("--quick", action="store_true", help="tiny inputs, 1 run, in-process (CI smoke)")
-    parser.add_argument("--inputs", default=None, help="where generated inputs live (default OUT/inputs, quick: "
-                        "OUT/inputs_quick)")
-    parser.add_argument("--runs", type=int, default=None, help="override the timed runs per read pipeline")
+    parser = section.parser_(__doc__, "output folder (inputs, datasets, logs, results)",
+                            "tiny inputs, 1 run, in-process (CI smoke)", "override the timed runs per read pipeline")
     parser.add_argument("--build-runs", type=int, default=None, help="override the builds per worker count")
     parser.add_argument("--isolate", action="store_true",
                         help="with --quick: still build with the tfds CLI and read in subprocesses (as a full run)")
@@ -280,8 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for s in SECTIONS:
         parser.add_argument(f"--no-{s.key.replace('_', '-')}", action="store_true", help=f"leave out the {s.summary}")
     parser.add_argument("--no-publish", action="store_true", help="do not copy the results into the checkout's benchmarks/")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = section.parse(parser, argv)
     settings = HEADLINE.mode_settings(args.quick).override(runs=args.runs, build_runs=args.build_runs,
                                                            isolate=True if args.isolate else None)
     if args.report_only:
@@ -299,13 +223,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[bench] {settings.mode} run into {os.path.abspath(args.out)}; load average {load:.2f} on "
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
     sections = [s for s in SECTIONS if not getattr(args, f"no_{s.key}")]
-    results = run(args.out, settings, inputs_dir=args.inputs, sections=sections)
-    bad = report.finite_numbers(results)
-    if bad:
-        raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
+    results = section.finite(run(args.out, settings, inputs_dir=args.inputs, sections=sections))
     paths = report.write_all(results, os.path.abspath(args.out), renderers())
     if settings.mode == "full" and not args.no_publish:
-        _report_published(publish(paths))
+        copied = publish(paths)
+        print(f"[bench] published {', '.join(copied)}" if copied else
+              f"[bench] not published: {HERE} is not in a source checkout (no .git beside it)", flush=True)
     print(f"[bench] wrote {', '.join(paths.values())} in {results['duration_s'] / 60:.1f} min", flush=True)
     for t in results["targets"]:
         print(f"[bench] {section.verdict(t)}", flush=True)

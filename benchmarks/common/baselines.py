@@ -1,20 +1,4 @@
-"""What we measure our loader against: the read-time pipelines users run today, and the decode limit.
-
-Read-time baselines (each a `tf.data.Dataset` of model-ready batches, parallel map with AUTOTUNE):
-
-- `hmdb51_seek_dataset`: list of video paths -> `tf.py_function` that opens the video with
-  `cv2.VideoCapture`, seeks `CAP_PROP_POS_FRAMES` to each of T evenly spaced frames, converts BGR to
-  RGB, resizes to 64x64 and scales to [0, 1].
-- `fire_get_img_dataset`: list of frame files -> per-frame `get_img` (cv2.imread, RGB, float32 / 255)
-  in `tf.numpy_function`, batched into windows of T frames.
-- `mri_get_fdata_dataset`: list of .nii.gz paths -> `nib.load(path).get_fdata(dtype=np.float32)` in
-  `tf.py_function`.
-
-Decode limit: the libjpeg-turbo rate of the frames exactly as stored in our TFRecords
-(`stored_jpeg_frames` pulls the encoded bytes out of the shards; `decode_rate` runs `cv2.imdecode`
-on them in a tight loop on one core). Times the number of cores, it is the most any reader of
-those files could deliver without skipping the decode.
-"""
+"""What we measure our loader against: the read-time pipelines users run today, and the decode limit."""
 
 from __future__ import annotations
 
@@ -31,10 +15,6 @@ import tensorflow as tf
 
 HMDB51_NUM_FRAMES = 20
 HMDB51_SIZE = 64
-
-
-# --------------------------------------------------------------------------------------------
-# Read-time baselines
 
 
 def read_clip_by_seeking(path: str, *, num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> np.ndarray:
@@ -56,26 +36,25 @@ def read_clip_by_seeking(path: str, *, num_frames: int = HMDB51_NUM_FRAMES, size
         cap.release()
 
 
-def _sources(paths: Sequence[str], targets: np.ndarray, repeat: bool) -> tf.data.Dataset:
-    """(path, target) pairs, repeated forever when `repeat` (before the map, as a training input would)."""
+def _mapped(paths: Sequence[str], targets: np.ndarray, repeat: bool, read, shape: Sequence[int],
+            op=tf.py_function) -> tf.data.Dataset:
+    """(path, target) pairs (repeated forever when `repeat`, before the map, as a training input would) mapped in
+    parallel to (`read(path)` in `op`, a float32 tensor of `shape`; target)."""
+    def map_fn(path, target):
+        x = op(read, [path], tf.float32)
+        x.set_shape(tuple(shape))
+        return x, target
+
     ds = tf.data.Dataset.from_tensor_slices((list(paths), targets))
-    return ds.repeat() if repeat else ds
+    return (ds.repeat() if repeat else ds).map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def hmdb51_seek_dataset(paths: Sequence[str], labels: Sequence[int], *, batch_size: int, repeat: bool = False,
                         num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> tf.data.Dataset:
     """Users' read-time HMDB51 pipeline: paths -> py_function(seek + resize + /255) -> batches."""
-
-    def load(path: tf.Tensor) -> np.ndarray:
-        return read_clip_by_seeking(path.numpy().decode(), num_frames=num_frames, size=size)
-
-    def map_fn(path, label):
-        clip = tf.py_function(load, [path], tf.float32)
-        clip.set_shape((num_frames, size, size, 3))
-        return clip, label
-
-    ds = _sources(paths, np.asarray(labels, np.int64), repeat)
-    return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    read = lambda path: read_clip_by_seeking(path.numpy().decode(), num_frames=num_frames, size=size)
+    ds = _mapped(paths, np.asarray(labels, np.int64), repeat, read, (num_frames, size, size, 3))
+    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def get_img(path: bytes) -> np.ndarray:
@@ -90,35 +69,15 @@ def get_img(path: bytes) -> np.ndarray:
 def fire_get_img_dataset(frame_paths: Sequence[str], hrr: Sequence[float], *, window: int, height: int, width: int,
                          batch_size: int, repeat: bool = False) -> tf.data.Dataset:
     """Users' read-time fire pipeline: frame paths -> numpy_function(get_img) -> windows of T frames -> batches."""
-
-    def map_fn(path, value):
-        frame = tf.numpy_function(get_img, [path], tf.float32)
-        frame.set_shape((height, width, 3))
-        return frame, value
-
-    ds = _sources(frame_paths, np.asarray(hrr, np.float32), repeat)
-    ds = ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(window, drop_remainder=True)
-    return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    ds = _mapped(frame_paths, np.asarray(hrr, np.float32), repeat, get_img, (height, width, 3), tf.numpy_function)
+    return ds.batch(window, drop_remainder=True).batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def mri_get_fdata_dataset(paths: Sequence[str], labels: Sequence[int], *, shape: Sequence[int],
                           batch_size: int, repeat: bool = False) -> tf.data.Dataset:
     """Users' read-time MRI pipeline: paths -> py_function(nib.load(p).get_fdata(float32)) -> batches."""
-
-    def load(path: tf.Tensor) -> np.ndarray:
-        return nib.load(path.numpy().decode()).get_fdata(dtype=np.float32)
-
-    def map_fn(path, label):
-        volume = tf.py_function(load, [path], tf.float32)
-        volume.set_shape(tuple(shape))
-        return volume, label
-
-    ds = _sources(paths, np.asarray(labels, np.int64), repeat)
-    return ds.map(map_fn, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size).prefetch(tf.data.AUTOTUNE)
-
-
-# --------------------------------------------------------------------------------------------
-# Decode limit
+    read = lambda path: nib.load(path.numpy().decode()).get_fdata(dtype=np.float32)
+    return _mapped(paths, np.asarray(labels, np.int64), repeat, read, shape).batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def shard_files(data_dir: str, name: str, config: str, split: str) -> list[str]:
@@ -148,12 +107,7 @@ def stored_jpeg_frames(files: Sequence[str], *, feature: str = "video", max_fram
 
 def decode_rate(encoded: Sequence[bytes], *, min_seconds: float = 1.0, ring_frames: int | None = None
                 ) -> dict[str, float]:
-    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time).
-
-    `ring_frames`: the float32 ceiling instead, the same loop plus the one pass a float32 loader cannot skip, each
-    decoded frame written as float32 / 255 into a ring of that many frames (a batch's worth: what stays alive
-    while the consumer holds a batch).
-    """
+    """Frames per second of `cv2.imdecode` over `encoded` in a tight loop on one core (wall and CPU time)."""
     buffers = [np.frombuffer(b, np.uint8) for b in encoded]
     for buf in buffers[: min(len(buffers), 8)]:  # warm up
         cv2.imdecode(buf, cv2.IMREAD_COLOR)
@@ -216,10 +170,6 @@ def on_every_core(rate_fn, work, cores: int, *, min_seconds: float) -> dict[str,
             "frames": sum(r["frames"] for r in results)}
 
 
-# --------------------------------------------------------------------------------------------
-# Volume limit (MRI): stored bytes -> float32 volume, NumPy only
-
-
 def _tfrecord_spans(path: str) -> list[tuple[int, int]]:
     """(offset, length) of every record's payload in one TFRecord file (framing: u64 length, u32 crc, data, u32 crc)."""
     spans = []
@@ -239,10 +189,7 @@ def _tfrecord_spans(path: str) -> list[tuple[int, int]]:
 
 def stored_volume_spans(files: Sequence[str], *, feature: str = "volume",
                         max_examples: int | None = None) -> list[tuple[str, int, int]]:
-    """(file, offset, length) of each record's stored volume bytes (`WholeNumberVolume` "data", int16 only).
-
-    Found once by parsing each record; the limit then reads just those bytes from the file.
-    """
+    """(file, offset, length) of each record's stored volume bytes (`WholeNumberVolume` "data", int16 only)."""
     out: list[tuple[str, int, int]] = []
     key = f"{feature}/data"
     for path in files:
@@ -267,11 +214,7 @@ def stored_volume_spans(files: Sequence[str], *, feature: str = "volume",
 def volume_rate(spans: Sequence[tuple[str, int, int]], *, min_seconds: float = 1.0,
                 with_mask: bool = False) -> dict[str, float]:
     """Volumes per second on one core of: stored int16 bytes read from the (page-cached) file with `os.pread`,
-    then `np.frombuffer(...).astype(np.float32)` (a new float32 volume each time, as a loader hands out).
-
-    `with_mask`: also a new float32 all-ones mask per volume (what float32 `((volume, mask), label)` writes).
-    Wall and CPU (thread) time, like `decode_rate`.
-    """
+    then `np.frombuffer(...).astype(np.float32)` (a new float32 volume each time, as a loader hands out)."""
     fds = {p: os.open(p, os.O_RDONLY) for p in {s[0] for s in spans}}
     try:
         def one(path: str, offset: int, length: int) -> None:

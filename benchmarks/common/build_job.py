@@ -1,17 +1,4 @@
-"""One timed, memory-monitored build of a vidvol dataset config.
-
-`build(...)` prepares `NAME/CONFIG` from a manual_dir either with the real `tfds build` CLI in a
-subprocess (`isolate=True`: multi-process Beam, `--beam_pipeline_options=direct_num_workers=N,
-direct_running_mode=multi_processing`) or in this process (`isolate=False`: Beam's multi-threaded
-mode, for the quick smoke run). While it runs, `measure.TreeSampler` samples the RSS of the
-driver and every Beam SDK worker subprocess, and the shard watch (`dask_builds.AttemptWatch`)
-notes when the first shard file (`*.partial`) appears. Two rates come back:
-
-- `examples_per_s`: examples / (last shard write - first shard open), the writing phase that
-  the Beam workers parallelize;
-- `e2e_examples_per_s`: examples / the whole command's wall time (interpreter, TF import and
-  Beam worker start included), the number a user waits for.
-"""
+"""One timed, memory-monitored build of a vidvol dataset config."""
 
 from __future__ import annotations
 
@@ -22,7 +9,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.dask_builds import AttemptWatch
@@ -30,25 +17,21 @@ from common import jobs, measure
 from common.streams import busy_cpu_seconds
 
 MIB = 2**20
+IN_MEMORY = ("--direct_num_workers=1", "--direct_running_mode=in_memory")
 TFDS_CLI = (sys.executable, "-m", "tensorflow_datasets.scripts.cli.main")  # `tfds`, as a user runs it
 
 
 def beam_flags(workers: int, running_mode: str) -> list[str]:
-    """Beam flags for a local build with `workers` SDK workers."""
     return [f"--direct_num_workers={workers}", f"--direct_running_mode={running_mode}"]
 
 
 def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, log_path: str,
          monitor_interval: float, extra: Sequence[str], target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI
          ) -> tuple[float, float, measure.TreeSampler]:
-    """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler).
-
-    `target`: what the command names (e.g. `hmdb51` alone, no config); default `name/config`.
-    """
+    """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler)."""
     options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
-    cmd = [*tfds_cli, "build", target or f"{name}/{config}",
-           "--imports", "vidvol", "--manual_dir", manual_dir, "--data_dir", data_dir,
-           f"--beam_pipeline_options={options}", *extra]
+    cmd = [*tfds_cli, "build", target or f"{name}/{config}", "--imports", "vidvol", "--manual_dir", manual_dir,
+           "--data_dir", data_dir, f"--beam_pipeline_options={options}", *extra]
     start = time.monotonic()
     returncode, usage, monitor = jobs.run_command(cmd, log_path, interval=monitor_interval)  # usage: driver + workers
     wall = time.monotonic() - start
@@ -57,19 +40,28 @@ def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, l
     return wall, usage.ru_utime + usage.ru_stime, monitor
 
 
+def prepare(name: str, manual_dir: str, data_dir: str, flags: Sequence[str] = IN_MEMORY, *,
+            before: Callable[[], Any] | None = None, **builder_kwargs: Any) -> Any:
+    """`tfds.builder(name)` prepared in this process (Beam with `flags`) unless it is; `before()` first if not."""
+    import tensorflow_datasets as tfds
+    from apache_beam.options.pipeline_options import PipelineOptions
+    import vidvol  # noqa: F401
+
+    builder = tfds.builder(name, data_dir=data_dir, **builder_kwargs)
+    if not builder.is_prepared():
+        if before:
+            before()
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+            manual_dir=manual_dir, beam_options=PipelineOptions(list(flags))))
+    return builder
+
+
 def _in_process(name: str, config: str, manual_dir: str, data_dir: str, workers: int, running_mode: str,
                 monitor_interval: float, target: str | None = None) -> tuple[float, float, measure.TreeSampler]:
     """Runs download_and_prepare here under a TreeSampler of this process (and its Beam workers, if any)."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    import vidvol  # noqa: F401
-
     with measure.TreeSampler(os.getpid(), monitor_interval) as monitor:
         start, cpu_start = time.monotonic(), _cpu_seconds()
-        builder = tfds.builder(target or f"{name}/{config}", data_dir=data_dir)
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            manual_dir=manual_dir, beam_options=PipelineOptions(beam_flags(workers, running_mode))))
+        prepare(target or f"{name}/{config}", manual_dir, data_dir, beam_flags(workers, running_mode))
     return time.monotonic() - start, _cpu_seconds() - cpu_start, monitor
 
 
@@ -99,16 +91,7 @@ def last_shard_write(data_dir: str, name: str, config: str) -> float:
 def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: int, isolate: bool = True,
           running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = (),
           target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI) -> dict[str, Any]:
-    """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary.
-
-    `target`: what the `tfds build` command names (e.g. the dataset alone, which builds its
-    default config `config`); default `name/config`. `tfds_cli`: the command standing for `tfds`
-    (`studies/stock_writer.py` builds with TFDS's stock writer).
-
-    `isolate`: the tfds CLI in a subprocess (multi-process Beam); otherwise download_and_prepare in
-    this process with Beam's `running_mode` ("multi_threading", or "multi_processing" for worker
-    subprocesses without a fresh driver).
-    """
+    """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary."""
     shutil.rmtree(data_dir, ignore_errors=True)
     os.makedirs(data_dir)
     busy_start = busy_cpu_seconds()

@@ -1,22 +1,8 @@
-"""Dask builds for the cluster section: one build on a fresh `LocalDaskCluster`, timed and monitored.
-
-`run_build` starts this script as a job (`python benchmarks/common/dask_builds.py JOB.json RESULT.json`,
-`jobs.run_job`): the job starts a cluster of N single-threaded worker processes, builds the dataset
-on it with `vidvol.beam_jobs.build.build(runner="dask")` under the RSS sampler
-(`measure.TreeSampler`) and the shard watch (`AttemptWatch`: first shard attempt opened -> last
-shard written; `common/build_job.py` times its builds with it too), and cuts the build into driver-side steps by timestamps taken around the builder's
-`_plan` / `_run_pipeline` and the DaskRunner's `run_pipeline` (wrapped in the job process only;
-library code unchanged). `scaling` alternates 1- and 2-worker builds, `memory` builds N and 4N
-experiments; `summarize_scaling` derives the medians, speed-ups and where the time goes.
-
-Top-level imports are stdlib only: they are what the job process imports before it starts timing
-(`interpreter_and_imports`), and tests load this module without the benchmarks folder on sys.path.
-"""
+"""Dask builds for the cluster section: one build on a fresh `LocalDaskCluster`, timed and monitored."""
 
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import re
 import shutil
@@ -34,18 +20,8 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks
 MIB = 2**20
 
 
-# --------------------------------------------------------------------------------------------
-# Shard watch (worker attempt files) and driver-step stamps
-
-
 class AttemptWatch(threading.Thread):
-    """Polls data_dir for shard files: workers' attempts (`*.partial.<id>.tmp`) and renamed `*.partial`.
-
-    Keyed by shard (the attempt suffix stripped): when each shard's first file appeared, when it last grew.
-    The workers' other files next to a shard (`.partial.info.json` sidecars, `.partial.progress`
-    records, their own `.<id>.tmp` attempts) are not shards and are left out. A context manager
-    (or `start()` / `stop()`).
-    """
+    """Polls data_dir for shard files: workers' attempts (`*.partial.<id>.tmp`) and renamed `*.partial`."""
 
     _ATTEMPT = re.compile(r"\.[0-9a-f]{12}\.tmp$")
 
@@ -121,16 +97,12 @@ class _Stamps:
 
 
 
-# --------------------------------------------------------------------------------------------
-# One build on a fresh LocalDaskCluster (runs in its own process: this script as a job)
-
-
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     """Starts a cluster, builds `job['dataset']` on it under the RSS monitor and the shard watch; returns timings."""
-    started = psutil_create_time()
-    from common import measure
     import psutil
 
+    started = psutil.Process().create_time()  # when this process started (time.time() scale)
+    from common import measure
     from vidvol.beam_jobs import build, dask_cluster, dask_runner
     from vidvol.builders import dataset_builder
 
@@ -204,13 +176,6 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def psutil_create_time() -> float:
-    """When this process started (time.time() scale)."""
-    import psutil
-
-    return psutil.Process().create_time()
-
-
 def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,
               num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
@@ -222,13 +187,11 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
     print(f"[cluster] build {dataset} from {manual_dir} on {workers} dask worker(s)", flush=True)
     r, cost = jobs.json_job(__file__, job, work, tag, timeout)
     wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
-    r.update({
-        "wall_s": round(wall, 2),
-        "examples_per_s": round(r["examples"] / r["write_s"], 3) if r["write_s"] else None,
-        "build_examples_per_s": round(r["examples"] / r["build_s"], 3),
-        "e2e_examples_per_s": round(r["examples"] / wall, 3),
-        "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "other_cores_busy": round(others, 2),
-    })
+    r.update({"wall_s": round(wall, 2),
+              "examples_per_s": round(r["examples"] / r["write_s"], 3) if r["write_s"] else None,
+              "build_examples_per_s": round(r["examples"] / r["build_s"], 3),
+              "e2e_examples_per_s": round(r["examples"] / wall, 3), "cpu_s": round(cpu, 2),
+              "cores_used": round(cpu / wall, 2), "other_cores_busy": round(others, 2)})
     st = r["steps_s"]
     print(f"[cluster]   {r['examples']} examples in {r['shards']} shards: writing {r['write_s']} s "
           f"({r['examples_per_s']} ex/s, {r['shards_in_flight']} shards in flight), build() {r['build_s']} s, end to end "
@@ -236,10 +199,6 @@ def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, 
           f"{st['dispatch_to_first_shard_open']} after submit, stop {st['cluster_stop']}); worker peaks "
           f"{r['worker_peaks_mib']} MiB, driver {r['driver_peak_mib']:.0f} MiB; others {others:.2f} cores", flush=True)
     return r
-
-
-# --------------------------------------------------------------------------------------------
-# 1. scaling, 2. worker memory
 
 
 def _median(runs: Sequence[dict[str, Any]], key: str) -> float | None:
@@ -333,22 +292,14 @@ def scaling(dataset: str, manual_dir: str, work: str, runs: int, *, interval: fl
 
 def memory(dataset: str, manuals: dict[int, str], work: str, workers: int, *, interval: float,
            timeout: float) -> dict[str, Any]:
-    """Builds over N and 4N experiments with `workers` workers; peak RSS of each worker, scheduler and driver.
-
-    The verdict (flat, under the ceiling) is the section's: `measure.memory_verdict` with its targets.
-    """
+    """Builds over N and 4N experiments with `workers` workers; peak RSS of each worker, scheduler and driver."""
     results = {n: run_build(dataset, manual, work, f"memory_{n}", workers, interval=interval, timeout=timeout)
                for n, manual in sorted(manuals.items())}
     return {"dataset": dataset, "workers": workers, "interval_s": interval,
             "results": {str(n): r for n, r in results.items()}}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/common/dask_builds.py JOB.json RESULT.json`: one build job (started by `run_build`)."""
+if __name__ == "__main__":  # `python benchmarks/common/dask_builds.py JOB.json RESULT.json` (started by `run_build`)
     from common import jobs
 
-    logging.basicConfig(level=logging.WARNING)
-    return jobs.job_main(__file__, _build_job, argv)
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jobs.job_main(__file__, _build_job))

@@ -1,24 +1,9 @@
-"""The cluster section's driver at scale: a build's driver-side work for 10k / 100k / 1M sources.
-
-No decoding, no cluster: for n synthetic hmdb51-style `clips.ClipSource` records (Kinetics-700 is
-~650k videos), each size in a fresh process (`python benchmarks/common/dask_driver.py JOB.json RESULT.json`,
-started by `run_driver` through `jobs.run_job`): the source list, shard planning (`num_shards_for` +
-`plan_shards`), writing the shard plan file (`plan.write_plan`: the sources go to a file, the
-pipeline carries one small ShardRef per shard; a worker reads its shard's byte range back), what
-`pipeline.run()` does on the driver before a Dask worker gets anything (Beam pipeline construction,
-Beam's runner-API round trip, the DaskRunner's translation to a dask bag, distributed's
-serialization of the graph) and reading the workers' counts back (`collect_split` over synthetic
-`.info.json` sidecars). Time per phase and the process's peak RSS (VmHWM) after each.
-
-Top-level imports are stdlib only: the job's `rss_after_imports` is what its own imports cost, and
-tests load this module without the benchmarks folder on sys.path.
-"""
+"""The cluster section's driver at scale: a build's driver-side work for 10k / 100k / 1M sources."""
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
 import math
 import os
 import shutil
@@ -58,13 +43,7 @@ def _shard_len(refs: Sequence[Any], index: int) -> int:
 
 
 def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str, Any]:
-    """What `pipeline.run()` does on the driver on Beam's DaskRunner before a worker gets a task; times each step.
-
-    The pipeline is `_run_pipeline`'s (`shard_writer.shard_pipeline`: Create(shard refs) | Reshuffle |
-    ParDo), with a trivial DoFn (the real one pickles the same whatever the size); options as
-    `runners._dask_options` makes them (one partition per shard), without a scheduler: the steps up
-    to `Client.compute` sending the graph.
-    """
+    """What `pipeline.run()` does on the driver on Beam's DaskRunner before a worker gets a task; times each step."""
     import apache_beam as beam
     import dask
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -73,7 +52,6 @@ def beam_submit(refs: Sequence[Any], split_times: dict[str, float]) -> dict[str,
     from dask._expr import FinalizeCompute
     from dask.base import collections_to_expr
     from distributed.protocol.serialize import serialize, to_serialize
-
     from vidvol.beam_jobs import dask_runner, runners
     from vidvol.builders.writer import shard_writer
 
@@ -217,10 +195,8 @@ def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.
 
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
     r, cost = jobs.json_job(__file__, {"n": n, "work": work, "submit": submit}, work, f"driver_{n}", timeout)
-    wall, cpu, others = cost["wall"], cost["cpu"], cost["others"]
-    r["process_wall_s"] = round(wall, 1)
-    r["cpu_s"] = round(cpu, 2)
-    r["other_cores_busy"] = round(others, 2)  # cores other processes kept busy meanwhile (the job uses ~1)
+    others = cost["others"]  # cores other processes kept busy meanwhile (the job uses ~1)
+    r.update(process_wall_s=round(cost["wall"], 1), cpu_s=round(cost["cpu"], 2), other_cores_busy=round(others, 2))
     t = r["times_s"]
     print(f"[cluster]   {n:,} sources, {r['shards']} shards: driver {r['driver_total_s']:.1f} s ("
           + ", ".join(f"{k} {t[k]:.2f}" for k in r["driver_phases"]) + f"), peak RSS {r['peak_rss_mib']:.0f} MiB "
@@ -250,9 +226,6 @@ def driver_curve(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "rows": rows, "growth_exponents": growth}
 
 
-
-# --------------------------------------------------------------------------------------------
-# Notes: where the driver's time and memory go
 
 # Why a driver phase costs what it does (the function that spends the time), for the report's notes.
 PHASE_WHY = {
@@ -318,12 +291,7 @@ def driver_note(row: dict[str, Any]) -> str:
     return "slowest phases: " + ", ".join(f"{k} {t[k]:.1f} s" for k in top)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/common/dask_driver.py JOB.json RESULT.json`: one size (started by `run_driver`)."""
+if __name__ == "__main__":  # `python benchmarks/common/dask_driver.py JOB.json RESULT.json` (started by `run_driver`)
     from common import jobs
 
-    logging.basicConfig(level=logging.WARNING)
-    return jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"]), argv)
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"])))

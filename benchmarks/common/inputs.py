@@ -1,21 +1,4 @@
-"""Realistic benchmark inputs, written offline with the real encoders and reused between runs.
-
-- HMDB51-like clips: 320x240 XVID AVI at 30 fps, 2-10 s that look like real footage (a set with
-  detail at every scale, a hand-held camera, a moving figure, sensor noise: `samples.make_frame`'s
-  "footage" content via `vidvol.testing.samples.write_hmdb51_layout`, one class per process), official-style
-  split files. Stored as 64x64 quality-90 JPEG frames they are as large and as slow to decode as
-  frames of real HMDB51 videos (~2.2 KiB, ~16k frames/s per core); the benchmark reports both.
-- fire_hrr frames: full-resolution (540x960) JPEG frames of a flickering, rising flame over a
-  textured room with sensor noise, plus `labels.csv` (`experiment,frame,hrr,time`) with a smooth
-  t-squared HRR curve. Written here rather than with `samples.write_fire_hrr_frames` because that
-  generator costs ~0.1 s per full-resolution frame; this one draws from precomputed textures.
-- MRI volumes: int16 `.nii.gz` (slope 1, as scanners write them) of a smooth head-like phantom
-  (scalp, skull, CSF, grey/white matter folds, ventricles, a bias field) with Rician noise, so that
-  gzip compresses them about 2x like real scans (random noise would give ~1x, flat volumes ~100x).
-
-Each writer records its parameters in `inputs.json` under its root and skips the work when they
-match, so a second benchmark run reuses the inputs.
-"""
+"""Realistic benchmark inputs, written offline with the real encoders and reused between runs."""
 
 from __future__ import annotations
 
@@ -27,7 +10,7 @@ import logging
 import multiprocessing
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import cv2
@@ -40,20 +23,11 @@ from vidvol.testing import samples
 logger = logging.getLogger(__name__)
 
 STAMP = "inputs.json"
+FIRE_COLUMNS = ("experiment", "frame", "hrr", "time")
 HMDB51_FPS = 30.0
 
 
-# --------------------------------------------------------------------------------------------
-# Caching and parallel helpers
-
-
-def _cached(root: str, spec: dict[str, Any]) -> bool:
-    """True when root already holds inputs written with exactly `spec`."""
-    return os.path.isfile(os.path.join(root, STAMP)) and _source_spec(root) == spec
-
-
 def _stamp(root: str, spec: dict[str, Any]) -> None:
-    """Marks root as holding inputs written with `spec`."""
     with open(os.path.join(root, STAMP), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=1)
 
@@ -72,8 +46,7 @@ class InputPlan:
 
     @property
     def cached(self) -> bool:
-        """Whether root already holds these inputs."""
-        return _cached(self.root, self.spec)
+        return os.path.isfile(os.path.join(self.root, STAMP)) and _source_spec(self.root) == self.spec
 
 
 def write_inputs(plans: Sequence[InputPlan], *, workers: int = 1) -> list[bool]:
@@ -106,10 +79,6 @@ def _call(fn_job: tuple[Callable[..., Any], dict[str, Any]]) -> Any:
     return fn(**job)
 
 
-# --------------------------------------------------------------------------------------------
-# HMDB51
-
-
 HMDB51_CONTENT = "footage"
 
 
@@ -132,14 +101,9 @@ def hmdb51_plan(root: str, *, num_classes: int, videos_per_class: int, num_frame
 
 
 def describe_hmdb51(root: str) -> dict[str, Any]:
-    """Count, mean size and duration range of the clips of an HMDB51 input set."""
-    return describe_videos(os.path.join(root, samples.HMDB51_ORG_DIR))
-
-
-def describe_videos(root: str) -> dict[str, Any]:
-    """Count, mean bytes and duration range of the .avi files under root."""
+    """Count, mean size and duration range of the clips (.avi files) of an HMDB51 input set."""
     sizes, durations = [], []
-    for folder, _, files in os.walk(root):
+    for folder, _, files in os.walk(os.path.join(root, samples.HMDB51_ORG_DIR)):
         for name in files:
             if name.endswith(".avi"):
                 path = os.path.join(folder, name)
@@ -173,10 +137,6 @@ def hmdb51_split_videos(root: str, split_number: int, subset: str) -> list[tuple
     return sorted(out)
 
 
-# --------------------------------------------------------------------------------------------
-# fire_hrr
-
-
 def _smooth_noise(rng: np.random.Generator, shape: tuple[int, int], sigma: float) -> np.ndarray:
     """Gaussian-blurred white noise scaled to [0, 1] (turbulence, textures)."""
     field = cv2.GaussianBlur(rng.normal(0.0, 1.0, shape).astype(np.float32), (0, 0), sigma)
@@ -191,11 +151,9 @@ class FireScene:
         self.height, self.width = height, width
         y, x = np.mgrid[0:height, 0:width].astype(np.float32)
         phase = rng.uniform(0, 2 * np.pi, 3)
-        room = np.stack([
-            45 + 25 * np.sin(x / width * 3 + phase[0]) + 25 * y / height,
-            40 + 18 * np.cos(y / height * 2 + phase[1]),
-            35 + 14 * np.sin((x + y) / (width + height) * 4 + phase[2]),
-        ], axis=-1)
+        room = np.stack([45 + 25 * np.sin(x / width * 3 + phase[0]) + 25 * y / height,
+                         40 + 18 * np.cos(y / height * 2 + phase[1]),
+                         35 + 14 * np.sin((x + y) / (width + height) * 4 + phase[2])], axis=-1)
         room += 40 * (_smooth_noise(rng, (height, width), 2.0)[..., None] - 0.5)
         floor = int(height * 0.82)
         room[floor:] += 25  # a floor with an edge, a wall corner, a burner tray
@@ -262,17 +220,16 @@ def fire_plan(root: str, *, experiments: int, frames: int, height: int = 540, wi
                                           height=height, width=width, quality=quality, fps=fps))
             for e in range(experiments)]
 
-    def finish(results: list[Any]) -> None:
-        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["experiment", "frame", "hrr", "time"])
-            writer.writerows(row for chunk in results for row in chunk)
+    return InputPlan(root, spec, jobs, lambda results: _write_labels(root, FIRE_COLUMNS, (
+        row for chunk in results for row in chunk)))
 
-    return InputPlan(root, spec, jobs, finish)
+
+def _write_labels(root: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([header, *rows])
 
 
 def _link(src: str, dst: str) -> None:
-    """A hard link (a copy across file systems)."""
     try:
         os.link(src, dst)
     except OSError:
@@ -280,7 +237,6 @@ def _link(src: str, dst: str) -> None:
 
 
 def _source_spec(root: str) -> dict[str, Any]:
-    """The spec root's inputs were written with (its stamp)."""
     with open(os.path.join(root, STAMP), encoding="utf-8") as f:
         return json.load(f)
 
@@ -331,14 +287,8 @@ def _link_fire(source: str, root: str, experiments: int) -> list[list[Any]]:
 def fire_replicated_plan(root: str, source: str, experiments: int) -> InputPlan:
     """`experiments` fire_hrr experiments made of hard links of `source`'s frames (its experiments in turn)."""
     spec = {"kind": "fire_hrr", "replicated_from": _source_spec(source), "experiments": experiments}
-
-    def finish(results: list[Any]) -> None:
-        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["experiment", "frame", "hrr", "time"])
-            writer.writerows(results[0])
-
-    return InputPlan(root, spec, [(_link_fire, dict(source=source, root=root, experiments=experiments))], finish)
+    return InputPlan(root, spec, [(_link_fire, dict(source=source, root=root, experiments=experiments))],
+                     lambda results: _write_labels(root, FIRE_COLUMNS, results[0]))
 
 
 def describe_fire(root: str) -> dict[str, Any]:
@@ -362,16 +312,7 @@ def fire_frame_rows(labels_csv: str) -> list[tuple[str, str, float]]:
 
 
 def subset_labels(labels: str, manual_dir: str, count: int) -> int:
-    """Writes manual_dir/labels.csv with the first `count` experiments of `labels` (absolute frame paths).
-
-    Args:
-        labels: a fire_hrr labels.csv (`experiment,frame,...`, frame paths relative to its folder).
-        manual_dir: the folder to write (created if missing).
-        count: how many experiments to keep, in file order.
-
-    Returns:
-        The rows written.
-    """
+    """Writes manual_dir/labels.csv with the first `count` experiments of `labels` (absolute frame paths)."""
     root = os.path.dirname(os.path.abspath(labels))
     os.makedirs(manual_dir, exist_ok=True)
     kept: list[str] = []
@@ -396,19 +337,7 @@ def subset_labels(labels: str, manual_dir: str, count: int) -> int:
 
 
 def repeat_experiments(labels: str, manual_dir: str, repeat: int) -> int:
-    """Writes manual_dir/labels.csv listing every experiment of `labels` `repeat` times (same frames, new names).
-
-    A build long enough that worker start-up (a few seconds of imports) does not dominate the
-    1-vs-2-worker comparison, without generating more full-resolution frames.
-
-    Args:
-        labels: a labels.csv with absolute frame paths (`subset_labels`' output).
-        manual_dir: the folder to write (created if missing).
-        repeat: how many times each experiment is listed (1: the same names).
-
-    Returns:
-        The rows written.
-    """
+    """Writes manual_dir/labels.csv listing every experiment of `labels` `repeat` times (same frames, new names)."""
     os.makedirs(manual_dir, exist_ok=True)
     with open(labels, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
@@ -420,10 +349,6 @@ def repeat_experiments(labels: str, manual_dir: str, repeat: int) -> int:
             for row in rows:
                 writer.writerow({**row, "experiment": f"{row['experiment']}_r{j}" if repeat > 1 else row["experiment"]})
     return len(rows) * repeat
-
-
-# --------------------------------------------------------------------------------------------
-# MRI
 
 
 def _smooth_field(shape: Sequence[int], rng: np.random.Generator, grid: int, amplitude: float) -> np.ndarray:
@@ -477,14 +402,8 @@ def mri_plan(root: str, *, num: int, shape: Sequence[int], spacing: Sequence[flo
     rels = [f"volumes/sub-{i + 1:03d}.nii.gz" for i in range(num)]
     jobs = [(_write_mri, dict(path=os.path.join(root, rel), shape=tuple(shape), spacing=tuple(spacing), seed=i))
             for i, rel in enumerate(rels)]
-
-    def finish(results: list[Any]) -> None:
-        with open(os.path.join(root, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["path", "label", "subject"])
-            writer.writerows([rel, "patient" if i % 2 else "control", f"sub-{i + 1:03d}"] for i, rel in enumerate(rels))
-
-    return InputPlan(root, spec, jobs, finish)
+    return InputPlan(root, spec, jobs, lambda results: _write_labels(root, ["path", "label", "subject"], (
+        [rel, "patient" if i % 2 else "control", f"sub-{i + 1:03d}"] for i, rel in enumerate(rels))))
 
 
 def describe_mri(root: str) -> dict[str, Any]:
@@ -495,13 +414,12 @@ def describe_mri(root: str) -> dict[str, Any]:
     return {"mean_file_mib": round(stored / len(paths) / 2**20, 2), "gzip_ratio": round(raw / stored, 2)}
 
 
-def mri_paths(root: str) -> list[str]:
-    """Absolute paths of the volumes listed in root/labels.csv, in file order."""
+def mri_paths(root: str, column: str = "path") -> list[str]:
+    """Absolute paths (or another column) of the volumes listed in root/labels.csv, in file order."""
     with open(os.path.join(root, "labels.csv"), newline="", encoding="utf-8") as f:
-        return [os.path.join(root, row["path"]) for row in csv.DictReader(f)]
+        return [os.path.join(root, row[column]) if column == "path" else row[column] for row in csv.DictReader(f)]
 
 
 def mri_labels(root: str) -> list[str]:
     """Label of each volume listed in root/labels.csv, in file order."""
-    with open(os.path.join(root, "labels.csv"), newline="", encoding="utf-8") as f:
-        return [row["label"] for row in csv.DictReader(f)]
+    return mri_paths(root, "label")

@@ -1,12 +1,4 @@
-"""A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree.
-
-A measurement that must not share a process with the benchmark (its peak RSS, its imports, the
-processes it starts) runs one of this folder's scripts with `run_job` (common/dask_builds.py,
-common/dask_driver.py); `python` names another interpreter (another virtual environment) to run it in.
-`run_command` runs any command so, its process tree sampled by `measure.TreeSampler` if asked (builds).
-A job script's entry is `job_main`: `SCRIPT JOB.json RESULT.json` (common/read_job.py, common/dask_builds.py,
-common/dask_driver.py). Stdlib only (`measure` inside `run_command`): loadable without the benchmarks folder on sys.path.
-"""
+"""A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree."""
 
 from __future__ import annotations
 
@@ -29,12 +21,8 @@ def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
 
 def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: float, *,
              python: str = sys.executable) -> tuple[dict[str, Any], dict[str, float]]:
-    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) under `run_job`: its result and its costs.
-
-    Returns:
-        (the job's result, {"wall": seconds, "cpu": CPU seconds of its tree, "others": cores other processes kept
-        busy meanwhile}); RuntimeError with the log's tail when it fails or runs past `timeout`.
-    """
+    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) under `run_job`: its result and its costs ({"wall",
+    "cpu" of its tree, "others": cores other processes kept busy}); RuntimeError with the log's tail if it fails."""
     from common.streams import busy_cpu_seconds
 
     os.makedirs(folder, exist_ok=True)
@@ -53,23 +41,14 @@ def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: f
     return result, {"wall": wall, "cpu": cpu, "others": max(0.0, busy_cpu_seconds() - busy0 - cpu) / wall}
 
 
-def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *,
-                interval: float | None = None) -> tuple[int, Any, Any]:
-    """Runs `cmd` (its output to log_path), SIGKILLs its process tree once it runs past `timeout` seconds.
-
-    Args:
-        cmd: the command line.
-        log_path: where its stdout and stderr go.
-        timeout: seconds before it is killed (None: no limit).
-        interval: when given, the process tree is sampled at this period while it runs (`measure.TreeSampler`).
-
-    Returns:
-        (exit status, negative for a signal; rusage of the process and the children it reaped; the sampler or None).
-    """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def run_command(cmd: Sequence[str], log_path: str, timeout: float | None = None, *, interval: float | None = None,
+                env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[int, Any, Any]:
+    """Runs `cmd` (its output to log_path), SIGKILLs its process tree once it runs past `timeout` seconds: (exit
+    status, negative for a signal; rusage of it and the children it reaped; its `TreeSampler` if `interval`, or None)."""
+    env = env or dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     sampler = None
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         timer = threading.Timer(timeout, kill_tree, args=(proc.pid,)) if timeout else None
         if timer:
             timer.start()
@@ -116,6 +95,9 @@ def tail(path: str, size: int = 4000) -> str:
 
 def job_main(script: str, run: Callable[[dict[str, Any]], dict[str, Any]], argv: Sequence[str] | None = None) -> int:
     """A job script's entry, `python SCRIPT JOB.json RESULT.json`: writes `run(job)` to RESULT.json."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
         benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

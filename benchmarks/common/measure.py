@@ -1,11 +1,7 @@
 """Peak memory of a process and of a process tree: the one meter every benchmark and test reads.
 
-A process's peak is its VmHWM, its current RSS its VmRSS, both from /proc/PID/status. Not
-`ru_maxrss`: Linux carries a process's high-water mark across exec into the program it starts (and
-`subprocess` starts children with vfork + exec), so a child of run.py (~1 GiB) or of a pytest worker
-reports its launcher's peak there, whatever it held itself. A tree's peak needs sampling: `TreeSampler`
-reads every process of the tree in a thread. Standard library and psutil only (loaded by tests
-without this folder on sys.path; imported in the peers' venv too).
+VmHWM from /proc, not `ru_maxrss`: Linux carries a launcher's high-water mark across vfork + exec into
+the child it starts. Standard library and psutil only (tests and the peers' venv load it too).
 """
 
 from __future__ import annotations
@@ -36,15 +32,7 @@ def _status(pid: int | str = "self") -> tuple[int, int] | None:
 
 
 def peak_rss_mib(pid: int | str = "self") -> float:
-    """A process's peak RSS so far, in MiB: its VmHWM (this process's by default).
-
-    Args:
-        pid: the process; "self" for this one.
-
-    Returns:
-        VmHWM in MiB; 0.0 for a process that is gone; for this process where /proc has no
-        status (not Linux), `ru_maxrss`.
-    """
+    """A process's peak RSS so far, in MiB: its VmHWM (this process's by default)."""
     status = _status(pid)
     if status is not None:
         return status[1] / MIB
@@ -54,14 +42,7 @@ def peak_rss_mib(pid: int | str = "self") -> float:
 
 
 def rss_mib(pid: int | str = "self") -> float:
-    """A process's resident memory now (VmRSS), in MiB; 0.0 when it is gone.
-
-    Args:
-        pid: the process; "self" for this one.
-
-    Returns:
-        VmRSS in MiB.
-    """
+    """A process's resident memory now (VmRSS), in MiB; 0.0 when it is gone."""
     status = _status(pid)
     if status is None:
         return psutil.Process().memory_info().rss / MIB if pid == "self" else 0.0
@@ -88,17 +69,7 @@ def _execed(pid: int) -> bool:
 
 
 class TreeSampler(threading.Thread):
-    """Samples VmRSS and VmHWM of a process and of every descendant every `interval` seconds, in a thread.
-
-    `peaks[pid]`: `kind` ("driver": the root; "worker": a Beam SDK worker, started through a shell;
-    "other"), `cmd`, `peak_rss` (largest VmRSS sampled, bytes) and `hwm` (its VmHWM when last read:
-    its own peak since it started, bytes). `total_peak`: the largest sum of the tree's VmRSS in one
-    sample. VmHWM only grows, so a descendant read once before it ends is missed only for what it
-    grew after its last reading; `sweep()` before ending it reads it exactly. Use it as a context
-    manager (or `start()` / `stop()`). A child is read only once it has exec'd (its command line no longer
-    its parent's): between fork (or vfork) and exec it shares its parent's pages, and its VmHWM would be the
-    parent's.
-    """
+    """Samples VmRSS and VmHWM of a process and of every descendant every `interval` seconds, in a thread."""
 
     def __init__(self, pid: int | None = None, interval: float = 0.1):
         super().__init__(daemon=True)
@@ -128,11 +99,7 @@ class TreeSampler(threading.Thread):
         self.join()
 
     def sweep(self) -> bool:
-        """Reads every process of the tree once now.
-
-        Returns:
-            False when the root process is gone.
-        """
+        """Reads every process of the tree once now."""
         try:
             procs = [self._root] + self._root.children(recursive=True)
         except psutil.NoSuchProcess:
@@ -178,16 +145,7 @@ class TreeSampler(threading.Thread):
 
 def memory_verdict(results: dict[int, dict[str, Any]], *, max_worker_gib: float,
                    flat_tolerance: float) -> tuple[bool, str]:
-    """Whether worker peaks stay flat from the smallest to the largest build and under a ceiling.
-
-    Args:
-        results: {size: a build's record with `worker_peak_mib` and `driver_peak_mib`}.
-        max_worker_gib: the ceiling of every worker's peak.
-        flat_tolerance: the largest growth of the worker peak allowed, as a fraction.
-
-    Returns:
-        (pass, one line giving both peaks' growth and the verdict).
-    """
+    """Whether worker peaks stay flat from the smallest to the largest build and under a ceiling."""
     counts = sorted(results)
     lo, hi = results[counts[0]], results[counts[-1]]
     growth_w = hi["worker_peak_mib"] / max(lo["worker_peak_mib"], 1e-9) - 1

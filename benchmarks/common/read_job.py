@@ -1,25 +1,4 @@
-"""Read throughput and peak memory of one pipeline over one prepared dataset (ours or a baseline).
-
-A `ReadJob` (plain JSON) names the pipeline: `loader` (`vidvol.load`, model-ready batches, with
-or without a seed), `tfds_load` (plain `tfds.load` + a cast/255 map + batch + prefetch, what a
-notebook user writes) or a baseline from `common/baselines.py`. `measure_read` streams it `runs` times (fresh iterator, a few
-warm-up batches, then at least `min_seconds` of batches over `.repeat()`ed epochs) and returns
-the examples per second of every run plus the process's peak RSS while streaming. Each job runs
-in its own process in a full benchmark (`python benchmarks/common/read_job.py JOB.json OUT.json`),
-so peaks do not mix.
-
-A job over JPEG frames can name its shard files (`limit_files`): then, right before and right after
-each timed run, the same process times the decode limit of those stored frames (`baselines.decode_rate`
-in one thread per core, all at once: `baselines.on_every_core`), and each run's ratio to the mean of
-the two limits measured next to it is reported too. Paired that way, a machine that slows down or
-speeds up between measurements moves both sides alike (one core alone, timed for a second, swung by
-up to 30 % between runs here). A job over MRI volumes names its shards in `volume_limit_files`
-instead: its limit is the stored int16 bytes read from the page cache and converted to a float32
-volume with NumPy (`baselines.volume_rate`, likewise on every core at once). `output_dtype` /
-`mask_dtype` choose the loader's mode, `augment` its volume augmentation (`vidvol.VolumeAugment` fields).
-A JPEG job with `float_ceiling` is also paired with the float32 ceiling (`baselines.decode_rate` with `ring_frames`:
-the decode loop plus each frame written as float32 / 255 into a ring of a batch's frames).
-"""
+"""Read throughput and peak memory of one pipeline over one prepared dataset (ours or a baseline)."""
 
 from __future__ import annotations
 
@@ -29,7 +8,7 @@ import logging
 import os
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -87,11 +66,7 @@ def loader_dataset(job: ReadJob) -> tf.data.Dataset:
 
 
 def tfds_load_dataset(job: ReadJob) -> tf.data.Dataset:
-    """Plain `tfds.load` as a notebook user writes it: frames cast to float32 / 255, batched, prefetched.
-
-    Shuffled files, TFDS's default parallel decode; autocache off (TFDS would otherwise cache a small
-    split's decoded clips in memory after the first epoch, and time memory copies instead of reads).
-    """
+    """Plain `tfds.load` as a notebook user writes it: frames cast to float32 / 255, batched, prefetched."""
     import tensorflow_datasets as tfds
     import vidvol  # noqa: F401  (registers the datasets)
 
@@ -126,17 +101,6 @@ def batch_size_of(batch: Any) -> int:
     return int(leaves[-1].shape[0])
 
 
-def stream_rate(make: Callable[[], tf.data.Dataset], *, min_seconds: float, warmup_batches: int,
-                cores: int) -> dict[str, float]:
-    """Examples/s of a fresh iterator over the endless `make()`, after warm-up batches (`streams.stream_rate`).
-
-    Also examples per CPU-second of this process x cores (`cpu_examples_per_s`): what the pipeline
-    would deliver with every core to itself, steadier than wall time on a shared machine.
-    """
-    return streams.stream_rate(lambda: iter(make()), count=batch_size_of, min_seconds=min_seconds,
-                               warmup_batches=warmup_batches, cores=cores)
-
-
 def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     """Streams the job's pipeline `runs` times; returns per-run rates and peak RSS while streaming."""
     cores = len(os.sched_getaffinity(0))
@@ -158,8 +122,8 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         for _ in range(job.runs):
             before = limit() if frames is not None else None
             ceiling_before = limit(ceiling_fn) if with_ceiling else None
-            runs.append(stream_rate(lambda: make_dataset(job), min_seconds=job.min_seconds,
-                                    warmup_batches=job.warmup_batches, cores=cores))
+            runs.append(streams.stream_rate(lambda: iter(make_dataset(job)), count=batch_size_of, cores=cores,
+                                            min_seconds=job.min_seconds, warmup_batches=job.warmup_batches))
             if ceiling_before is not None:
                 after = limit(ceiling_fn)
                 ceilings.append({k: (ceiling_before[k] + after[k]) / 2 for k in ceiling_before})
@@ -205,10 +169,12 @@ def paired_limit(runs: Sequence[dict[str, Any]], limits: Sequence[dict[str, floa
     }}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/common/read_job.py JOB.json OUT.json`: one isolated measurement."""
-    return jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job)), argv)
+def run(job: ReadJob, folder: str, tag: str, *, isolate: bool, timeout: float) -> dict[str, Any]:
+    """`measure_read(job)`: in a process of its own (this script as a job, files FOLDER/TAG.*) when `isolate`."""
+    if not isolate:
+        return measure_read(job)
+    return jobs.json_job(__file__, dataclasses.asdict(job), folder, tag, timeout)[0]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python benchmarks/common/read_job.py JOB.json RESULT.json`
+    sys.exit(jobs.job_main(__file__, lambda job: measure_read(ReadJob(**job))))

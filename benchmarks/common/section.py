@@ -1,15 +1,4 @@
-"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself.
-
-A section measures one thing (Dask builds, random access, ...) into a JSON document: its records,
-what is derived from them (summaries, notes), its `targets` (one row per promise) and its `method`.
-`run.py` runs the headline (reads and builds) and then every section registered in `run.SECTIONS`,
-each on the run's inputs and builds (`Section.in_run`), and stores each document under its key in
-results.json; `common/report.py` renders each after the headline's build tables (`Section.markdown`). Run
-alone, a section module is a script (`Section.main`): OUT/KEY.json and OUT/KEY.md. See README.md.
-
-Stdlib only (it is loaded by tests without the benchmarks folder on sys.path); `report` is imported
-where a standalone run writes.
-"""
+"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself."""
 
 from __future__ import annotations
 
@@ -28,10 +17,6 @@ from typing import Any, ClassVar
 OPS = (">=", "<=")
 
 
-# --------------------------------------------------------------------------------------------
-# Settings
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
     """What every mode of every section has; a section subclasses it with its own sizes."""
@@ -41,7 +26,6 @@ class Settings:
 
     @property
     def quick(self) -> bool:
-        """True in quick mode."""
         return self.mode == "quick"
 
     def override(self, **changes: Any) -> Settings:
@@ -52,10 +36,6 @@ class Settings:
 def default_inputs_dir(out: str, mode: str) -> str:
     """OUT/inputs in full mode, OUT/inputs_<mode> otherwise: a quick run never replaces a full run's inputs."""
     return os.path.join(out, "inputs" if mode == "full" else f"inputs_{mode}")
-
-
-# --------------------------------------------------------------------------------------------
-# Targets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +80,6 @@ class Target:
 
 def target(name: str, value: float, threshold: float, *, op: str = ">=", unit: str = "x", note: str = "",
            cpu_value: float | None = None) -> dict[str, Any]:
-    """One target row (`Target(...).row()`)."""
     return Target(name, value, threshold, op=op, unit=unit, note=note, cpu_value=cpu_value).row()
 
 
@@ -111,11 +90,7 @@ def verdict(row: dict[str, Any]) -> str:
 
 
 def run_notes(doc: dict[str, Any], results: dict[str, Any], steadier: str) -> list[str]:
-    """The notes every timed section ends with: how busy other processes kept the cores, and quick mode's caveat.
-
-    `results`: the section's rows (each with `other_cores_busy`); `steadier`: what to read instead
-    when the machine was shared ("the cpu-normalized ratios are steadier").
-    """
+    """The notes every timed section ends with: how busy other processes kept the cores, and quick mode's caveat."""
     others = max(x["other_cores_busy"] for x in results.values())
     notes = [f"Other processes kept up to {others:.2f} of the {doc['cores']} cores busy during the timed windows"
              + (f": the wall-clock rates are understated and noisy; {steadier}." if others > 0.25
@@ -125,8 +100,31 @@ def run_notes(doc: dict[str, Any], results: dict[str, Any], steadier: str) -> li
     return notes
 
 
-# --------------------------------------------------------------------------------------------
-# A benchmark run, as the sections see it
+def parser_(doc: str, out: str, quick: str, runs: str) -> argparse.ArgumentParser:
+    """The options every benchmark script takes: --out, --quick, --inputs, --runs (`doc`'s first line describes it)."""
+    parser = argparse.ArgumentParser(description=doc.strip().split("\n", 1)[0])
+    parser.add_argument("--out", required=True, help=out)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--inputs", default=None, help="folder holding (or to hold) the generated inputs "
+                        "(default OUT/inputs, quick: OUT/inputs_quick)")
+    parser.add_argument("--runs", type=int, default=None, help=runs)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed arguments, with logging set up for a benchmark script."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return parser.parse_args(argv)
+
+
+def finite(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc`, or a ValueError naming its non-finite numbers."""
+    from common import report
+
+    bad = report.finite_numbers(doc)
+    if bad:
+        raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
+    return doc
 
 
 class Context:
@@ -142,7 +140,6 @@ class Context:
         os.makedirs(self.out, exist_ok=True)
 
     def path(self, *parts: str) -> str:
-        """A path under the output folder."""
         return os.path.join(self.out, *parts)
 
     def phase(self, name: str, start: float) -> None:
@@ -151,17 +148,8 @@ class Context:
         print(f"[bench] {name} done in {self.phases[name]:.0f} s", flush=True)
 
 
-# --------------------------------------------------------------------------------------------
-# The section
-
-
 class Section(abc.ABC):
-    """One part of the benchmark: what it measures, its promises, how it reads in RESULTS.md.
-
-    A subclass sets `key`, `label`, `summary`, `FULL`, `QUICK` and `method`, and implements
-    `measure`, `targets` and `markdown`; `summarize` (derived figures, notes), `run_settings` and
-    `run_inputs` (what it takes from the run) and the standalone hooks have defaults.
-    """
+    """One part of the benchmark: what it measures, its promises, how it reads in RESULTS.md."""
 
     key: ClassVar[str]  # its document's key in results.json; standalone: OUT/KEY.json, OUT/KEY.md
     label: ClassVar[str]  # how run.py's summary lines name it: "[bench] LABEL: PASS ..."
@@ -169,8 +157,6 @@ class Section(abc.ABC):
     FULL: ClassVar[Settings]
     QUICK: ClassVar[Settings]
     method: ClassVar[Sequence[str]] = ()  # how it measures (RESULTS.md lists it)
-
-    # -- what a section implements --------------------------------------------------------------
 
     @abc.abstractmethod
     def measure(self, work: str, settings: Settings, **inputs: Any) -> dict[str, Any]:
@@ -196,10 +182,7 @@ class Section(abc.ABC):
         """Its `measure` inputs inside a benchmark run (the run's inputs and builds); by default none."""
         return {}
 
-    # -- what the skeleton does with it ----------------------------------------------------------
-
     def mode_settings(self, quick: bool) -> Settings:
-        """QUICK or FULL."""
         return self.QUICK if quick else self.FULL
 
     def measure_section(self, work: str, settings: Settings, **inputs: Any) -> dict[str, Any]:
@@ -224,8 +207,6 @@ class Section(abc.ABC):
         ctx.phase(self.key, start)
         return doc
 
-    # -- standalone: `python benchmarks/KEY.py --out DIR` ----------------------------------------
-
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         """The section's own command-line options (beyond --out, --quick, --inputs, --runs, --resummarize)."""
         return None
@@ -241,19 +222,13 @@ class Section(abc.ABC):
 
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Standalone run: measures into OUT/KEY (or --resummarize OUT/KEY.json), writes KEY.json and KEY.md."""
-        module_doc = sys.modules[type(self).__module__].__doc__ or self.key
-        parser = argparse.ArgumentParser(description=module_doc.strip().split("\n", 1)[0])
-        parser.add_argument("--out", required=True, help=f"work folder (inputs, datasets, {self.key}.json, "
-                            f"{self.key.upper()}.md)")
-        parser.add_argument("--quick", action="store_true", help="tiny sizes, one run (smoke)")
-        parser.add_argument("--inputs", default=None, help="folder holding (or to hold) the generated inputs "
-                            "(default OUT/inputs, quick: OUT/inputs_quick)")
-        parser.add_argument("--runs", type=int, default=None, help="override the timed runs")
+        parser = parser_(sys.modules[type(self).__module__].__doc__ or self.key,
+                         f"work folder (inputs, datasets, {self.key}.json, {self.key.upper()}.md)",
+                         "tiny sizes, one run (smoke)", "override the timed runs")
         parser.add_argument("--resummarize", action="store_true", help=f"recompute summaries, notes and targets of "
                             f"OUT/{self.key}.json and re-render; measure nothing")
         self.add_arguments(parser)
-        args = parser.parse_args(argv)
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        args = parse(parser, argv)
         settings = self.apply_arguments(self.mode_settings(args.quick).override(runs=args.runs), args)
         out = os.path.abspath(args.out)
         os.makedirs(out, exist_ok=True)
@@ -267,10 +242,7 @@ class Section(abc.ABC):
                                        **self.standalone_inputs(out, settings, inputs_dir, args))
         from common import report
 
-        bad = report.finite_numbers(doc)
-        if bad:
-            raise ValueError(f"non-finite numbers in the results: {bad[:10]}")
-        report.write_json(doc, path)
+        report.write_json(finite(doc), path)
         with open(os.path.join(out, f"{self.key.upper()}.md"), "w", encoding="utf-8") as f:
             f.write("\n".join(self.markdown(doc)))
         print(f"[{self.key}] wrote {path} and {self.key.upper()}.md"
@@ -278,3 +250,23 @@ class Section(abc.ABC):
         for row in doc["targets"]:
             print(f"[{self.key}] {verdict(row)}", flush=True)
         return 0
+
+
+class Hmdb51Section(Section):
+    """A section over the run's hmdb51 inputs and TFRecord build (its settings: `hmdb51`, `config`, `batch_size`)."""
+
+    def run_settings(self, ctx: Context) -> Settings:
+        s = ctx.settings
+        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
+                                   runs=s.runs, batch_size=s.hmdb51_batch)
+
+    def run_inputs(self, ctx: Context) -> dict[str, Any]:
+        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
+
+    def standalone_inputs(self, out: str, settings: Any, inputs_dir: str, args: argparse.Namespace) -> dict[str, Any]:
+        """The hmdb51 inputs of the mode (reused when present)."""
+        from common import inputs
+
+        root = os.path.join(inputs_dir, "hmdb51")
+        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
+        return {"manual_dir": root}

@@ -1,17 +1,4 @@
-"""Shuffle quality of the shard-streaming order (`ShardOrder(block)`) against a uniform shuffle of the whole split.
-
-    python benchmarks/common/shuffle_quality.py DATA_DIR NAME BATCH   # prints the JSON the bucket section records
-
-Pure order arithmetic (no example is read): each order's training batches over 8 epochs, scored three ways
-against `vidvol.load`'s default order (a uniform permutation of the split per epoch), as a ratio to it (1.00:
-as good as uniform):
-- same class: the share of a batch's pairs of examples that have one class;
-- repeated pairs: the share of pairs of examples that share a batch in one epoch and again in the next;
-- shards per batch: distinct shard files a batch draws from (its mean, not a ratio).
-On two layouts: the hmdb51 build of the bucket section (its labels and shard files), and hmdb51 split1 at full size
-(3,570 training clips, 51 classes of 70, in 32 shard files, each clip in a shard drawn at random, as TFDS's writer
-spreads examples by a hash of their key), batches of 32. `run(...)` scores it; `markdown(...)` is its table in RESULTS.md.
-"""
+"""Shuffle quality of the shard-streaming order (`ShardOrder(block)`) against a uniform shuffle of the whole split."""
 
 from __future__ import annotations
 
@@ -33,7 +20,6 @@ FULL_SIZE_BATCH = 32
 def score(labels, sizes, batch: int, block: int | None, seed: int = 0) -> dict[str, float]:
     """Same-class pair share, repeated-pair share and shards per batch of one order over `EPOCHS` epochs."""
     import numpy as np
-
     from vidvol import ShardOrder
     from vidvol.readers import order
 
@@ -70,7 +56,6 @@ def layouts(data_dir: str | None, name: str | None):
     out = []
     if data_dir:
         import vidvol
-
         from vidvol.readers.dataset import get_builder
 
         builder = get_builder(name, data_dir)

@@ -1,9 +1,4 @@
-"""Timing a stream of batches: examples/s of a fresh iterator after warm-up, CPU use, the rest of the machine.
-
-What every read measurement shares, whatever library makes the batches: `common/read_job.py` times tf.data
-pipelines with it, `peers/jobs.py` the PyTorch DataLoaders of other tools (in the peers' own virtual
-environment, without TensorFlow). Standard library and psutil only.
-"""
+"""Timing a stream of batches: examples/s of a fresh iterator after warm-up, CPU use, the rest of the machine."""
 
 from __future__ import annotations
 
@@ -36,14 +31,7 @@ def tree_cpu_seconds() -> float:
 def stream_rate(make: Callable[[], Iterator[Any]], *, count: Callable[[Any], int], min_seconds: float,
                 warmup_batches: int, cores: int, cpu_seconds: Callable[[], float] = time.process_time,
                 min_batches: int = 1) -> dict[str, float]:
-    """Examples/s of the endless iterator `make()` after `warmup_batches`, for at least `min_seconds` and `min_batches`.
-
-    `min_batches`: where workers each make whole batches (a DataLoader), batches arrive in rounds, and
-    a window of a round or two would count half a round too many or too few; many rounds make that
-    edge small. `count(batch)` is a batch's example count. Also examples per CPU-second (`cpu_seconds`: this
-    process by default, `tree_cpu_seconds` where workers are processes) x cores
-    (`cpu_examples_per_s`): what the pipeline would deliver with every core to itself.
-    """
+    """Examples/s of the endless `make()` after warm-up batches, for >= `min_seconds` and `min_batches`."""
     iterator = make()
     for _ in range(warmup_batches):
         next(iterator)
@@ -65,11 +53,9 @@ def stream_rate(make: Callable[[], Iterator[Any]], *, count: Callable[[Any], int
 def run_summary(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
     """Medians of timed runs (`stream_rate` results) and every run's rate, as read rows report them."""
     rates = [r["examples_per_s"] for r in runs]
-    return {
-        "examples_per_s_runs": [round(r, 3) for r in rates],
-        "examples_per_s": round(float(statistics.median(rates)), 3),
-        "cpu_examples_per_s": round(float(statistics.median(r["cpu_examples_per_s"] for r in runs)), 3),
-        "cores_used": round(float(statistics.median(r["cores_used"] for r in runs)), 2),
-        "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
-        "examples_timed": sum(r["examples"] for r in runs),
-    }
+    return {"examples_per_s_runs": [round(r, 3) for r in rates],
+            "examples_per_s": round(float(statistics.median(rates)), 3),
+            "cpu_examples_per_s": round(float(statistics.median(r["cpu_examples_per_s"] for r in runs)), 3),
+            "cores_used": round(float(statistics.median(r["cores_used"] for r in runs)), 2),
+            "other_cores_busy": round(float(statistics.median(r["other_cores_busy"] for r in runs)), 2),
+            "examples_timed": sum(r["examples"] for r in runs)}

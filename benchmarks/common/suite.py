@@ -1,8 +1,4 @@
-"""`make bench`'s own settings: the shared inputs and the headline's reads and builds, per mode.
-
-`run.py` measures the headline with them (`sections/reads.py`, `sections/builds.py`); a registered
-section derives its own settings from them where it measures the run's inputs (`Section.run_settings`).
-"""
+"""`make bench`'s own settings: the shared inputs and the headline's reads and builds, per mode."""
 
 from __future__ import annotations
 

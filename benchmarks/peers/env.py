@@ -1,11 +1,4 @@
-"""The peers' own virtual environment: made from setup.cfg's `bench` extra, reused while the extra is unchanged.
-
-PyTorch and the tools users compare vidvol with (decord, PyAV, TorchCodec, MONAI, TorchIO, ...)
-never go into vidvol's environment: `ensure` makes `python -m venv VENV` and pip-installs the
-requirements of the `bench` extra in `[options.extras_require]` of the checkout's setup.cfg (the
-extra's packages only, not vidvol and its TensorFlow), then writes them into VENV/STAMP. A venv
-whose stamp names the same requirements is reused as it is. Standard library only.
-"""
+"""The peers' own virtual environment: made from setup.cfg's `bench` extra, reused while the extra is unchanged."""
 
 from __future__ import annotations
 
@@ -39,7 +32,6 @@ def bench_requirements(setup_cfg: str = SETUP_CFG, extra: str = EXTRA) -> list[s
 
 
 def python_of(venv: str) -> str:
-    """The interpreter of a venv."""
     return os.path.join(os.path.abspath(venv), "bin", "python")
 
 
@@ -58,11 +50,7 @@ def missing(venv: str, requirements: Sequence[str]) -> str | None:
 
 
 def ensure(venv: str, *, create: bool, log_path: str, timeout: float = 1800.0) -> str:
-    """The peers' python: the venv as it is when its stamp matches, else (re)installed when `create`.
-
-    Raises PeersUnavailable with the reason when it is missing and `create` is False, or when the
-    install fails (the log's tail in the message).
-    """
+    """The peers' python: the venv as it is when its stamp matches, else (re)installed when `create`."""
     requirements = bench_requirements()
     reason = missing(venv, requirements)
     if reason is None:

@@ -1,38 +1,4 @@
-"""One peer read pipeline, timed inside the peers' virtual environment (PyTorch, no TensorFlow, no vidvol).
-
-    OUT/peers_venv/bin/python benchmarks/peers/jobs.py JOB.json RESULT.json   (`jobs.job_main`)
-
-`sections/peers.py` writes JOB.json (a `PeerJob`) and runs this script with `jobs.run_job(..., python=<the
-peers venv's python>)`, one process per row. A job builds the peer's map-style dataset over the
-benchmark's own files, wraps it in a DataLoader (`num_workers` worker processes, batches of
-`batch_size`, shuffled by a seeded sampler that runs over the files again and again, so batches flow
-across epochs as `vidvol.load(..., repeat=True)` does), takes warm-up batches, then times `runs`
-fresh iterators for at least `min_seconds` and `rounds` batches per worker each (each worker makes
-whole batches, so batches arrive in rounds; `streams.stream_rate`, CPU of the process tree: the
-workers do the decoding). It reports the rates, the tree's peak RSS, the first batch's shape and
-dtype with one example saved for `sections/peers.py`'s correctness check, and the versions it ran with.
-
-Video peers (`VIDEO_PEERS`): one clip per item, `num_frames` frame indices spread evenly over the
-video exactly as vidvol's builder picks them (`uniform_indices`), decoded by the peer to RGB uint8,
-then the same resize as vidvol's build (`cv2.resize`, INTER_AREA, to size x size) and / 255 to
-float32: the peers differ only in how they get the frames out of the file.
-
-- `opencv`: `cv2.VideoCapture`, one sequential pass of `grab()`, `retrieve()` at the wanted indices;
-- `decord`: `decord.VideoReader(path).get_batch(indices)`;
-- `pyav`: `container.decode(video=0)` sequentially, `to_ndarray(format="rgb24")` at the wanted frames;
-- `torchcodec`: `VideoDecoder(path, seek_mode="exact", dimension_order="NHWC").get_frames_at(indices)`.
-
-Volume peers (`VOLUME_PEERS`), batches of `(1, S, S, S)` float32 volumes: MONAI's `LoadImaged ->
-EnsureChannelFirstd -> Orientationd("RAS") -> ResizeWithPadOrCropd(S^3)` through `Dataset`,
-`PersistentDataset` (a disk cache filled before timing, like a build) and `CacheDataset` (in memory),
-with `monai.data.DataLoader`; TorchIO's `SubjectsDataset` with `ToCanonical + CropOrPad(S) +
-To(float32)` (TorchIO keeps the file's int16 otherwise) and `SubjectsLoader`. `augment` adds
-`MONAI_AUGMENT` / `TORCHIO_AUGMENT` (see their docstrings).
-
-The top level imports only the standard library (this folder's helpers inside functions), so the
-test suite can load it without this folder on sys.path, to check `uniform_indices` against vidvol's
-own sampler.
-"""
+"""One peer read pipeline, timed inside the peers' virtual environment (PyTorch, no TensorFlow, no vidvol)."""
 
 from __future__ import annotations
 
@@ -83,12 +49,7 @@ class PeerJob:
 
     @property
     def video(self) -> bool:
-        """True for a video peer."""
         return self.peer in VIDEO_PEERS
-
-
-# --------------------------------------------------------------------------------------------
-# Video: the frames, as vidvol's builder picks them, decoded by each peer
 
 
 def uniform_indices(num_frames: int, num_samples: int) -> list[int]:
@@ -185,10 +146,6 @@ class ClipDataset:
         return clip.astype(np.float32) / np.float32(255.0), self.job.labels[i], i
 
 
-# --------------------------------------------------------------------------------------------
-# Volumes: MONAI and TorchIO pipelines
-
-
 def monai_transforms(job: PeerJob) -> Any:
     """LoadImaged -> EnsureChannelFirstd -> Orientationd(RAS) -> ResizeWithPadOrCropd(S^3), then `MONAI_AUGMENT`."""
     from monai import transforms as mt
@@ -257,10 +214,6 @@ def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Call
     return loader, setup, lambda b: (b["image"], b["file"][0])
 
 
-# --------------------------------------------------------------------------------------------
-# Timing
-
-
 def make_loader(job: PeerJob) -> tuple[Any, dict[str, Any], Callable[[Any], tuple[Any, str]]]:
     """The job's DataLoader over an endless seeded shuffle, its setup figures, and its first-batch accessor."""
     import torch
@@ -325,7 +278,6 @@ def ffmpeg_of(peer: str) -> str:
         return f"libavcodec {line[0].split('(')[-1].rstrip(') ')} (bundled)" if line else ""
     if peer == "decord":
         import glob
-
         import decord
 
         site = os.path.dirname(os.path.dirname(decord.__file__))
@@ -337,7 +289,6 @@ def ffmpeg_of(peer: str) -> str:
 def run_peer(job: PeerJob) -> dict[str, Any]:
     """Times one peer pipeline `runs` times; returns the read-row figures, first-batch check data and versions."""
     import torch
-
     from common import measure, streams
 
     os.makedirs(job.work, exist_ok=True)
@@ -358,12 +309,7 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
             "torch_threads": torch.get_num_threads()}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python benchmarks/peers/jobs.py JOB.json RESULT.json`: one peer pipeline, timed."""
+if __name__ == "__main__":  # `python benchmarks/peers/jobs.py JOB.json RESULT.json`: one peer pipeline, timed
     from common import jobs
 
-    return jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job)), argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(jobs.job_main(__file__, lambda job: run_peer(PeerJob(**job))))

@@ -1,9 +1,4 @@
-"""The peers section's figures from its records: ratios, who wins where, targets, Markdown (`sections/peers.py` measures).
-
-Everything here reads only the section's document, so a stored peers.json (or results.json's
-`peers`) is re-derived by `python benchmarks/sections/peers.py --resummarize --out DIR` and `run.py
---report-only`, and tested without the peers venv.
-"""
+"""The peers section's figures from its records: ratios, who wins where, targets, Markdown."""
 
 from __future__ import annotations
 

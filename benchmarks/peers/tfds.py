@@ -1,14 +1,4 @@
-"""TFDS's stock video storage as a peer: a tiny `GeneratorBasedBuilder` whose examples are `tfds.features.Video`.
-
-The approach of TFDS's own ucf101: each example holds its clip as a `tfds.features.Video` (one
-encoded image per frame, `encoding_format="jpeg"` as ucf101's sized configs), read back with plain
-`tfds.load` (TFDS decodes every frame, the user's map casts and scales, then batches). Here it
-stores the same frames vidvol's hmdb51 build stores: the train clips of split 1, `uniform_indices`
-of each video decoded by OpenCV and resized with INTER_AREA to 64x64 (`peer_jobs.clip_uint8`).
-
-`build` prepares it (plain `download_and_prepare`, no Beam); a common/read_job.py job then loads it by name
-from its data_dir (TFDS finds a prepared dataset there without this module being imported).
-"""
+"""TFDS's stock video storage as a peer: a tiny `GeneratorBasedBuilder` whose examples are `tfds.features.Video`."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Datasets in a bucket: read rates against local disk and the store's own GET limit, build time, peak RSS.
-
-    python benchmarks/sections/bucket.py --out DIR           # hmdb51 (decode-bound) and MRI 128^3 (byte-bound)
-    python benchmarks/sections/bucket.py --quick --out DIR   # tiny inputs (smoke)
-
-A real S3 server (SeaweedFS on loopback, tests/services.py) serves the same builds a local data_dir holds.
-Each read is `vidvol.load` over the train split in its own process (peak RSS: its VmHWM): from local disk, from
-the bucket by ranged GETs, and from the bucket through the shard cache. The store's limit: the same record
-bytes fetched by concurrent ranged GETs alone. Targets: hmdb51 from the bucket >= 80 % of its local rate,
-MRI >= 80 % of the GET limit (the per-example order, one ranged GET per example); in the shard-streaming order
-(`ReadSpec(order=ShardOrder(block))`, each shard fetched whole into a memory window) hmdb51 >= 90 % of the same
-order from local disk, MRI >= 90 % of the GET limit, and peak RSS <= the local read's + the window. The shuffle
-quality of that order against a uniform shuffle (`common/shuffle_quality.py`) is measured on the hmdb51 build. `make bench` runs it as the "bucket" section of `run.py`.
-"""
+"""Datasets in a bucket: read rates against local disk and the store's own GET limit, build time, peak RSS."""
 
 from __future__ import annotations
 
@@ -27,7 +14,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs, section, shuffle_quality
+from common import inputs, jobs, section, shuffle_quality
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 BUCKET = "vidvol-bench"
@@ -185,12 +172,10 @@ def _env(server) -> dict[str, str]:
 
 def _timed_build(name: str, manual: str, data_dir: str, num_shards: int, env: dict[str, str], log: str) -> float:
     start = time.monotonic()
-    with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.run([sys.executable, "-m", "vidvol", "build", name, "--manual_dir", manual, "--data_dir",
-                               data_dir, "--num_shards", str(num_shards)], stdout=f, stderr=subprocess.STDOUT, env=env,
-                              timeout=3600)
-    if proc.returncode:
-        raise RuntimeError(f"building {name} into {data_dir} failed ({proc.returncode}); see {log}")
+    status, _, _ = jobs.run_command([sys.executable, "-m", "vidvol", "build", name, "--manual_dir", manual, "--data_dir",
+                                     data_dir, "--num_shards", str(num_shards)], log, 3600, env=env)
+    if status:
+        raise RuntimeError(f"building {name} into {data_dir} failed ({status}); see {log}")
     return time.monotonic() - start
 
 
@@ -223,10 +208,9 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
     shards = settings.mri_shards if label == "mri" and settings.mri_shards else settings.num_shards
     out["build_local_s"] = round(_timed_build(name, manual, local, shards, env, local + ".log"), 1)
     env["VIDVOL_STAGING_DIR"] = os.path.join(work, label, "staging")
-    out["build_bucket_s"] = round(_timed_build(name, manual, remote, shards, env, os.path.join(work, label, "bucket.log")),
-                                  1)
+    out["build_bucket_s"] = round(_timed_build(name, manual, remote, shards, env,
+                                               os.path.join(work, label, "bucket.log")), 1)
     reads = {}
-
     block = min(settings.block, shards)
 
     def read(mode: str, data_dir: str, limit: str, cpus: set[int] | None = None, order: int = 0) -> None:
@@ -237,9 +221,9 @@ def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketS
 
     for mode, data_dir, limit in (("local", local, "-"), ("bucket", remote, "-"), ("bucket+cache", remote, "100GB")):
         read(mode, data_dir, limit)
-    # The shard-streaming order (ReadSpec(order=ShardOrder(block))): the same order from local disk and from the
+    # Then the shard-streaming order (ReadSpec(order=ShardOrder(block))): the same order from local disk and from the
     # bucket, each shard fetched whole into the default window, no cache.
-    pairs = []  # the streamed reads, local and bucket in turn, STREAM_PAIRS times: each figure their median
+    pairs = []  # the streamed reads, local and bucket in turn, `stream_pairs` times: each figure their median
     for _ in range(settings.stream_pairs):
         read(STREAM_LOCAL, local, "-", order=block)
         read(STREAM_BUCKET, remote, "-", order=block)
@@ -365,7 +349,6 @@ class BucketReads(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs; MRI inputs of this section's own (written once under the run's inputs)."""
         settings = self.run_settings(ctx)
         mri = os.path.join(ctx.inputs_dir, "mri_bucket")
         inputs.write_inputs([inputs.mri_plan(mri, **settings.mri)], workers=ctx.cores)

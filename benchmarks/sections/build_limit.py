@@ -1,19 +1,4 @@
-"""How close a build comes to the limit of its own work: source frames per second per core.
-
-The limit is the same decoding and encoding done in a tight loop on one core, with nothing else:
-for hmdb51, OpenCV grabs every frame of each video (as the builder does: seeking in DivX/XviD is
-unreliable), retrieves the sampled ones, converts BGR->RGB, resizes (INTER_AREA) and JPEG-encodes
-them at the config's quality; for fire_hrr, OpenCV decodes each JPEG frame file, converts, resizes
-when the config's size differs and encodes it. Times the cores, that is the most any build of
-these inputs could reach on this machine.
-
-Between that loop and a real build, `stages()` times the same sources one core at a time through
-our own example function (probe, sampling, masks: `run_example_fn`) and then through TFDS's
-feature encoding and serialization (`example_bytes.Serializer`: what each Beam worker does per example). What is left
-between that and the build's writing phase is Beam (bundles, pickling, shard tasks) and worker
-imbalance; between the writing phase and the whole command, start-up (interpreter, TensorFlow and
-Beam imports in the driver and in each SDK worker) and the driver's planning and summary.
-"""
+"""How close a build comes to the limit of its own work: source frames per second per core."""
 
 from __future__ import annotations
 
@@ -35,7 +20,6 @@ if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, 
 def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
     """(split, source, example_fn) of every input a build of name/config decodes, from the builder itself."""
     import tensorflow_datasets as tfds
-
     import vidvol  # noqa: F401
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +78,6 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
            quality: int) -> dict[str, Any]:
     """CPU seconds for the inputs of name/config, one core: tight loop, our example function, + serialization."""
     import tensorflow_datasets as tfds
-
     from vidvol.builders import example_io
     from vidvol.builders.writer import example_bytes
 
@@ -120,23 +103,16 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
         serialize_cpu += time.process_time() - t1
         example_cpu += t1 - t0
         examples += len(items)
-    return {
-        "sources": len(sources), "examples": examples, "source_frames": frames,
-        "tight_cpu_s": round(tight_cpu, 2), "example_fn_cpu_s": round(example_cpu, 2),
-        "serialize_cpu_s": round(serialize_cpu, 2),
-        "limit_frames_per_s_one_core": round(frames / tight_cpu, 1),
-        "example_fn_frames_per_s_one_core": round(frames / example_cpu, 1),
-        "with_serialization_frames_per_s_one_core": round(frames / (example_cpu + serialize_cpu), 1),
-    }
+    return {"sources": len(sources), "examples": examples, "source_frames": frames,
+            "tight_cpu_s": round(tight_cpu, 2), "example_fn_cpu_s": round(example_cpu, 2),
+            "serialize_cpu_s": round(serialize_cpu, 2), "limit_frames_per_s_one_core": round(frames / tight_cpu, 1),
+            "example_fn_frames_per_s_one_core": round(frames / example_cpu, 1),
+            "with_serialization_frames_per_s_one_core": round(frames / (example_cpu + serialize_cpu), 1)}
 
 
 def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, frames_per_source_scale: float = 1.0
                ) -> dict[str, Any]:
-    """The build's source frames/s per core against the tight-loop limit; where the rest goes.
-
-    `frames_per_source_scale`: the build decoded this many times the frames `stage` measured
-    (e.g. fire_hrr's scaling builds list every experiment several times).
-    """
+    """The build's source frames/s per core against the tight-loop limit; where the rest goes."""
     frames = stage["source_frames"] * frames_per_source_scale
     limit = stage["limit_frames_per_s_one_core"] * cores
     write_rate = frames / max(build["write_s"], 1e-3)
@@ -158,7 +134,6 @@ def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, fram
 
 if __name__ == "__main__":  # python benchmarks/sections/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
     import json
-    import sys
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     n, c, m, k, h, w = sys.argv[1:7]

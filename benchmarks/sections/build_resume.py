@@ -1,15 +1,4 @@
-"""Resuming a killed build: the resumed run's time against the full build's, and what the resume check costs.
-
-    python benchmarks/sections/build_resume.py --out DIR            # its own fire_hrr and hmdb51 inputs, a 1M-source plan
-    python benchmarks/sections/build_resume.py --quick --out DIR    # tiny inputs, a 10k-source plan (smoke)
-
-`make bench` runs it as the "build_resume" section of `run.py` on the run's hmdb51 and fire_hrr inputs. Per
-dataset: a full build (`python -m vidvol.beam_jobs.build`, 2 worker threads), then the same command into another
-data_dir SIGKILLed once about 70 % of its shards are written, then that command again, which resumes; the
-target: the resumed run takes at most 40 % of the full build; then the full build's dataset grown by 5 % of its
-inputs, target at most 15 % of the full build (start-up left out), peak RSS no higher. The check: fingerprinting a plan of 1M sources
-(real files, hard links) and keeping 70 % of its shards from a dead build's folder; target under 10 s.
-"""
+"""Resuming a killed build: the resumed run's time against the full build's, and what the resume check costs."""
 
 from __future__ import annotations
 
@@ -29,7 +18,7 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import inputs, measure, section
+from common import inputs, jobs, section
 from vidvol.testing import samples
 
 TARGET_RATIO = 0.40
@@ -117,13 +106,10 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
     """The command's wall time, and its phases: start-up (interpreter and imports), build (its main), exit."""
     phases = log + ".phases.json"
     spawned, start = time.time(), time.monotonic()
-    with open(log, "w", encoding="utf-8") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(phases))
-        with measure.TreeSampler(proc.pid, interval=0.2) as tree:  # the children's own VmHWM (not ru_maxrss)
-            proc.wait(timeout=3600)
+    status, _, tree = jobs.run_command(cmd, log, 3600, interval=0.2, env=_env(phases))  # children's own VmHWM
     total, ended = time.monotonic() - start, time.time()
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
+    if status:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log}")
     with open(phases, encoding="utf-8") as f:
         t = json.load(f)
     phases = {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
@@ -258,9 +244,8 @@ def _grown_fire(manual: str, grown: str, fraction: float) -> tuple[int, int]:
             new = f"frames/{e}_g/{r[1].rsplit('/', 1)[1]}"
             os.link(os.path.join(manual, *r[1].split("/")), os.path.join(grown, *new.split("/")))
             extra.append([f"{e}_g", new, *r[2:]])
-    os.remove(os.path.join(grown, "labels.csv"))
-    with open(os.path.join(grown, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows([header, *rows, *extra])
+    os.remove(os.path.join(grown, "labels.csv"))  # a hard link of the input's: write a new file
+    inputs._write_labels(grown, header, [*rows, *extra])
     return len(added), len(experiments)
 
 
@@ -354,21 +339,15 @@ def resume_check(work: str, num_sources: int, num_shards: int) -> dict[str, Any]
 
 
 def _alone_note(b: dict[str, Any]) -> str:
-    """A build row's note: its main alone (or, in results from before the phases, the build logs' span)."""
-    if not b.get("build_ratio"):
-        return ""
-    if "full_phases" not in b:
-        return (f"from the build logs (the command's start left out): {b['resumed_build_s']:.0f} s vs "
-                f"{b['full_build_s']:.0f} s, {b['build_ratio']:.0%}")
+    """A build row's note: its main alone."""
     return (f"the build alone (the command's start-up and exit left out): {b['resumed_build_s']:.1f} s "
-            f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}")
+            f"vs {b['full_build_s']:.1f} s, {b['build_ratio']:.0%}") if b.get("build_ratio") else ""
 
 
 def _fixed(b: dict[str, Any]) -> str:
-    """A build row's start-up and exit seconds (interpreter, imports, exit), full / resumed; '-' for older results."""
-    def one(p: dict[str, float] | None) -> str:
-        return f"{p['interpreter_s'] + p['imports_s'] + p['exit_s']:.1f} s" if p else "?"
-    return f"{one(b.get('full_phases'))} / {one(b.get('resumed_phases'))}" if b.get("full_phases") else "-"
+    """A build row's start-up and exit seconds (interpreter, imports, exit), full / resumed."""
+    return " / ".join(f"{p['interpreter_s'] + p['imports_s'] + p['exit_s']:.1f} s"
+                      for p in (b["full_phases"], b["resumed_phases"]))
 
 
 class BuildResume(section.Section):
@@ -403,10 +382,9 @@ class BuildResume(section.Section):
                   resumed_build("hmdb51", f"hmdb51/{settings.hmdb51_config}", hmdb51_manual, work, settings.num_shards)]
         grows = [grown_build(b["label"], b["dataset"], m, work, settings.num_shards, b)
                  for b, m in zip(builds, (fire_manual, hmdb51_manual))]
-        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)), "builds": builds,
-                "grows": grows,
-                "inputs": counts,
-                "startup_s": startup_cost(), "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
+        return {"mode": settings.mode, "runs": settings.runs, "cores": len(os.sched_getaffinity(0)),
+                "builds": builds, "grows": grows, "inputs": counts, "startup_s": startup_cost(),
+                "check": resume_check(work, settings.plan_sources, settings.plan_shards)}
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows = [section.target(f"{b['label']}: resumed run after a kill at {b['shards_done_when_killed']}/{b['shards']} "
@@ -441,22 +419,13 @@ class BuildResume(section.Section):
                 f"hmdb51 {counts['hmdb51_clips']:,} clips" if counts.get("hmdb51_clips") else "",
                 f"fire_hrr {counts['fire_experiments']} experiments" if counts.get("fire_experiments") else "") if text)
                     + " (hard links of the run's generated inputs, each decoded for real).", ""]
-        if all("full_phases" in b for b in doc["builds"]):
-            out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
-                                 "start-up + exit (full / resumed)", "the build alone", "identical"],
-                                [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
-                                  f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}", _fixed(b),
-                                  f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
-                                  if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
-        else:  # results from before the phases were noted: the build logs' spans, to the second
-            out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
-                                 "the same without the command's start", "identical"],
-                                [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
-                                  f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}",
-                                  f"{b['resumed_build_s']:.0f} s / {b['full_build_s']:.0f} s = {b['build_ratio']:.0%}"
-                                  if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
-        if all("full_phases" in b for b in doc["builds"]):
-            out += [PHASES_NOTE, ""]
+        out += report.table(["dataset", "shards", "killed at", "full build", "resumed run", "resumed / full",
+                             "start-up + exit (full / resumed)", "the build alone", "identical"],
+                            [[b["dataset"], str(b["shards"]), str(b["shards_done_when_killed"]), f"{b['full_s']:.1f} s",
+                              f"{b['resumed_s']:.1f} s", f"{b['ratio']:.0%}", _fixed(b),
+                              f"{b['resumed_build_s']:.1f} s / {b['full_build_s']:.1f} s = {b['build_ratio']:.0%}"
+                              if b.get("build_ratio") else "-", str(b["identical"])] for b in doc["builds"]])
+        out += [PHASES_NOTE, ""]
         if doc.get("startup_s"):
             out += [f"Starting and ending `python -c \"import vidvol.beam_jobs.build\"` alone takes {doc['startup_s']:.1f} s "
                     "here (interpreter, TensorFlow, TFDS, Beam): every build command pays it, the resumed run as much "
@@ -470,7 +439,6 @@ class BuildResume(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 and fire_hrr input sets (stamped: the replicated plans record what they were made from)."""
         return {"hmdb51_manual": os.path.join(ctx.inputs_dir, "hmdb51"),
                 "fire_manual": os.path.join(ctx.inputs_dir, "fire_hrr")}
 

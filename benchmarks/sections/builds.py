@@ -1,10 +1,4 @@
-"""The headline's builds: fire_hrr on 1 vs 2 Beam workers, build memory, builds against their limit.
-
-Every dataset the reads use is built here too (`builds_for_reads`). A measured build runs as a user
-runs it in a full run (the tfds CLI, multi-process Beam: `build_job.build`); `sections/build_limit.py` times the
-same inputs through a tight loop, our example function and TFDS serialization; `tfds build hmdb51`
-with no config is timed against its default config by name.
-"""
+"""The headline's builds: fire_hrr on 1 vs 2 Beam workers, build memory, builds against their limit."""
 
 from __future__ import annotations
 
@@ -26,10 +20,7 @@ METHOD = [
 
 def _build(ctx: section.Context, name: str, config: str, manual_dir: str, data_dir: str, workers: int, *,
            measured: bool = True, target: str | None = None) -> dict[str, Any]:
-    """One build; `measured` ones run as a user runs them (the tfds CLI) in a full run.
-
-    `target`: what the tfds command names (e.g. `hmdb51` alone for its default config).
-    """
+    """One build; `measured` ones run as a user runs them (the tfds CLI) in a full run."""
     print(f"[bench] build {target or name + '/' + config} from {manual_dir} with {workers} worker(s)", flush=True)
     isolate = ctx.settings.isolate and measured
     mode = "multi_processing" if ctx.settings.isolate else "multi_threading"
@@ -72,10 +63,8 @@ def build_all(ctx: section.Context) -> dict[str, Any]:
             scaling[workers].append(_build(ctx, "fire_hrr", s.fire_config, manual, ctx.path("data", "fire_scaling"),
                                            workers))
     ok, text = measure.memory_verdict(memory, max_worker_gib=2.0, flat_tolerance=0.10)
-    out["build_memory"] = {
-        "dataset": f"fire_hrr/{s.fire_config}", "interval_s": 0.1,
-        "results": {str(k): v for k, v in memory.items()}, "verdict": text, "pass": ok,
-    }
+    out["build_memory"] = {"dataset": f"fire_hrr/{s.fire_config}", "interval_s": 0.1,
+                           "results": {str(k): v for k, v in memory.items()}, "verdict": text, "pass": ok}
     out["scaling_runs"] = scaling
     out["build_scaling"] = {
         "dataset": f"fire_hrr/{s.fire_config}", "examples": scaling[1][0]["examples"],
@@ -137,18 +126,16 @@ def _median_build(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Median rates and wall time of repeated builds, with every run's rate."""
     keys = ("examples_per_s", "e2e_examples_per_s", "write_s", "wall_s", "shards_in_flight", "cores_used",
             "other_cores_busy", "worker_peak_mib")
-    return {
-        "runs": [{k: r[k] for k in keys} for r in runs],
-        "examples_per_s": statistics.median(r["examples_per_s"] for r in runs),
-        "examples_per_s_runs": [r["examples_per_s"] for r in runs],
-        "e2e_examples_per_s": statistics.median(r["e2e_examples_per_s"] for r in runs),
-        "wall_s": statistics.median(r["wall_s"] for r in runs),
-        "cores_used": statistics.median(r["cores_used"] for r in runs),
-        "other_cores_busy": statistics.median(r["other_cores_busy"] for r in runs),
-        "shards_in_flight": statistics.median(r["shards_in_flight"] or 0.0 for r in runs),
-        "write_s_runs": [r["write_s"] for r in runs],
-        "worker_peak_mib": max(r["worker_peak_mib"] for r in runs),
-    }
+    return {"runs": [{k: r[k] for k in keys} for r in runs],
+            "examples_per_s": statistics.median(r["examples_per_s"] for r in runs),
+            "examples_per_s_runs": [r["examples_per_s"] for r in runs],
+            "e2e_examples_per_s": statistics.median(r["e2e_examples_per_s"] for r in runs),
+            "wall_s": statistics.median(r["wall_s"] for r in runs),
+            "cores_used": statistics.median(r["cores_used"] for r in runs),
+            "other_cores_busy": statistics.median(r["other_cores_busy"] for r in runs),
+            "shards_in_flight": statistics.median(r["shards_in_flight"] or 0.0 for r in runs),
+            "write_s_runs": [r["write_s"] for r in runs],
+            "worker_peak_mib": max(r["worker_peak_mib"] for r in runs)}
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:

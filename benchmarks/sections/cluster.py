@@ -1,37 +1,4 @@
-"""Builds on Beam's DaskRunner: 1 vs 2 workers, worker peak RSS vs size, and the driver at Kinetics scale.
-
-    python benchmarks/sections/cluster.py --out DIR            # full: fire_hrr/full_161x540x960, 3 alternating runs, 10k/100k/1M
-    python benchmarks/sections/cluster.py --quick --out DIR    # tiny sizes, one run (smoke)
-    python benchmarks/sections/cluster.py --only driver --sizes 2000 --out DIR
-
-`make bench` runs it as the "cluster" section of `run.py` (`SECTION`, on the inputs and manual folders
-that run.py's builds already wrote); standalone it writes its own fire_hrr inputs (`inputs.fire_plan`,
-reused when `--inputs` points at a benchmark run's inputs folder) and DIR/cluster.json + DIR/CLUSTER.md
-(`section.Section.main`; `--resummarize` redoes summaries, notes and targets of a stored cluster.json).
-The builds are `common/dask_builds.py`, the driver at scale `common/dask_driver.py`, each measurement in its
-own job process (`jobs.run_job`).
-
-1. Scaling: `fire_hrr/CONFIG` built with `vidvol.beam_jobs.build.build(runner="dask")` on a fresh
-   `LocalDaskCluster` of 1, then 2 single-threaded worker processes, alternating, same inputs. Each
-   build is its own Python process (a `common/dask_builds.py` job), so end to end counts what a user waits for:
-   interpreter + imports, cluster start, the build, cluster stop. The writing phase is timed with a
-   shard watch as in common/build_job.py (first shard file opened -> last shard written), from the attempt
-   files (`<shard>.partial.<id>.tmp`) the workers open; the build is also cut into driver-side
-   steps by timestamps taken around the builder's `_plan` / `_run_pipeline` and the DaskRunner's
-   `run_pipeline` (wrapped in the job process only; library code unchanged).
-2. Worker memory: the RSS of every dask worker process (and of the scheduler and the driver) is
-   sampled (`measure.TreeSampler`) during builds of N and 4N experiments.
-3. Driver scale (no decoding, no cluster): for 10k / 100k / 1M synthetic hmdb51-style
-   `clips.ClipSource` records (Kinetics-700 is ~650k videos), each size in a fresh process (a
-   `common/dask_driver.py` job): the
-   source list, shard planning (`num_shards_for` + `plan_shards`), writing the shard plan file
-   (`writer.plan.write_plan`: the sources go to a file, the pipeline carries one small ShardRef per
-   shard; a worker reads its shard's byte range back), what `pipeline.run()` does on the driver before a
-   Dask worker gets anything (Beam pipeline construction, Beam's runner-API round trip, the
-   DaskRunner's translation to a dask bag, distributed's serialization of the graph) and reading
-   the workers' counts back (`collect_split` over synthetic `.info.json` sidecars). Time per phase
-   and the process's peak RSS (VmHWM) after each.
-"""
+"""Builds on Beam's DaskRunner: 1 vs 2 workers, worker peak RSS vs size, and the driver at Kinetics scale."""
 
 from __future__ import annotations
 
@@ -52,7 +19,6 @@ TARGET_WORKER_GIB = 2.0
 TARGET_FLAT = 0.10
 TARGET_DRIVER_S = 60.0
 TARGET_DRIVER_GIB = 2.0
-DRIVER_TARGET_SIZE = 1_000_000
 PARTS = ("scaling", "memory", "driver")
 
 
@@ -110,32 +76,25 @@ class Cluster(section.Section):
 
     def measure(self, work: str, settings: ClusterSettings, *, scaling_manual: str, memory_manuals: dict[int, str],
                 only: Sequence[str] = PARTS) -> dict[str, Any]:
-        """Runs the cluster measurements (one at a time) into `work`; returns their records."""
         s = settings
         dataset = f"fire_hrr/{s.fire_config}"
         doc: dict[str, Any] = {"mode": s.mode}
         phases = {}
-        if "scaling" in only:
+        parts = {"scaling": lambda: dask_builds.scaling(dataset, scaling_manual, os.path.join(work, "scaling"), s.runs,
+                                                        interval=s.interval, timeout=s.job_timeout),
+                 "memory": lambda: dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
+                                                      len(os.sched_getaffinity(0)), interval=s.interval,
+                                                      timeout=s.job_timeout),
+                 "driver": lambda: dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
+                                                            timeout=s.job_timeout)}
+        for part in (p for p in PARTS if p in only):
             t = time.monotonic()
-            doc["scaling"] = dask_builds.scaling(dataset, scaling_manual, os.path.join(work, "scaling"), s.runs,
-                                                    interval=s.interval, timeout=s.job_timeout)
-            phases["scaling"] = round(time.monotonic() - t, 1)
-        if "memory" in only:
-            t = time.monotonic()
-            doc["memory"] = dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
-                                                  len(os.sched_getaffinity(0)), interval=s.interval,
-                                                  timeout=s.job_timeout)
-            phases["memory"] = round(time.monotonic() - t, 1)
-        if "driver" in only:
-            t = time.monotonic()
-            doc["driver"] = dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
-                                                        timeout=s.job_timeout)
-            phases["driver"] = round(time.monotonic() - t, 1)
+            doc[part] = parts[part]()
+            phases[part] = round(time.monotonic() - t, 1)
         doc["phases_s"] = phases
         return doc
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Summaries and notes from the per-build and per-size records: speed-ups, memory verdict, driver curve."""
         b = doc.get("scaling")
         if b:
             runs = {int(w): rs for w, rs in b["runs"].items()}
@@ -151,7 +110,6 @@ class Cluster(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """The cluster promises and whether this run meets them."""
         rows = []
         b = doc.get("scaling")
         if b:
@@ -187,7 +145,6 @@ class Cluster(section.Section):
         return rows
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then scaling, worker memory and driver scale, each where measured."""
         c = doc
         out = ["## Builds on a Dask cluster (DaskRunner)", "",
                f"`benchmarks/sections/cluster.py` ({c['mode']} mode, {c['duration_s'] / 60:.1f} min). Targets:", ""]
@@ -261,7 +218,6 @@ class Cluster(section.Section):
         return out
 
     def run_settings(self, ctx: section.Context) -> ClusterSettings:
-        """The run's fire inputs and build runs; the mode's driver-scale sizes."""
         s = ctx.settings
         counts = (s.fire_counts[-1], s.fire_counts[-1] * s.scaling_repeat) if s.scaling_repeat > 1 else tuple(s.fire_counts)
         return dataclasses.replace(self.mode_settings(s.quick), mode=s.mode, fire_config=s.fire_config, fire=dict(s.fire),
@@ -269,7 +225,6 @@ class Cluster(section.Section):
                                    scaling_repeat=s.scaling_repeat, memory_counts=counts)
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The manual folders the headline's builds wrote: the scaling one and one per memory count."""
         s = ctx.settings
         scaling_manual = ctx.path("manual", f"fire_{s.fire_counts[-1]}_x{s.scaling_repeat}")
         repeated = s.fire_counts[-1] * s.scaling_repeat
@@ -286,7 +241,6 @@ class Cluster(section.Section):
 
     def standalone_inputs(self, out: str, settings: ClusterSettings, inputs_dir: str,
                           args: argparse.Namespace) -> dict[str, Any]:
-        """Fire inputs and manual folders where a build is measured; the parts to measure."""
         scaling_manual, memory_manuals = ("", {})
         if {"scaling", "memory"} & set(args.only):
             scaling_manual, memory_manuals = prepare_inputs(out, settings, inputs_dir)

@@ -1,14 +1,4 @@
-"""The fuzz lane's long budget: seeded mutations of every target, counted by outcome, with peak RSS per target.
-
-    python benchmarks/sections/fuzz.py --out DIR             # full: 3000 inputs per target
-    python benchmarks/sections/fuzz.py --quick --out DIR     # 20 per target (smoke)
-
-The targets are tests/fuzz_targets.py's (the same as `make test`'s short budget in tests/test_fuzz.py): each runs in
-a process of its own (`fuzz_targets.run_budget`, a fixed seed), its decodes in decoding children as in a build.
-Per target: inputs tried, examples, skips, clear errors, the bad outcomes (crashes, hangs, wrong examples, unclear
-errors) with the first ones; the process's peak RSS and its decoding child's. Target: no bad outcome.
-`make bench` runs it as the "fuzz" section of `run.py`.
-"""
+"""The fuzz lane's long budget: seeded mutations of every target, counted by outcome, with peak RSS per target."""
 
 from __future__ import annotations
 
@@ -103,19 +93,13 @@ class Fuzz(section.Section):
         names = sorted(fuzz_targets.TARGETS)
         rows = []
         for batch in ([[n] for n in names] if settings.isolate else [names]):
-            done = run_targets(batch, work, settings)
-            rows += done
-            for row in done:
-                self._say(row)
+            for row in run_targets(batch, work, settings):
+                rows.append(row)
+                print(f"[fuzz] {row['target']}: {row['inputs']} inputs in {row['seconds']} s, "
+                      + ", ".join(f"{k} {row[k]}" for k in ("example", "skip", "error") + BAD)
+                      + f"; peak RSS {row['peak_rss_mib']} MiB (children {row['children_peak_rss_mib']} MiB)", flush=True)
         return {"mode": settings.mode, "inputs_per_target": settings.inputs, "seed": settings.seed,
                 "isolated": settings.isolate, "rows": rows}
-
-    @staticmethod
-    def _say(row: dict[str, Any]) -> None:
-        name = row["target"]
-        print(f"[fuzz] {name}: {row['inputs']} inputs in {row['seconds']} s, "
-              + ", ".join(f"{k} {row[k]}" for k in ("example", "skip", "error") + BAD)
-              + f"; peak RSS {row['peak_rss_mib']} MiB (children {row['children_peak_rss_mib']} MiB)", flush=True)
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
         doc["inputs"] = sum(r["inputs"] for r in doc["rows"])

@@ -1,21 +1,4 @@
-"""What starting vidvol costs: `import vidvol`, `tfds.builder("hmdb51")` and `python -m vidvol --help` vs `import tensorflow_datasets`.
-
-    python benchmarks/sections/imports.py --out DIR            # full: 7 rounds
-    python benchmarks/sections/imports.py --quick --out DIR    # one round (smoke)
-
-`make bench` runs it as the "imports" section of `run.py` (`SECTION`; it needs no inputs). Each command
-is a fresh interpreter, timed from outside from its start to its exit (its start-up included), after one
-warm-up run of each (bytecode written, files cached; PYTHONDONTWRITEBYTECODE is dropped); a round runs
-every command once, in an order that turns by one each round, so a machine that gets busier hits them alike.
-Per command: the median wall seconds over the rounds, the median CPU seconds (user + system, the
-kernel's account of the finished child), its ratio to `import tensorflow_datasets` taken round by round
-(paired), its peak RSS (VmHWM, `measure.TreeSampler`, one extra run) and which of TensorFlow, Beam,
-OpenCV and Keras it imported (`-X importtime`, one extra run). `import tensorflow` is timed too: what a
-command that needs TensorFlow pays on top.
-
-Targets: `python -m vidvol --help` <= 1.5 s; `import vidvol` and `tfds.builder("hmdb51").info` (after
-`import vidvol`) within 1.5x of `import tensorflow_datasets`.
-"""
+"""What starting vidvol costs: `import vidvol`, `tfds.builder`, `--help` vs `import tensorflow_datasets`."""
 
 from __future__ import annotations
 
@@ -24,7 +7,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
@@ -73,20 +55,14 @@ def _env() -> dict[str, str]:
 
 def timed_run(key: str, work: str, timeout: float) -> dict[str, float]:
     """One run of a command: wall and CPU seconds, and how busy the rest of the machine kept its cores."""
+    from common import jobs
     from common.streams import busy_cpu_seconds
 
     busy0, start = busy_cpu_seconds(), time.monotonic()
-    proc = subprocess.Popen(_argv(key), cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
+    status, usage, _ = jobs.run_command(_argv(key), os.devnull, timeout, env=_env(), cwd=work)
     wall = time.monotonic() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        why = f"killed after {timeout:.0f} s" if wall >= timeout else f"exited with {proc.returncode}"
+    if status != 0:
+        why = f"killed after {timeout:.0f} s" if wall >= timeout else f"exited with {status}"
         raise RuntimeError(f"{COMMANDS[key][0]!r} {why} (run it by hand: {' '.join(_argv(key))})")
     cpu = usage.ru_utime + usage.ru_stime
     others = max(0.0, (busy_cpu_seconds() - busy0 - cpu) / wall)
@@ -122,7 +98,6 @@ class ImportCost(section.Section):
     method = METHOD
 
     def measure(self, work: str, settings: ImportSettings, **inputs: Any) -> dict[str, Any]:
-        """Times every command `runs` rounds (turning order), then one RSS run and one importtime run of each."""
         keys = list(COMMANDS)
         for key in keys:  # warm-up, not counted: bytecode written, files in the page cache
             timed_run(key, work, settings.timeout_s)
@@ -131,15 +106,12 @@ class ImportCost(section.Section):
             for key in keys[r % len(keys):] + keys[: r % len(keys)]:
                 runs[key].append(timed_run(key, work, settings.timeout_s))
             print(f"[imports] round {r + 1}: " + ", ".join(f"{k} {runs[k][-1]['wall_s']:.2f} s" for k in keys), flush=True)
-        results = {}
-        for key in keys:
-            results[key] = {"command": COMMANDS[key][0], "peak_rss_mib": peak_rss_mib(key, work, settings.timeout_s),
-                            "imports": heavy_imports(key, work, settings.timeout_s)}
+        results = {key: {"command": COMMANDS[key][0], "peak_rss_mib": peak_rss_mib(key, work, settings.timeout_s),
+                         "imports": heavy_imports(key, work, settings.timeout_s)} for key in keys}
         return {"mode": settings.mode, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
                 "python": sys.executable, "runs": runs, "results": results}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Medians per command and the paired ratios to the baseline, and the notes."""
         base = doc["runs"][BASELINE]
         for key, r in doc["results"].items():
             own = doc["runs"][key]
@@ -153,7 +125,6 @@ class ImportCost(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """`--help` <= 1.5 s; `import vidvol` and `tfds.builder` within 1.5x of `import tensorflow_datasets`."""
         r = doc["results"]
         return [
             section.target("python -m vidvol --help: wall seconds", r["help"]["wall_s"], MAX_HELP_S, op="<=", unit="s",
@@ -165,7 +136,6 @@ class ImportCost(section.Section):
         ]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then every command's wall, CPU, ratio, peak RSS and heavy imports."""
         out = ["## Imports: what starting vidvol costs", "",
                f"`benchmarks/sections/imports.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): each command a "
                f"fresh interpreter, {doc['rounds']} round(s) on {doc['cores']} cores.", ""]

@@ -1,32 +1,4 @@
-"""vidvol beside the tools users know, on the benchmark's own inputs (OpenCV, decord, PyAV, TorchCodec, TFDS, MONAI, TorchIO).
-
-    python benchmarks/sections/peers.py --out OUT           # after `python benchmarks/run.py --out OUT` (its inputs, builds, rows)
-    python benchmarks/sections/peers.py --out OUT --quick   # likewise after a quick run (skipped without a peers venv)
-
-`make bench` runs it as the "peers" section of `run.py` (`SECTION`), after the headline, on the
-headline's inputs and builds. Standalone it measures against OUT/results.json of such a run.
-
-- Video: the hmdb51 split-1 train clips (XVID 320x240 .avi), 20 evenly spaced frames -> 64x64
-  float32 in [0, 1], at the headline's read-path batch sizes (8 and 32): each read-time decoder
-  (OpenCV sequential grab, decord, PyAV, TorchCodec exact seek) as a map-style dataset under a
-  PyTorch `DataLoader(num_workers=2)` (`peers/jobs.py`, in the peers venv), and TFDS's stock
-  `tfds.features.Video` storage of the same frames read with plain `tfds.load` (`peers/tfds.py`,
-  a `common/read_job.py` job in vidvol's venv).
-- Volumes: the mri_volumes train files of the first source size (128^3 int16 .nii.gz), batches
-  of 4: MONAI `Dataset`, `PersistentDataset`, `CacheDataset` and TorchIO `SubjectsDataset`, with
-  augmentation off and on (`peer_jobs.MONAI_AUGMENT`, `peer_jobs.TORCHIO_AUGMENT`).
-- vidvol's side is what the headline measured on the same data (`vidvol_rows`): `vidvol.load`
-  float32 at batch 8 and 32 with seed=0, the stored-raw config, and mri_volumes float32 + mask,
-  `output_dtype='int16'` and float32 + mask with the MONAI peer's augmentation (`suite.mri_augment`:
-  96^3 patches, flip, quarter turn, scale, shift) (read here with the headline's own `read_job.ReadJob`
-  when the headline's MRI batch is not the peers' batch).
-
-Each peer row is its own process with warm-up and `runs` timed runs (medians), like every read row.
-Each peer's first batch is checked: shape and dtype, and its example 0 must correlate with the frames
-(volume) vidvol stored for the same file (`check_video`, `check_volume`). The peers venv is made by
-`peers_env.ensure` from setup.cfg's `bench` extra in a full run (OUT/peers_venv, reused); a quick run
-never makes it and records why the peer rows are missing (TFDS's stock row needs no venv: it runs).
-"""
+"""vidvol beside the tools users know (OpenCV, decord, PyAV, TorchCodec, TFDS, MONAI, TorchIO)."""
 
 from __future__ import annotations
 
@@ -100,12 +72,7 @@ METHOD = [
 ]
 
 
-# --------------------------------------------------------------------------------------------
-# vidvol's side, from the headline
-
-
 def _keep(result: dict[str, Any]) -> dict[str, Any]:
-    """The figures a read row shows."""
     return {k: result[k] for k in KEEP if k in result}
 
 
@@ -155,58 +122,36 @@ def mri_rows(work: str, settings: PeersSettings, headline: dict[str, Any], mri_k
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# Running jobs
-
-
 def read_job(work: str, tag: str, job: Any, settings: PeersSettings) -> dict[str, Any]:
     """A `read_job.ReadJob` in its own process (`common/read_job.py`), or in this one when not isolating."""
+    from common import read_job
+
     print(f"[peers] {tag} ({job.pipeline}, batch {job.batch_size})", flush=True)
-    if not settings.isolate:
-        from common import read_job
-
-        return read_job.measure_read(job)
-    return run_script(work, tag, "common/read_job.py", dataclasses.asdict(job), settings)
-
-
-def run_script(work: str, tag: str, script: str, job: dict[str, Any], settings: PeersSettings,
-               python: str = sys.executable) -> dict[str, Any]:
-    """`python benchmarks/SCRIPT JOB.json RESULT.json` under `jobs.json_job`; its result, or RuntimeError with the log."""
-    from common import jobs
-
-    benchmarks = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return jobs.json_job(os.path.join(benchmarks, script), job, os.path.join(work, "jobs"), tag, settings.job_timeout_s,
-                         python=python)[0]
+    return read_job.run(job, os.path.join(work, "jobs"), tag, isolate=settings.isolate, timeout=settings.job_timeout_s)
 
 
 def peer_rows(doc: dict[str, Any], kind: str, work: str, python: str, settings: PeersSettings, peers: Sequence[str],
               paths: Sequence[str], labels: Sequence[int], batch: int, **extra: Any) -> None:
     """Each peer pipeline timed by `peers/jobs.py` in the peers venv: its row into doc[kind], or into doc['failed']."""
+    from common import jobs
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers", "jobs.py")
     for peer in peers:
         tag = f"{peer}_b{batch}" + ("_aug" if extra.get("augment") else "")
+        print(f"[peers] {tag}", flush=True)
+        job = dict(peer=peer, paths=list(paths), labels=list(labels), batch_size=batch, work=os.path.join(work, tag),
+                   num_workers=settings.num_workers, runs=settings.runs, min_seconds=settings.min_seconds,
+                   warmup_batches=settings.warmup_batches, rounds=settings.rounds, **extra)
         try:
-            doc[kind].append(peer_row(work, python, settings, peer, tag, paths, labels, batch, **extra))
+            r = jobs.json_job(script, job, os.path.join(work, "jobs"), tag, settings.job_timeout_s, python=python)[0]
         except RuntimeError as e:  # one peer that cannot run does not hide the others
             print(f"[peers]   {tag} failed: {e}", flush=True)
             doc.setdefault("failed", []).append({"pipeline": peer, "batch_size": batch, "augment": bool(
                 extra.get("augment")), "error": str(e)[-2000:], "log": os.path.join(work, "jobs", f"{tag}.log")})
-
-
-def peer_row(work: str, python: str, settings: PeersSettings, peer: str, tag: str, paths: Sequence[str],
-             labels: Sequence[int], batch: int, **extra: Any) -> dict[str, Any]:
-    """One peer pipeline timed by `peers/jobs.py` in the peers venv; its row."""
-    print(f"[peers] {tag}", flush=True)
-    job = dict(peer=peer, paths=list(paths), labels=list(labels), batch_size=batch, work=os.path.join(work, tag),
-               num_workers=settings.num_workers, runs=settings.runs, min_seconds=settings.min_seconds,
-               warmup_batches=settings.warmup_batches, rounds=settings.rounds, **extra)
-    r = run_script(work, tag, "peers/jobs.py", job, settings, python=python)
-    print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
-          f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
-    return {"pipeline": peer, **r}
-
-
-# --------------------------------------------------------------------------------------------
-# Checks: the peers decode the frames (volume) vidvol stored
+            continue
+        print(f"[peers]   {r['examples_per_s']:.3g} examples/s (runs {r['examples_per_s_runs']}), {r['cores_used']:.2f} "
+              f"cores (others {r['other_cores_busy']:.2f}), first batch {r['first_batch']['shape']}", flush=True)
+        doc[kind].append({"pipeline": peer, **r})
 
 
 def correlation(a: Any, b: Any) -> float:
@@ -222,7 +167,6 @@ def correlation(a: Any, b: Any) -> float:
 def stored_examples(data_dir: str, name: str, key: str, wanted: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """{key value: example} of the train examples of a vidvol build whose `key` feature is in `wanted` (None: all)."""
     import tensorflow_datasets as tfds
-
     import vidvol  # noqa: F401  (registers the datasets)
 
     out = {}
@@ -268,10 +212,6 @@ def check_row(row: dict[str, Any], expect_shape: Sequence[int], stored: dict[str
     row["check"] = check
 
 
-# --------------------------------------------------------------------------------------------
-# The section
-
-
 class Peers(section.Section):
     """vidvol.load beside the read-time tools users know (and TFDS's stock video), on the same files and batches."""
 
@@ -286,7 +226,6 @@ class Peers(section.Section):
     def measure(self, work: str, settings: PeersSettings, *, hmdb51_root: str, hmdb51_data: str, hmdb51_config: str,
                 mri_root: str, mri_data: str, mri_config: str, mri_key: str, venv: str,
                 headline: dict[str, Any]) -> dict[str, Any]:
-        """TFDS's stock video rows, then (with the peers venv) every read-time peer and vidvol's MRI rows at its batch."""
         from common import inputs
         from peers import env as peers_env
         from vidvol.testing import samples
@@ -333,7 +272,6 @@ class Peers(section.Section):
     def tfds_rows(self, work: str, settings: PeersSettings, hmdb51_root: str) -> list[dict[str, Any]]:
         """TFDS's stock `tfds.features.Video` of the same frames, built afresh, read with plain tfds.load per batch."""
         import shutil
-
         from peers import tfds as peers_tfds
         from common.read_job import ReadJob
 
@@ -356,26 +294,21 @@ class Peers(section.Section):
         return rows
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Ratios of vidvol's rows to each peer's, the best peer per batch (augmented or not), and the notes."""
         return peers_report.summarize(doc)
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """vidvol.load vs the best read-time video peer (float32, raw) and vs MONAI PersistentDataset (MRI)."""
         return peers_report.targets(doc)
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, the video and volume tables with ratios, who wins where, versions."""
         return peers_report.markdown(doc)
 
     def run_settings(self, ctx: section.Context) -> PeersSettings:
-        """The run's timed runs and seconds, its hmdb51 batch sizes and its first MRI grid."""
         s = ctx.settings
         batches = tuple(s.hmdb51_path_batches)[:1] if s.quick else tuple(s.hmdb51_path_batches)  # quick: one, cheap
         return dataclasses.replace(self.mode_settings(s.quick), runs=s.runs, min_seconds=s.min_seconds,
                                    video_batches=batches, raw_batch=s.hmdb51_batch, mri_size=int(s.mri[0][1]["shape"][0]))
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's inputs, its builds and its headline rows; the venv at OUT/peers_venv."""
         s = ctx.settings
         tag = s.mri[0][0]
         return {"hmdb51_root": os.path.join(ctx.inputs_dir, "hmdb51"), "hmdb51_data": ctx.path("data", "hmdb51"),
@@ -389,7 +322,6 @@ class Peers(section.Section):
                             "in full mode when missing, never in quick mode")
 
     def standalone_inputs(self, out: str, settings: PeersSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
-        """What a benchmark run into OUT left: its results.json (headline rows), inputs and builds."""
         from common import suite
 
         path = os.path.join(out, "results.json")

@@ -1,45 +1,19 @@
-"""Random access over ArrayRecord shards vs the sequential `vidvol.load` rate, on the same hmdb51 data.
-
-    python benchmarks/sections/random_access.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
-    python benchmarks/sections/random_access.py --quick --out DIR    # tiny inputs, one round (smoke)
-
-`make bench` runs it as the "random_access" section of `run.py` (`SECTION`, on the hmdb51 inputs and
-TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`, reused
-when `--inputs` points at a benchmark run's inputs folder) and DIR/random_access.json + RANDOM_ACCESS.md
-(`section.Section.main`; `--resummarize` redoes ratios, notes and targets of a stored document).
-
-The default config (`split1_20x64x64`) is built from the same inputs twice, TFRecord and ArrayRecord
-(`file_format="array_record"`). Then, in this process, `rounds` rounds each time these pipelines
-over the train split, one after the other, so a machine that gets busier hits them all alike:
-
-- sequential: `vidvol.load(..., batch_size=32, repeat=True)` model-ready float batches (TFRecord);
-- `ds[i]`: `vidvol.data_source` one random index at a time (a decoded example, uint8 frames);
-- batch reads: `ds.__getitems__(32 random indices)`: records read together, decoded in its thread pool;
-- Grain: `vidvol.grain_dataset(..., 32)` model-ready `((x, mask), y)` float batches, shuffled,
-  through `to_iter_dataset(ReadOptions(num_threads=4))`, and the same with `mp_prefetch` on 2
-  worker processes.
-
-Rates are examples/s over at least `min_seconds` after warm-up (medians of the rounds); the
-cpu-normalized rate is examples per CPU-second of this process (children too, for Grain's
-workers) times the cores. Targets: batch reads and the better Grain pipeline each >= 50% of the
-sequential rate.
-"""
+"""Random access over ArrayRecord shards vs the sequential `vidvol.load` rate, on the same hmdb51 data."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-import statistics
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from common import measure, report, section
+from common import measure, report, section, streams
 
 TARGET_OF_SEQUENTIAL = 0.5
 BATCH = 32
@@ -66,12 +40,7 @@ METHOD = [
 
 
 def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2) -> dict[str, float]:
-    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls.
-
-    `streams.stream_rate` over those calls, CPU of this process and its children (Grain's workers).
-    """
-    from common import streams
-
+    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls."""
     return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,
                                warmup_batches=warmup, cores=len(os.sched_getaffinity(0)),
                                cpu_seconds=streams.tree_cpu_seconds)
@@ -86,7 +55,6 @@ def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: i
     """{pipeline: factory of a fresh `next_batch`}: each factory opens its pipeline anew (one per round)."""
     import grain
     import tensorflow_datasets as tfds
-
     import vidvol
 
     def sequential():
@@ -116,17 +84,10 @@ def pipelines(name: str, tfrecord_dir: str, array_record_dir: str, batch_size: i
 
 def build(manual_dir: str, data_dir: str, config: str, file_format: str = "tfrecord") -> None:
     """hmdb51/`config` from `manual_dir` into `data_dir` in this process (multi-threaded Beam), unless prepared."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from common import build_job
 
-    import vidvol  # noqa: F401
-
-    builder = tfds.builder(f"hmdb51/{config}", data_dir=data_dir, file_format=file_format)
-    if not builder.is_prepared():
-        workers = len(os.sched_getaffinity(0))
-        options = PipelineOptions([f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"])
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            manual_dir=manual_dir, beam_options=options))
+    build_job.prepare(f"hmdb51/{config}", manual_dir, data_dir, build_job.beam_flags(
+        len(os.sched_getaffinity(0)), "multi_threading"), file_format=file_format)
 
 
 def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str) -> dict[str, str]:
@@ -138,7 +99,7 @@ def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str
     return dirs
 
 
-class RandomAccess(section.Section):
+class RandomAccess(section.Hmdb51Section):
     """By-index reads and Grain batches over ArrayRecord shards vs sequential `vidvol.load` (TFRecord)."""
 
     key = "random_access"
@@ -153,27 +114,19 @@ class RandomAccess(section.Section):
 
     def measure(self, work: str, settings: RandomAccessSettings, *, manual_dir: str,
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
-        """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
         name = f"hmdb51/{settings.config}"
         dirs = build_both(manual_dir, tfrecord_dir, work, settings.config)
         import tensorflow_datasets as tfds
 
         examples = tfds.builder(name, data_dir=dirs["array_record"]).info.splits["train"].num_examples
         factories = pipelines(name, dirs["tfrecord"], dirs["array_record"], settings.batch_size)
-        runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
-        for _ in range(settings.runs):
-            for pipeline in PIPELINES:
-                runs[pipeline].append(timed(factories[pipeline](), min_seconds=settings.min_seconds))
-                last = runs[pipeline][-1]
-                print(f"[random_access] {pipeline}: {last['examples_per_s']:.0f} examples/s "
-                      f"({last['cores_used']:.2f} cores, others {last['other_cores_busy']:.2f})", flush=True)
+        runs = rounds(factories, settings, "random_access", "examples")
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples,
                 "batch_size": settings.batch_size, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
-                "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "results": {p: streams.run_summary(r) for p, r in runs.items()},
                 "peak_rss_mib": round(measure.peak_rss_mib(), 1)}  # VmHWM: not run.py's peak, as ru_maxrss would be
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Ratios to the sequential rate, and the notes."""
         r = doc["results"]
         seq = r["sequential"]
         for p in PIPELINES:
@@ -183,7 +136,6 @@ class RandomAccess(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """Batch reads and the better Grain pipeline, each against the sequential rate."""
         r = doc["results"]
         best = max(("grain_threads", "grain_processes"), key=lambda p: r[p]["of_sequential"])
         return [
@@ -200,7 +152,6 @@ class RandomAccess(section.Section):
         ]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then the rate of every pipeline and its share of the sequential rate."""
         s = doc
         out = ["## Random access (ArrayRecord): by index vs sequential", "",
                f"`benchmarks/sections/random_access.py` ({s['mode']} mode, {s['duration_s'] / 60:.1f} min): `{s['dataset']}` "
@@ -218,36 +169,21 @@ class RandomAccess(section.Section):
         out += [f"- {line}" for line in s.get("notes", []) + s.get("method", [])] + [""]
         return out
 
-    def run_settings(self, ctx: section.Context) -> RandomAccessSettings:
-        """The run's hmdb51 inputs, default config, timed runs and hmdb51 batch size."""
-        s = ctx.settings
-        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
-                                   runs=s.runs, batch_size=s.hmdb51_batch)
-
-    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs and its TFRecord build of them."""
-        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
-
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--rounds", dest="runs", type=int, default=None, help="override the timed rounds")
 
-    def standalone_inputs(self, out: str, settings: RandomAccessSettings, inputs_dir: str,
-                          args: argparse.Namespace) -> dict[str, Any]:
-        """The hmdb51 inputs of the mode (reused when present)."""
-        from common import inputs
 
-        root = os.path.join(inputs_dir, "hmdb51")
-        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
-        return {"manual_dir": root}
-
-
-def summarize_rounds(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
-    """Medians of one pipeline's rounds, with every round's rate."""
-    return {"examples_per_s": round(statistics.median(r["examples_per_s"] for r in runs), 2),
-            "examples_per_s_runs": [round(r["examples_per_s"], 2) for r in runs],
-            "cpu_examples_per_s": round(statistics.median(r["cpu_examples_per_s"] for r in runs), 2),
-            "cores_used": round(statistics.median(r["cores_used"] for r in runs), 2),
-            "other_cores_busy": round(statistics.median(r["other_cores_busy"] for r in runs), 2)}
+def rounds(factories: dict[str, Callable[[], Callable[[], int]]], settings: Any, tag: str,
+           unit: str) -> dict[str, list[dict[str, float]]]:
+    """`timed` runs of every pipeline, each once per round (`settings.runs` rounds): load changes hit all alike."""
+    runs: dict[str, list[dict[str, float]]] = {p: [] for p in factories}
+    for _ in range(settings.runs):
+        for pipeline, factory in factories.items():
+            last = timed(factory(), min_seconds=settings.min_seconds)
+            runs[pipeline].append(last)
+            print(f"[{tag}] {pipeline}: {last['examples_per_s']:.0f} {unit}/s ({last['cores_used']:.2f} cores, "
+                  f"others {last['other_cores_busy']:.2f})", flush=True)
+    return runs
 
 
 SECTION = RandomAccess()

@@ -1,16 +1,7 @@
-"""The headline's reads: every dataset via `vidvol.load` against its read-time baseline and its limit.
-
-hmdb51 (default config, its `output_dtype='uint8'` mode and its stored-raw twin), fire_hrr and
-mri_volumes from two source sizes (and, for the first, the float32 and int16 modes without mask);
-then hmdb51 through plain `tfds.load` and seeded/unseeded `vidvol.load` at each batch size
-(`hmdb51_paths`). Each pipeline is a `read_job.ReadJob`, in its own process in a full run
-(`benchmarks/common/read_job.py JOB.json OUT.json`); the decode (or volume) limit is timed in the same process
-before and after each run.
-"""
+"""The headline's reads: every dataset via `vidvol.load` against its read-time baseline and its limit."""
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import os
@@ -19,11 +10,11 @@ from typing import Any
 
 from vidvol.testing import samples
 
-from common import baselines, inputs, jobs, section
+from common import baselines, inputs, section
+from common import read_job
 from common.read_job import ReadJob
 from common.suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment, raw_config
 
-BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ of the source checkout
 GIB = 2**30
 READ_TIMEOUT_S = 3600.0  # one read job (a full run's longest takes a few minutes)
 
@@ -75,13 +66,7 @@ METHOD = [
 def _read(ctx: section.Context, tag: str, job: ReadJob) -> dict[str, Any]:
     """Runs one read job (in its own process when isolating); returns its result."""
     print(f"[bench] read {tag} via {job.pipeline}", flush=True)
-    if not ctx.settings.isolate:
-        from common import read_job
-
-        result = read_job.measure_read(job)
-    else:
-        script = os.path.join(BENCHMARKS, "common", "read_job.py")
-        result = jobs.json_job(script, dataclasses.asdict(job), ctx.path("jobs"), tag, READ_TIMEOUT_S)[0]
+    result = read_job.run(job, ctx.path("jobs"), tag, isolate=ctx.settings.isolate, timeout=READ_TIMEOUT_S)
     print(f"[bench]   {result['examples_per_s']:.3g} examples/s (runs {result['examples_per_s_runs']}), "
           f"{result['cores_used']:.2f} cores busy (others {result['other_cores_busy']:.2f}), "
           f"peak RSS {result['peak_rss_mib']:.0f} MiB", flush=True)
@@ -99,21 +84,19 @@ def read_all(ctx: section.Context, built: dict[str, Any]) -> dict[str, Any]:
     videos = inputs.hmdb51_split_videos(hmdb_root, 1, "train")
     classes = list(samples.HMDB51_CLASSES)
     data = ctx.path("data", "hmdb51")
+    hmdb = dict(data_dir=data, frames_per_example=HMDB51_FRAMES, limit_max_frames=2000, **common,
+                limit_files=baselines.shard_files(data, "hmdb51", s.hmdb51_config, "train"))
     r = {"config": s.hmdb51_config, "unit": "clip (20 frames)", "frames_per_example": HMDB51_FRAMES,
          "baseline_name": "OpenCV seek per frame (py_function)", "examples": len(videos)}
-    r["loader"] = _read(ctx, "hmdb51_loader", ReadJob(
-        "loader", "hmdb51", s.hmdb51_batch, s.hmdb51_config, data_dir=data, frames_per_example=HMDB51_FRAMES,
-        limit_files=baselines.shard_files(data, "hmdb51", s.hmdb51_config, "train"), limit_max_frames=2000,
-        float_ceiling=True, **common))
+    r["loader"] = _read(ctx, "hmdb51_loader", ReadJob("loader", "hmdb51", s.hmdb51_batch, s.hmdb51_config,
+                                                     float_ceiling=True, **hmdb))
     r["baseline"] = _read(ctx, "hmdb51_baseline", ReadJob(
         "hmdb51_seek", "hmdb51", s.hmdb51_batch, paths=[p for p, _ in videos],
         labels=[classes.index(c) for _, c in videos], frames_per_example=HMDB51_FRAMES, warmup_batches=1, **common))
     r["limit"] = r["loader"].pop("limit")
     read["hmdb51"] = _ratios(r)
     read["hmdb51_uint8"] = _dtype_entry(ctx, "hmdb51_uint8", read["hmdb51"], ReadJob(
-        "loader", "hmdb51", s.hmdb51_batch, s.hmdb51_config, data_dir=data, frames_per_example=HMDB51_FRAMES,
-        limit_files=baselines.shard_files(data, "hmdb51", s.hmdb51_config, "train"), limit_max_frames=2000,
-        output_dtype="uint8", **common))
+        "loader", "hmdb51", s.hmdb51_batch, s.hmdb51_config, output_dtype="uint8", **hmdb))
     read["hmdb51_raw"] = read_hmdb51_raw(ctx, read["hmdb51"], common)
 
     rows = inputs.fire_frame_rows(os.path.join(built["fire_read_manual"], "labels.csv"))

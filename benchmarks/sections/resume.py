@@ -1,32 +1,4 @@
-"""Stopping and resuming `vidvol.load`: checkpoint size, restore cost, and the shuffle's quality old vs new.
-
-    python benchmarks/sections/resume.py --out DIR            # full: sample builds of hmdb51, fire_hrr, mri_volumes
-    python benchmarks/sections/resume.py --quick --out DIR    # tiny builds, one run (smoke)
-
-`make bench` runs it as the "resume" section of `run.py` (`SECTION`) on the run's own TFRecord builds
-(hmdb51 default config, the smaller fire_hrr build, the first mri_volumes build); standalone it builds
-small sample datasets itself. Two parts:
-
-- Restore cost, per dataset: a training pipeline (`seed=0, repeat=True`) is read to 10 % and to
-  90 % of an epoch and its iterator checkpointed (`tf.train.Checkpoint(iterator=it).write`); then,
-  with the process's record indexes dropped (as in a fresh process; the page cache stays warm),
-  a new pipeline (another seed) is made, restored and its first batch read: "restore to first
-  batch". Against it: a fresh pipeline's first batch, same conditions ("start to first batch").
-  The checkpoint's bytes are the files `write` leaves. Medians of `runs`.
-- Shuffle quality, on the order alone (example indices; no data read): the order the release
-  before gave (TFDS's file shuffle, interleave of `cycle_length` files one example at a time, then
-  a shuffle buffer of 256 MiB of stored examples: its tf.data ops run on integers), the order now
-  (`readers.order`: a keyed permutation of the whole split per epoch), and a uniform random
-  permutation (the ideal), for splits shaped like hmdb51, fire_hrr at 540x960 and mri_volumes
-  128^3 (example count, shard count, stored bytes per example). Metrics, averaged over epochs:
-  `shard_tv`: mixing across shards, the total-variation distance between the shard mix of each
-  window of 32 consecutive examples (a batch) and the split's (0: every batch mixes the shards in
-  proportion; reported with the ideal's value beside it, which is not 0 for a finite window);
-  `position_corr`: |Pearson| between an example's place in the epoch and its place in storage
-  (order within and across shards; 0 ideal); `neighbours`: consecutive examples that are storage
-  neighbours, as a multiple of the ideal's rate 2/n; `epoch_corr`: |Pearson| of an example's
-  places in two successive epochs (0 ideal).
-"""
+"""Stopping and resuming `vidvol.load`: checkpoint size, restore cost, and the shuffle's quality old vs new."""
 
 from __future__ import annotations
 
@@ -69,9 +41,6 @@ METHOD = [
 ]
 
 
-# ------------------------------------------------------------------------------------------------ orders
-
-
 def old_orders(shard_lengths: Sequence[int], cycle: int, buffer: int, seed: int, epochs: int) -> list[np.ndarray]:
     """The release before's training order over a split: file shuffle, interleave (block 1), example shuffle buffer."""
     import tensorflow as tf
@@ -98,7 +67,11 @@ def ideal_orders(n: int, seed: int, epochs: int) -> list[np.ndarray]:
 
 
 def metrics(orders: Sequence[np.ndarray], shard_lengths: Sequence[int]) -> dict[str, float]:
-    """The order metrics (module docstring) of one run of epochs."""
+    """The order metrics of one run of epochs, averaged over them: `shard_tv`, the total-variation distance between
+    the shard mix of each window of WINDOW consecutive examples (a batch) and the split's (0: every batch mixes the
+    shards in proportion; not 0 for the ideal either); `position_corr`, |Pearson| of an example's place in the epoch
+    and in storage; `neighbours`, consecutive examples that are storage neighbours, as a multiple of the ideal's 2/n;
+    `epoch_corr`, |Pearson| of an example's places in two successive epochs (0 ideal for the correlations)."""
     n = int(sum(shard_lengths))
     bounds = np.cumsum(shard_lengths)
     share = np.asarray(shard_lengths, float) / n
@@ -141,9 +114,6 @@ def quality(shapes: Sequence[tuple], settings: ResumeSettings) -> list[dict[str,
     return out
 
 
-# ------------------------------------------------------------------------------------------------ restore cost
-
-
 def _drop_indexes() -> None:
     from vidvol.core import tfrecord
     from vidvol.readers.tfdata import direct_volumes
@@ -153,10 +123,11 @@ def _drop_indexes() -> None:
 
 
 def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -> dict[str, Any]:
-    """Checkpoint bytes and seconds to the first batch after a restore at 10 % and 90 % of an epoch (module docstring)."""
+    """Checkpoint bytes and seconds to the first batch after a restore at 10 % and 90 % of an epoch: a pipeline (seed=0)
+    read that far is checkpointed; then, record indexes dropped (as in a fresh process), a new one (seed=1) restores it
+    and reads its first batch, against a fresh pipeline's first batch; medians of `runs`."""
     import tensorflow as tf
     import tensorflow_datasets as tfds
-
     import vidvol
 
     builder = tfds.builder_from_directory(data_path)
@@ -199,13 +170,9 @@ def restore_cost(label: str, data_path: str, batch: int, work: str, runs: int) -
 
 def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]]:
     """Small sample builds (standalone runs): (label, data_path, batch size) of hmdb51, fire_hrr, mri_volumes."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    import vidvol  # noqa: F401
+    from common import build_job
     from vidvol.testing import samples
 
-    options = PipelineOptions(["--direct_num_workers=1", "--direct_running_mode=in_memory"])
     plans = [("hmdb51", "hmdb51/split1_20x64x64", 8, lambda m: samples.write_hmdb51_layout(
                  m, videos_per_class=sizes["hmdb_videos"], num_frames=(20, 40), height=120, width=160, splits=(1,))),
              ("fire_hrr", "fire_hrr/161x135x240", 1, lambda m: samples.write_fire_hrr_frames(
@@ -216,16 +183,9 @@ def sample_builds(work: str, sizes: dict[str, int]) -> list[tuple[str, str, int]
     out = []
     for label, name, batch, write in plans:
         manual, data_dir = os.path.join(work, "manual", label), os.path.join(work, "data")
-        builder = tfds.builder(name, data_dir=data_dir)
-        if not builder.is_prepared():
-            write(manual)
-            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual,
-                                                                                      beam_options=options))
+        builder = build_job.prepare(name, manual, data_dir, before=lambda w=write, m=manual: w(m))
         out.append((label, os.fspath(builder.data_path), batch))
     return out
-
-
-# ------------------------------------------------------------------------------------------------ the section
 
 
 class Resume(section.Section):
@@ -288,7 +248,6 @@ class Resume(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's TFRecord builds: hmdb51 default config, the smaller fire_hrr build, the first mri_volumes build."""
         s = ctx.settings
         wanted = [("hmdb51", ctx.path("data", "hmdb51"), f"hmdb51/{s.hmdb51_config}", s.hmdb51_batch),
                   ("fire_hrr", ctx.path("data", f"fire_{min(s.fire_counts)}"), f"fire_hrr/{s.fire_config}", s.fire_batch),

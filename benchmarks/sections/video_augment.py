@@ -1,36 +1,9 @@
-"""What read-time video augmentation costs: `vidvol.load` hmdb51 with `ReadSpec(augment=VideoAugment(...))` on vs off.
+"""What read-time video augmentation costs: `vidvol.load` with `VideoAugment` on vs off.
 
-    python benchmarks/sections/video_augment.py --out DIR            # full: run.py's hmdb51 inputs (240 clips), 3 rounds
-    python benchmarks/sections/video_augment.py --quick --out DIR    # tiny inputs, one round (smoke)
-
-`make bench` runs it as the "video_augment" section of `run.py` (`SECTION`, on the hmdb51 inputs and
-TFRecord build run.py already made); standalone it writes its own inputs (`inputs.hmdb51_plan`,
-reused when `--inputs` points at a benchmark run's inputs folder), builds the default config
-(`split1_20x64x64`) and writes DIR/video_augment.json + VIDEO_AUGMENT.md.
-
-In this process, `rounds` rounds each time these `vidvol.load(..., "train", batch_size=32, seed=0,
-repeat=True)` pipelines, one after the other (so a machine that gets busier hits them all alike):
-
-- off: model-ready float32 batches of the stored 64x64 frames, no augmentation (the headline's seeded row);
-- random resized crop: `VideoAugment(56)` (pytorchvideo's RandomResizedCrop defaults: a box of
-  8-100 % of the frame, aspect 3/4-4/3, resized to 56x56, 7/8 of the stored side as 224 of 256; and
-  a flip with probability 0.5);
-- random crop: `VideoAugment(56, training_crop="random_short_side_scale")` (DMVR's crop at
-  `min_resize` = the stored short side: a 56x56 crop copied, no resize, and the flip);
-- random resized crop to the stored size: `VideoAugment(64)`, the output size of `off` and of the
-  peers' rows (every output pixel resampled, and as many converted to float as without): no target
-  of its own, it is the augmented row the peers section compares;
-- evaluation 3 crops: `VideoAugment(56, multi_crop=True)` with `training=False` (three 56x56 views per
-  clip): shown for what it costs per clip, no target.
-
-The cost of a pipeline is `1 - rate / off's rate` in each round (paired), median over the rounds;
-also cpu-normalized (examples per CPU-second of this process, times the cores). Target: each
-training augmentation costs at most 10 % of the read rate.
-
-Then the augmentation step alone (`step_rounds`): on one batch of the stored uint8 frames, the CPU
-milliseconds of each pipeline's crop call (`Geometry.crop`, the body of `vidvol.load`'s augmentation
-step, one thread) and of the float conversion that follows it (`off`: of the stored frames), in
-alternating rounds: what the pipeline's cost is made of, without the reads and decodes around it.
+`VideoAugment(56)`: pytorchvideo's RandomResizedCrop defaults (boxes of 8-100 % of the frame, aspect 3/4-4/3) to 7/8
+of the stored side, and a flip; `training_crop="random_short_side_scale"`: DMVR's crop at the stored short side (a
+copy, no resize); `VideoAugment(64)`: the peers' output size (their augmented row, no target of its own);
+`multi_crop=True, training=False`: three views per clip (no target). Cost: `1 - rate / off's rate` within a round.
 """
 
 from __future__ import annotations
@@ -89,16 +62,10 @@ def augments(crop: int, small: int) -> dict[str, tuple[Any, bool]]:
 
 
 def step_rounds(frames: Any, made: dict[str, tuple[Any, bool]], rounds: int, calls: int) -> dict[str, dict[str, Any]]:
-    """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating.
-
-    `frames`: one batch of stored uint8 frames (B, T, H, W, C); the training crops are keyed as the
-    examples 0..B-1 of epoch 0. The float conversion is `vidvol.load`'s (`stages.as_float`, TensorFlow).
-    """
+    """CPU ms per batch of each pipeline's crop call (one thread) and of the float conversion after it, alternating."""
     import time
-
     import numpy as np
     import tensorflow as tf
-
     from vidvol.readers import rng
     from vidvol.readers.tfdata import stages
 
@@ -142,7 +109,7 @@ def _label(doc: dict[str, Any], pipeline: str) -> str:
     return LABELS[pipeline].format(c=doc["crop_size"], s=doc["small_crop"])
 
 
-class VideoAugmentCost(section.Section):
+class VideoAugmentCost(section.Hmdb51Section):
     """vidvol.load with read-time video augmentation vs without, on the same data and batches."""
 
     key = "video_augment"
@@ -157,11 +124,10 @@ class VideoAugmentCost(section.Section):
 
     def measure(self, work: str, settings: VideoAugmentSettings, *, manual_dir: str,
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
-        """Builds what is missing, times every pipeline `runs` rounds (alternating); returns the records."""
         import tensorflow_datasets as tfds
-
         import vidvol
-        from sections.random_access import build, summarize_rounds, timed
+        from common import streams
+        from sections.random_access import build, rounds
 
         name = f"hmdb51/{settings.config}"
         data_dir = tfrecord_dir or os.path.join(work, "data_tfrecord")
@@ -176,13 +142,7 @@ class VideoAugmentCost(section.Section):
             batches = iter(tfds.as_numpy(ds))
             return lambda: len(next(batches)[1])
 
-        runs: dict[str, list[dict[str, float]]] = {p: [] for p in PIPELINES}
-        for _ in range(settings.runs):
-            for pipeline in PIPELINES:
-                runs[pipeline].append(timed(factory(pipeline), min_seconds=settings.min_seconds))
-                last = runs[pipeline][-1]
-                print(f"[video_augment] {pipeline}: {last['examples_per_s']:.0f} clips/s ({last['cores_used']:.2f} "
-                      f"cores, others {last['other_cores_busy']:.2f})", flush=True)
+        runs = rounds({p: lambda p=p: factory(p) for p in PIPELINES}, settings, "video_augment", "clips")
         ds = vidvol.load(name, "train", settings.batch_size, data_dir=data_dir, seed=0, repeat=True, drop_remainder=True,
                          spec=vidvol.ReadSpec(output=vidvol.Output(features=["video"], dtype="uint8")))
         frames = next(iter(tfds.as_numpy(ds)))["video"]
@@ -191,14 +151,12 @@ class VideoAugmentCost(section.Section):
             print(f"[video_augment] step {p}: crop {r['crop_ms']:.2f} ms, float conversion {r['float_ms']:.2f} ms "
                   f"per batch", flush=True)
         return {"mode": settings.mode, "dataset": name, "split": "train", "examples": examples, "step": step,
-                "batch_size": settings.batch_size, "crop_size": settings.crop_size, "small_crop": settings.small_crop,
-                "rounds": settings.runs,
-                "cores": len(os.sched_getaffinity(0)), "runs": runs,
-                "results": {p: summarize_rounds(r) for p, r in runs.items()},
+                "batch_size": settings.batch_size, "crop_size": settings.crop_size,
+                "small_crop": settings.small_crop, "rounds": settings.runs, "cores": len(os.sched_getaffinity(0)),
+                "runs": runs, "results": {p: streams.run_summary(r) for p, r in runs.items()},
                 "augments": {p: repr(a) for p, (a, _) in made.items()}}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Each pipeline's cost against `off`, paired per round (wall and cpu-normalized), and the notes."""
         off = doc["runs"]["off"]
         for p, r in doc["results"].items():
             pairs = list(zip(doc["runs"][p], off))
@@ -209,14 +167,12 @@ class VideoAugmentCost(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """Each training augmentation's cost, at most 10 % of the read rate."""
         r = doc["results"]
         return [section.target(
             f"hmdb51 (batch {doc['batch_size']}): vidvol.load with {_label(doc, p)} costs vs without", r[p]["cost"],
             TARGET_COST, op="<=", unit="%", cpu_value=r[p]["cost_cpu"], note=NOTES[p]) for p in TRAINING]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then every pipeline's rate and cost."""
         out = ["## Video augmentation: vidvol.load with VideoAugment on vs off", "",
                f"`benchmarks/sections/video_augment.py` ({doc['mode']} mode, {doc.get('duration_s', 0) / 60:.1f} min): "
                f"`{doc['dataset']}` {doc['split']} ({doc['examples']} clips), batches of {doc['batch_size']}, "
@@ -243,22 +199,7 @@ class VideoAugmentCost(section.Section):
         return out
 
     def run_settings(self, ctx: section.Context) -> VideoAugmentSettings:
-        """The run's hmdb51 inputs, default config, timed runs and hmdb51 batch size."""
-        s = ctx.settings
-        return dataclasses.replace(self.mode_settings(s.quick), hmdb51=dict(s.hmdb51), config=s.hmdb51_config,
-                                   runs=s.runs, min_seconds=s.min_seconds, batch_size=s.hmdb51_batch)
-
-    def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """The run's hmdb51 inputs and its TFRecord build of them."""
-        return {"manual_dir": os.path.join(ctx.inputs_dir, "hmdb51"), "tfrecord_dir": ctx.path("data", "hmdb51")}
-
-    def standalone_inputs(self, out: str, settings: VideoAugmentSettings, inputs_dir: str, args: Any) -> dict[str, Any]:
-        """The hmdb51 inputs of the mode (reused when present); the build goes under OUT/video_augment."""
-        from common import inputs
-
-        root = os.path.join(inputs_dir, "hmdb51")
-        inputs.write_inputs([inputs.hmdb51_plan(root, **settings.hmdb51)], workers=len(os.sched_getaffinity(0)))
-        return {"manual_dir": root}
+        return dataclasses.replace(super().run_settings(ctx), min_seconds=ctx.settings.min_seconds)
 
 
 def vidvol_row(doc: dict[str, Any] | None, pipeline: str = "random_resized_crop_stored_size") -> dict[str, Any] | None:

@@ -1,19 +1,4 @@
-"""Peak RSS of an mri_volumes build against the size of its source scan, with a header bomb beside it.
-
-    python benchmarks/sections/volume_memory.py --out DIR            # full: sources inflating to 64 MiB ... 1.5 GiB
-    python benchmarks/sections/volume_memory.py --quick --out DIR    # small sources (smoke)
-
-`make bench` runs it as the "volume_memory" section of `run.py` (`SECTION`). For each source size S:
-one int16 `.nii.gz` scan that inflates to S bytes (a block-patterned ellipsoid in zeros, so it
-compresses well; the header written by nibabel, the voxels streamed through gzip plane by plane so
-that writing it never holds the volume) and a 1.4 KB `.nii` whose header claims 20000^3 int16 voxels
-(16 TB), both listed in one labels.csv (split `train`). `tfds build mri_volumes/128` (the default
-config: a 128^3 centre crop at the file's own voxel size) runs in a subprocess with one Beam worker
-process while the RSS of its whole process tree is sampled (`measure.TreeSampler`). Per build:
-the tree's peak, the driver's and the worker's, the wall time, examples and skips (with reasons).
-Targets: the largest source's build (1.5 GiB in full mode) peaks at <= 3 GiB, and every input ends
-as an example or a skip.
-"""
+"""Peak RSS of an mri_volumes build against the size of its source scan, with a header bomb beside it."""
 
 from __future__ import annotations
 
@@ -123,10 +108,8 @@ def write_inputs(root: str, sizes_mib: tuple[int, ...]) -> dict[int, dict[str, A
         os.symlink(source, os.path.join(manual, "volumes", "source.nii.gz"))
         os.symlink(bomb, os.path.join(manual, "volumes", "header_bomb.nii"))
         with open(os.path.join(manual, "labels.csv"), "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["path", "label", "subject", "split"])
-            writer.writerow(["volumes/source.nii.gz", "scan", "sub-1", "train"])
-            writer.writerow(["volumes/header_bomb.nii", "bomb", "sub-2", "train"])
+            csv.writer(f).writerows([["path", "label", "subject", "split"], ["volumes/source.nii.gz", "scan", "sub-1",
+                                     "train"], ["volumes/header_bomb.nii", "bomb", "sub-2", "train"]])
         out[size] = {"manual_dir": manual, "shape": list(shape), "inflated_bytes": int(np.prod(shape)) * 2 + 352,
                      "file_bytes": os.path.getsize(source), "bomb_file_bytes": os.path.getsize(bomb),
                      "generated_this_run": fresh}
@@ -173,19 +156,13 @@ def build(manual_dir: str, data_dir: str, log_path: str, *, interval: float, tim
 
 def build_here(manual_dir: str, data_dir: str, *, interval: float) -> dict[str, Any]:
     """The same build in this process (Beam in memory), under a sampler of this process: quick mode's plumbing."""
-    import tensorflow_datasets as tfds
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    import vidvol  # noqa: F401
+    from common import build_job
 
     shutil.rmtree(data_dir, ignore_errors=True)
     start, exit_code, error = time.monotonic(), 0, ""
     with measure.TreeSampler(os.getpid(), interval) as monitor:
         try:
-            builder = tfds.builder(f"mri_volumes/{CONFIG}", data_dir=data_dir)
-            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-                manual_dir=manual_dir, beam_options=PipelineOptions(["--direct_num_workers=1",
-                                                                     "--direct_running_mode=in_memory"])))
+            build_job.prepare(f"mri_volumes/{CONFIG}", manual_dir, data_dir)
         except Exception as e:  # a dead build is this measurement's result
             exit_code, error = 1, f"{type(e).__name__}: {e}"[-1500:]
     return _record(monitor, data_dir, exit_code, time.monotonic() - start, error)
@@ -207,7 +184,6 @@ class VolumeMemory(section.Section):
     ]
 
     def measure(self, work: str, settings: VolumeMemorySettings, *, inputs_dir: str) -> dict[str, Any]:
-        """Writes (or reuses) the sources and builds each size once."""
         sources = write_inputs(os.path.join(inputs_dir, "volume_memory"), settings.sizes_mib)
         rows = []
         for size in settings.sizes_mib:
@@ -224,7 +200,6 @@ class VolumeMemory(section.Section):
                 "isolated": settings.isolate, "rows": rows}
 
     def summarize(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """Per row: inputs accounted for (examples + skips, of 2); how the peak moved from the smallest source to the largest."""
         for row in doc["rows"]:
             row["accounted"] = row["examples"] + len(row["skipped"])
         lo, hi = doc["rows"][0], doc["rows"][-1]
@@ -233,7 +208,6 @@ class VolumeMemory(section.Section):
         return doc
 
     def targets(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        """The largest source's build peak, and every input an example or a skip in every build."""
         last = doc["rows"][-1]
         size = f"{last['inflated_bytes'] / GIB:.2f} GiB" if last["inflated_bytes"] >= GIB else f"{last['size_mib']} MiB"
         failed = [r["size_mib"] for r in doc["rows"] if r["exit_code"] != 0]
@@ -247,7 +221,6 @@ class VolumeMemory(section.Section):
         ]
 
     def markdown(self, doc: dict[str, Any]) -> list[str]:
-        """Targets, then one row per source size."""
         out = ["## MRI build memory against source size", "",
                f"`benchmarks/sections/volume_memory.py` ({doc['mode']} mode, {doc['duration_s'] / 60:.1f} min): "
                f"`tfds build mri_volumes/{doc['config']}` over one int16 .nii.gz source and a 1.4 KB header bomb "
@@ -269,7 +242,6 @@ class VolumeMemory(section.Section):
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:
-        """Its sources live beside the run's other inputs."""
         return {"inputs_dir": ctx.inputs_dir}
 
     def standalone_inputs(self, out: str, settings: section.Settings, inputs_dir: str, args: Any) -> dict[str, Any]:

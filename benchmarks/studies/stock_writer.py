@@ -1,23 +1,4 @@
-"""Study: TFDS's stock Beam writer for vidvol's builders, to compare build memory with the streaming writer.
-
-vidvol's `StreamingBeamBuilder` writes every shard example by example from one Beam worker.
-TFDS's own writer (`tensorflow_datasets/core/writer.py`) groups a shard's serialized examples in
-memory first. The builders' `_generate_examples` transforms (`ExamplesFromSources`) are regular
-TFDS Beam transforms, so TFDS's `GeneratorBasedBuilder._download_and_prepare` can write the same
-datasets from the same inputs: `prepare_with_tfds_writer` does that and still writes vidvol's
-`skip_report.json` (the skips each split's transform collects into a JSON file).
-
-As a script it is a drop-in for `python -m tensorflow_datasets.scripts.cli.main` (`tfds`): it
-imports vidvol, routes `StreamingBeamBuilder._download_and_prepare` to the stock writer (runner
-resolved as vidvol resolves it) and runs TFDS's CLI with the same arguments:
-
-    python benchmarks/studies/stock_writer.py build fire_hrr/full_161x540x960 --imports vidvol \\
-        --manual_dir DIR --data_dir OUT
-
-Its result (RESULTS.md, "Build memory"): the stock writer's workers peak at 1.7-2.4 GiB on 188 MiB of
-fire_hrr, growing with the shard size, the streaming writer's at 838 MiB whatever the shard size. To
-measure it again: `build_job.build(..., tfds_cli=[sys.executable, "benchmarks/studies/stock_writer.py"])`.
-"""
+"""Study: TFDS's stock Beam writer for vidvol's builders, to compare build memory with the streaming writer."""
 
 from __future__ import annotations
 
@@ -46,12 +27,7 @@ def _skip_file(data_dir: str, split: str) -> str:
 
 def prepare_with_tfds_writer(builder: dataset_builder.StreamingBeamBuilder, dl_manager: Any,
                              download_config: tfds.download.DownloadConfig) -> None:
-    """Prepares `builder` with TFDS's stock Beam writer over its own transforms; writes its skip report.
-
-    `download_config` carries the Beam runner and options to run on, already resolved (see
-    `resolve_runner`). Same sources, example functions and `max_examples_per_split` as the
-    streaming writer; shards are TFDS's (its shard count, its file names).
-    """
+    """Prepares `builder` with TFDS's stock Beam writer over its own transforms; writes its skip report."""
     data_dir = os.fspath(builder.data_path)
     generators = builder._generators(dl_manager, download_config)
     for split, gen in generators.items():
