@@ -214,14 +214,21 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         the dataset's `sources.json` (`vidvol.builders.writer.sources_manifest`). None: the dataset has no
         manifest (built by vidvol 0.2.0 or earlier).
         """
+        compared = self._compare_sources(download_config, download_dir)
+        return None if compared is None else compared[1]
+
+    def _compare_sources(self, download_config, download_dir=None):
+        """(the prepared dataset's manifest, the changes, the planning: `GrowFrom.planned`), or None (no manifest)."""
         old = sources_manifest.read(self._out(os.fspath(self.data_path)))
         if old is None:
             return None
         dl_manager = self._make_download_manager(download_dir=download_dir, download_config=download_config)
         generators = self._generators(dl_manager, download_config)
-        new = sources_manifest.document({split: g.sources for split, g in generators.items()},
-                                        tfds_api.given_manual_dir(dl_manager), content=old.get("inputs") == "content")
-        return sources_manifest.compare(old, new)
+        content = old.get("inputs") == "content"
+        manual_dir = tfds_api.given_manual_dir(dl_manager)
+        new = sources_manifest.document({split: g.sources for split, g in generators.items()}, manual_dir, content=content)
+        key = (manual_dir, download_config.max_examples_per_split, content)
+        return old, sources_manifest.compare(old, new), (key, new)
 
     def check_up_to_date(self, download_config, download_dir=None) -> grow_lib.GrowFrom | None:
         """Compares a build's manual_dir with the sources the prepared dataset was built from.
@@ -244,7 +251,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _check_up_to_date(self, download_config, download_dir=None) -> grow_lib.GrowFrom | None:
         name, where = self._display_name(), redact.url(self._out(os.fspath(self.data_path)))
         manual_dir = redact.url(os.fspath(download_config.manual_dir))
-        changes = self.source_changes(download_config, download_dir)
+        compared = self._compare_sources(download_config, download_dir)
+        old, changes, planned = compared if compared is not None else (None, None, None)
         if changes is None:
             logger.warning("%s in %s has no sources.json (built by vidvol 0.2.0 or earlier), so whether %s still "
                            "holds what it was built from cannot be told; --overwrite rebuilds it", name, where, manual_dir)
@@ -252,8 +260,8 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         if not changes.any:
             logger.info("%s in %s is up to date with %s (%s sources)", name, where, manual_dir, changes.counts())
             return None
-        if not (why := grow_lib.why_not(self, old := sources_manifest.read(self._out(os.fspath(self.data_path))) or {})):
-            return grow_lib.GrowFrom(self._out(os.fspath(self.data_path)), old, changes)
+        if not (why := grow_lib.why_not(self, old)):
+            return grow_lib.GrowFrom(self._out(os.fspath(self.data_path)), old, changes, planned)
         raise sources_manifest.StaleDatasetError(grow_lib.stale_message(name, where, manual_dir, changes, why))
 
     def _waited_for_prepared(self) -> bool:
@@ -347,11 +355,19 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         self._build_started, self._build_runner, self._build_workers = time.time(), "none (nothing to build)", None
         check_data_dir(self.data_dir)
         self._file_format()  # before anything is written
-        generators = self._generators(dl_manager, download_config)
-        manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it (or grows)
-            {split: g.sources for split, g in generators.items()}, tfds_api.given_manual_dir(dl_manager),
-            content=resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs,
-            build=sources_manifest.build_digest(self._fingerprint({}, download_config, content=False)))
+        content = resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs
+        manual_dir = tfds_api.given_manual_dir(dl_manager)
+        generators = self._generators(dl_manager, download_config)  # planned on this builder (its features too)
+        planned = self._grow_from.planned if self._grow_from is not None else None
+        digested = planned[1]["splits"] if planned is not None else {}
+        if planned is not None and planned[0] == (manual_dir, download_config.max_examples_per_split, content) and \
+                set(digested) == set(generators) and all({str(k) for k, _ in g.sources} == set(digested[split])
+                                                         for split, g in generators.items()):
+            manifest = dict(planned[1])  # a grow: the digests its comparison made of the same sources, not made again
+        else:
+            manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it (or grows)
+                {split: g.sources for split, g in generators.items()}, manual_dir, content=content)
+        manifest["build"] = sources_manifest.build_digest(self._fingerprint({}, download_config, content=False))
         if self._grow_from is not None:  # beside a prepared dataset: keep its unchanged shards, decode the rest
             results, templates, generation = grow_lib.build_splits(self, generators, manifest, download_config)
         else:

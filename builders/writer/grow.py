@@ -70,6 +70,9 @@ class GrowFrom:
     old_dir: str
     old_doc: Mapping[str, Any]
     changes: sources_manifest.Changes
+    # The comparison's manifest of the manual_dir, which the grow's build takes instead of digesting the same sources
+    # again: (its key (manual_dir, max_examples_per_split, content digests), the manifest).
+    planned: tuple[tuple, Mapping[str, Any]] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass
