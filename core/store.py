@@ -8,10 +8,10 @@ error (reset, timeout, 5xx, 429) is retried with backoff; no message carries a s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
-import contextlib
 import mmap
 import os
 import re

@@ -26,7 +26,6 @@ from vidvol.readers.tfdata.plan import SplitFacts
 from vidvol.readers.tfdata.plan import LoadPlan
 from vidvol.readers.tfdata.plan import plan_load
 from vidvol.readers.tfdata import shard_window
-from vidvol.readers import shard_order
 from vidvol.readers.dataset import DatasetNotPreparedError, get_builder, supervised_keys  # noqa: F401  (get_builder: also the readers' entry)
 from vidvol.readers.spec import ReadSpec
 from vidvol.readers.spec import Tuning
@@ -65,9 +64,7 @@ def _stream_window(builder: tfds.core.DatasetBuilder, plan: LoadPlan, source: re
     in_bucket = bool(source.files) and all(bucket.shard_of_url(f.path) is not None for f in source.files)
     if not in_bucket or plan.cache_limit is not None:
         if window is not None:  # checked all the same: the same arguments fail alike on local disk and in a bucket
-            block = plan.spec.order.block if plan.training else 1
-            shard_order.refuse_window(int(window), shard_window.least_window(source.files, block), where, block,
-                                      shard_window.STORE_RESERVE)
+            shard_window.check_window(int(window), source.files, plan.spec.order.block if plan.training else 1, where)
         return None
     return shard_window.window_for(source.files, blocks, plan.training, window, where, repeat)
 

@@ -56,6 +56,11 @@ def default_window(files: Sequence[FileIndex], block: int) -> int:
     return 2 * block_bytes(files, block) + STORE_RESERVE
 
 
+def check_window(window: int, files: Sequence[FileIndex], block: int, where: str) -> None:
+    """shard_order.OrderError when a `Tuning.stream_window` of `window` bytes is below `least_window` (naming it)."""
+    shard_order.refuse_window(window, least_window(files, block), where, block, STORE_RESERVE)
+
+
 class ShardWindow:
     """Whole shards held in memory, at most `limit` bytes; `sequence(epoch, key)` gives the order they are read in.
 
@@ -132,26 +137,24 @@ class ShardWindow:
                 del self._dropped[f]
                 self._lock.notify_all()
 
-    def _drop_before(self, need: int, before: tuple[int, int], keep: set[int]) -> bool:
-        """Drops held shards ranked before `before` (lowest first) until `need` more bytes fit; whether they do."""
-        for f in sorted(self._held, key=lambda g: self._rank[g]):
+    def _drop_until(self, need: int, candidates: Sequence[int]) -> bool:
+        """Drops `candidates`, in turn, until `need` more bytes fit; whether they do."""
+        for f in candidates:
             if self._used() + need <= self.limit:
                 break
-            if f not in keep and self._rank[f] < before:
-                self._drop(f)
+            self._drop(f)
         return self._used() + need <= self.limit
+
+    def _drop_before(self, need: int, before: tuple[int, int], keep: set[int]) -> bool:
+        """Drops held shards ranked before `before` (lowest first) until `need` more bytes fit; whether they do."""
+        return self._drop_until(need, [f for f in sorted(self._held, key=self._rank.__getitem__)
+                                       if f not in keep and self._rank[f] < before])
 
     def _make_room(self, need: int, block_start: tuple[int, int], keep: set[int]) -> bool:
         """Room for `need` bytes a batch wants now: shards of blocks the reader left go first (lowest first), then
         shards fetched ahead, the furthest ahead first (fetched again when their turn comes); whether it fits."""
-        if self._drop_before(need, block_start, keep):
-            return True
-        for f in sorted(self._held, key=lambda g: self._rank[g], reverse=True):
-            if self._used() + need <= self.limit:
-                break
-            if f not in keep:
-                self._drop(f)
-        return self._used() + need <= self.limit
+        return self._drop_before(need, block_start, keep) or self._drop_until(
+            need, [f for f in sorted(self._held, key=self._rank.__getitem__, reverse=True) if f not in keep])
 
     @contextlib.contextmanager
     def holding(self, wanted: Sequence[int], epoch: int, key: int) -> Iterator[dict[int, Any]]:
@@ -218,9 +221,8 @@ def window_for(files: Sequence[FileIndex], blocks: shard_order.ShardBlocks | Non
       shard_order.OrderError: `window` cannot hold one block's shards (naming the smallest that works).
     """
     block = blocks.block if blocks is not None and training else 1
-    need = least_window(files, block)
     if window is not None:
-        shard_order.refuse_window(int(window), need, where, block, STORE_RESERVE)
+        check_window(int(window), files, block, where)
     total = int(window) if window is not None else default_window(files, block)
     storage = np.arange(len(files))
     sequence = blocks.shard_sequence if blocks is not None and training else (lambda epoch, key: storage)
