@@ -227,8 +227,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         content = old.get("inputs") == "content"
         manual_dir = tfds_api.given_manual_dir(dl_manager)
         new = sources_manifest.document({split: g.sources for split, g in generators.items()}, manual_dir, content=content)
-        key = (manual_dir, download_config.max_examples_per_split, content)
-        return old, sources_manifest.compare(old, new), (key, new)
+        return old, sources_manifest.compare(old, new), (grow_lib.plan_key(manual_dir, download_config, content), new)
 
     def check_up_to_date(self, download_config, download_dir=None) -> grow_lib.GrowFrom | None:
         """Compares a build's manual_dir with the sources the prepared dataset was built from.
@@ -358,15 +357,11 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         content = resume_lib.hash_inputs() if self.hash_inputs is None else self.hash_inputs
         manual_dir = tfds_api.given_manual_dir(dl_manager)
         generators = self._generators(dl_manager, download_config)  # planned on this builder (its features too)
-        planned = self._grow_from.planned if self._grow_from is not None else None
-        digested = planned[1]["splits"] if planned is not None else {}
-        if planned is not None and planned[0] == (manual_dir, download_config.max_examples_per_split, content) and \
-                set(digested) == set(generators) and all({str(k) for k, _ in g.sources} == set(digested[split])
-                                                         for split, g in generators.items()):
-            manifest = dict(planned[1])  # a grow: the digests its comparison made of the same sources, not made again
-        else:
-            manifest = sources_manifest.document(  # what this dataset is built from: a rebuild compares with it (or grows)
-                {split: g.sources for split, g in generators.items()}, manual_dir, content=content)
+        # What this dataset is built from (a rebuild compares with it, or grows): a grow takes the digests its
+        # comparison made of the same sources, not made again.
+        manifest = grow_lib.planned_manifest(self._grow_from, grow_lib.plan_key(manual_dir, download_config, content),
+                                             generators) or sources_manifest.document(
+            {split: g.sources for split, g in generators.items()}, manual_dir, content=content)
         manifest["build"] = sources_manifest.build_digest(self._fingerprint({}, download_config, content=False))
         if self._grow_from is not None:  # beside a prepared dataset: keep its unchanged shards, decode the rest
             results, templates, generation = grow_lib.build_splits(self, generators, manifest, download_config)

@@ -71,8 +71,25 @@ class GrowFrom:
     old_doc: Mapping[str, Any]
     changes: sources_manifest.Changes
     # The comparison's manifest of the manual_dir, which the grow's build takes instead of digesting the same sources
-    # again: (its key (manual_dir, max_examples_per_split, content digests), the manifest).
+    # again: (its `plan_key`, the manifest).
     planned: tuple[tuple, Mapping[str, Any]] | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def plan_key(manual_dir: str | None, download_config, content: bool) -> tuple:
+    """What decides a planning's digests beside its sources: the manual_dir, the examples cap, content digests."""
+    return manual_dir, download_config.max_examples_per_split, bool(content)
+
+
+def planned_manifest(grow: GrowFrom | None, key: tuple, generators: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A copy of the manifest the grow's comparison made (`GrowFrom.planned`) when the build plans the same source ids
+    under the same `plan_key`; None otherwise (the build digests its sources itself)."""
+    if grow is None or grow.planned is None or grow.planned[0] != key:
+        return None
+    digested = grow.planned[1]["splits"]
+    if set(digested) != set(generators) or any({str(k) for k, _ in g.sources} != set(digested[split])
+                                               for split, g in generators.items()):
+        return None
+    return dict(grow.planned[1])
 
 
 @dataclasses.dataclass
