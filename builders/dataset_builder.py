@@ -42,7 +42,7 @@ from vidvol.builders.writer.results import SplitResult, build_summary, collect_s
 from vidvol.builders.writer.runner import resolve_runner
 from vidvol.builders.writer.skip_report import SKIP_REPORT_NAME, write_skip_report
 from vidvol.core import artifacts, dataset_copy
-from vidvol.core import redact, store
+from vidvol.core import redact, store, system
 from vidvol.core import tfds_api
 from vidvol.core.version import VERSION as VIDVOL_VERSION
 
@@ -133,6 +133,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     _grow_from: grow_lib.GrowFrom | None = None  # on the builder building a grow beside the prepared dataset
     _checked: tuple[tuple, grow_lib.GrowFrom | None] | None = None  # check_up_to_date's last (manual_dir...), answer
     _published = _grow_line = _log_dir = None  # where that grow is published, its summary line, its build log's folder
+    _shard_files: set[str] | None = None  # the shard files this builder's build wrote into its manifest
 
     def _out(self, path: str) -> str:
         """Where a worker writes a file of the build folder: the path itself, or its URL in the bucket."""
@@ -387,6 +388,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
         sources_manifest.add_shards(manifest, {r.name: list(zip(r.shard_paths, r.shard_sources)) for r in results},
                                     generation)
         sources_manifest.write(manifest, self._out(os.fspath(self.data_path)))
+        self._shard_files = sources_manifest.shard_files(manifest)  # what a grow publishes (not read back)
         # Every shard is in place: the fingerprint goes (it is no part of the dataset), and with it the chance
         # that a build killed from here on is resumed (its shards then have their final names).
         outputs.remove(self._out(os.path.join(os.fspath(self.data_path), resume_lib.FINGERPRINT_NAME)))
@@ -529,6 +531,7 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
 
         from vidvol.builders.writer.shard_writer import WriteShardFn, shard_pipeline
 
+        system.release_freed_memory()  # planning's garbage is not held through the decode
         fns = {split: gen.example_fn for split, gen in generators.items()}
         setup = [fn for gen in generators.values() for fn in gen.worker_setup]
         plan = self._out(os.path.join(os.fspath(self.data_dir), PLAN_NAME))

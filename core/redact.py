@@ -104,13 +104,20 @@ def has_secret(value: str) -> bool:
 
 
 def data(value: Any) -> Any:
-    """`value` (JSON-like: dicts, lists, tuples, strings) with `text` applied to every string in it, keys included."""
+    """`value` (JSON-like: dicts, lists, tuples, strings) with `text` applied to every string in it, keys included.
+
+    Copy on write: a container none of whose strings changes is returned as it is, not copied (a manifest of
+    many thousand sources is written without a second copy of it in memory).
+    """
     if isinstance(value, str):
         return text(value)
     if isinstance(value, dict):
-        return {data(k): data(v) for k, v in value.items()}
+        items = [(data(k), data(v)) for k, v in value.items()]
+        same = all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(items, value.items()))
+        return value if same else dict(items)
     if isinstance(value, (list, tuple)):
-        return type(value)(data(v) for v in value)
+        new = [data(v) for v in value]
+        return value if all(a is b for a, b in zip(new, value)) else type(value)(new)
     return value
 
 

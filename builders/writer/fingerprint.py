@@ -53,7 +53,7 @@ def _collect(values: list, out: list[str], arrays: list[Any] | None, firsts: lis
 
     A column is a list of like values (the same field of every record of a shard): each kind is walked
     with one comprehension, not one call per value, which keeps a 1M-source plan to about a second.
-    `arrays` gets the array values met (NumPy's); `firsts` the first `_PROBES` relative strings of each column.
+    `arrays` gets the array values met (NumPy's); `firsts` the first `PROBES` relative strings of each column.
     """
     if not values:
         return
@@ -64,7 +64,7 @@ def _collect(values: list, out: list[str], arrays: list[Any] | None, firsts: lis
             found = [v for v in vs if "/" in v]
             out.extend(found)
             if firsts is not None:
-                firsts.extend([v for v in found[:4 * _PROBES] if not _is_absolute(v)][:_PROBES])
+                firsts.extend([v for v in found[:4 * PROBES] if not is_absolute(v)][:PROBES])
         elif kind in _LEAVES:
             continue
         elif kind is dict:
@@ -96,7 +96,7 @@ def input_paths(source: Any, out: list[str], arrays: list[Any] | None = None) ->
     _collect([source], out, arrays)
 
 
-def _is_absolute(path: str) -> bool:
+def is_absolute(path: str) -> bool:
     return path[:1] == "/" or "://" in path
 
 
@@ -123,14 +123,14 @@ def _content(path: str) -> tuple[int, int]:
         return _NO_FILE
 
 
-_PROBES = 3  # relative strings holding a `/` tried as files before all of them are (a record's id often has one)
+PROBES = 3  # relative strings holding a `/` tried as files before all of them are (a record's id often has one)
 
 
 def file_paths(candidates: Iterable[str], probes: Sequence[str] | None = None) -> list[str]:
     """The candidates that name files: absolute paths and URLs, and relative ones if one probed exists here.
 
     Relative strings holding a `/` are most often ids (`class/video.avi`); they count as paths only when
-    one of `probes` (by default the first `_PROBES` relative candidates; `fingerprint` passes the first
+    one of `probes` (by default the first `PROBES` relative candidates; `fingerprint` passes the first
     few of each column of a split's first shard) is a file or folder (a manual_dir given as a relative path).
     """
     unique = list(dict.fromkeys(candidates))
@@ -138,8 +138,8 @@ def file_paths(candidates: Iterable[str], probes: Sequence[str] | None = None) -
     if len(absolute) == len(unique):
         return absolute
     if probes is None:
-        probes = [p for p in unique if not (p[:1] == "/" or "://" in p)][:_PROBES]
-    if any(os.path.exists(p) for p in probes if not _is_absolute(p)):
+        probes = [p for p in unique if not (p[:1] == "/" or "://" in p)][:PROBES]
+    if any(os.path.exists(p) for p in probes if not is_absolute(p)):
         return unique
     return absolute
 
@@ -309,7 +309,7 @@ def _column(values: list, h: Any, out: list[str], arrays: list[Any], firsts: lis
             found = [v for v in values if "/" in v]
             out.extend(found if relative else [v for v in found if v[:1] == "/" or "://" in v])
             if firsts is not None:
-                firsts.extend([v for v in found[:4 * _PROBES] if not _is_absolute(v)][:_PROBES])
+                firsts.extend([v for v in found[:4 * PROBES] if not is_absolute(v)][:PROBES])
         elif joined.count("\0") == len(values) - 1 and "://" not in joined:  # told by C scans of the column
             absolute = (joined[:1] == "/") + joined.count("\0/")
             if absolute == len(values):

@@ -68,11 +68,17 @@ class GrowFrom:
     """What a grow starts from: the prepared dataset's folder and manifest, and how its sources changed."""
 
     old_dir: str
-    old_doc: Mapping[str, Any]
+    old_doc: dict[str, Any]
     changes: sources_manifest.Changes
     # The comparison's manifest of the manual_dir, which the grow's build takes instead of digesting the same sources
     # again: (its `plan_key`, the manifest).
     planned: tuple[tuple, Mapping[str, Any]] | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def planned_all(self) -> None:
+        """Drops the prepared manifest's per-source maps once every split is planned (kept ids and carried shards
+        known): the decode that follows does not hold them. A GrowFrom serves one grow."""
+        for key in ("splits", "shards"):
+            self.old_doc.pop(key, None)
 
 
 def plan_key(manual_dir: str | None, download_config, content: bool) -> tuple:
@@ -107,7 +113,7 @@ def carried_shards(old_shards: Sequence[Mapping[str, Any]], kept: set[str]) -> l
     """The prepared split's shards that still hold a kept example, each whole or with the records to copy."""
     out = []
     for shard in old_shards:
-        sources = [list(s) for s in shard["sources"]]
+        sources = shard["sources"]  # the manifest's own lists, not copied (a big collection's are many)
         keep = [s for s in sources if s[0] in kept]
         if not any(s[1] for s in keep):
             continue
@@ -260,19 +266,16 @@ def is_shard_file(name: str, dataset: str) -> bool:
     return name.startswith(f"{dataset}-") and bool(_SHARD_NAME.search(name))
 
 
-def publish(built: str, live: str, dataset: str, old_doc: Mapping[str, Any], new_doc: Mapping[str, Any]) -> list[str]:
+def publish(built: str, live: str, dataset: str, live_files: set[str], new_files: set[str]) -> list[str]:
     """Moves a grown dataset's files from its build folder into the prepared dataset's version folder.
 
     First the shard files of generations before the live one go (kept one grow for their readers), then the new
     shard files come in (new names), then the metadata files replace the live ones, `dataset_info.json` last.
+    `live_files` and `new_files`: the shard files the live and the grown manifests list.
 
     Returns:
       The file names removed (earlier generations' shards).
     """
-    def files(doc: Mapping[str, Any]) -> set[str]:
-        return {s["file"] for shards in (doc.get("shards") or {}).values() for s in shards or []}
-
-    live_files, new_files = files(old_doc), files(new_doc)
     if outputs.is_bucket(live):
         return _publish_in_bucket(built, live, dataset, live_files, new_files)
     removed = []
@@ -370,6 +373,7 @@ def build_splits(builder: Any, generators: Mapping[str, Any], manifest: Mapping[
         tasks[split] = decode_tasks(split, grows[split], builder._estimated_example_bytes(),
                                     builder._max_shard_size(download_config), builder.MIN_SHARDS, planned)
     all_tasks = [t for ts in tasks.values() for t in ts]
+    grow.planned_all()
     if all_tasks:
         runner, options = resolve_runner(
             download_config.beam_runner, download_config.beam_options, len(all_tasks),
@@ -413,6 +417,7 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
                 logger.info("%s: removing %s, left by a grow that did not finish", name, left)
                 shutil.rmtree(os.path.join(config_dir, left), ignore_errors=True)
         root = staging_root(config_dir)
+        live_files = sources_manifest.shard_files(grow.old_doc)
         try:
             kw = {"config": builder.builder_config} if builder.builder_config is not None else {}
             staging = type(builder)(data_dir=root, version=str(builder.version), file_format=builder.info.file_format, **kw)
@@ -421,15 +426,15 @@ def run(builder: Any, grow: GrowFrom, download_dir: Any, download_config: Any, *
             staging.hash_inputs = grow.old_doc.get("inputs") == "content"
             staging.download_and_prepare(download_dir=download_dir, download_config=download_config, **kwargs)
             built = staging._out(os.fspath(staging.data_path))
-            new_doc = sources_manifest.read(built) or {}
-            if "shards" not in new_doc:
+            if staging._shard_files is None:  # its manifest (the shards' list) was never written
                 raise RuntimeError(f"{name}: the grown dataset in {redact.url(built)} has no {sources_manifest.MANIFEST_NAME}; "
                                    "nothing was published, the prepared dataset is as it was")
-            removed = publish(built, live, builder.name, grow.old_doc, new_doc)
+            removed = publish(built, live, builder.name, live_files, staging._shard_files)
             if removed:
                 logger.info("%s: removed %d shard files of an earlier generation (kept one grow for its readers)",
                             name, len(removed))
         finally:
+            builder._checked = None  # the dataset (and this GrowFrom, `planned_all`) changed: a next build compares again
             shutil.rmtree(root, ignore_errors=True)
             if builder.bucket is not None:
                 with contextlib.suppress(Exception):

@@ -16,12 +16,12 @@ import hashlib
 import json
 import os
 import re
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 
+from vidvol.builders.writer import json_files
 from vidvol.core import artifacts
 from vidvol.core import redact
 
@@ -64,10 +64,7 @@ def write_shards_file(
         "checksum": DIGEST,
         "shards": sorted(entries, key=lambda e: e["file"]),
     }
-    tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(redact.data(doc), indent=1, sort_keys=True))
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    json_files.write_json(doc, path)
 
 
 def read_shards_file(data_path: str) -> dict[str, Any] | None:

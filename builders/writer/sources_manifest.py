@@ -20,9 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vidvol.builders.example_io import Source
-from vidvol.builders.writer import outputs
+from vidvol.builders.writer import json_files, outputs
 from vidvol.builders.writer import fingerprint as fingerprint_lib
-from vidvol.core import redact
 
 MANIFEST_NAME = "sources.json"
 FORMAT = 2
@@ -69,9 +68,16 @@ def _paths(text: str, record: Any) -> list[str]:
     return found
 
 
+_CHUNK_PATHS = 16_384  # candidate input paths stat'ed (and their sources hashed) at a time: planning memory stays flat
+
+
 def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
             content: bool = False) -> dict[str, dict[str, str]]:
     """{split: {source id: digest}} of every planned source (examples and skips alike).
+
+    Sources are digested a chunk at a time (about `_CHUNK_PATHS` input paths each), so a collection of many
+    files (frame folders) never has every path, text and stat in memory at once. Whether relative strings
+    count as paths is decided once, by the first relative candidates of the whole plan (`file_paths`' probes).
 
     Args:
       sources: each split's sources, `(id, record)` pairs.
@@ -82,29 +88,38 @@ def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
       Per split, each source id's 24-hex-digit digest of its record and input files.
     """
     prefix = manual_dir.rstrip("/") + "/" if manual_dir else None
-    texts: dict[str, list[tuple[str, str, list[str]]]] = {}
+    out: dict[str, dict[str, str]] = {split: {} for split in sources}
+    pending: list[tuple[dict[str, str], str, str, list[str]]] = []  # (its split's digests, id, text, paths)
     every: list[str] = []
-    for split, srcs in sources.items():
-        per = []
-        for key, record in srcs:
-            text = _record_text(record)
-            found = _paths(text, record)
-            every.extend(found)
-            per.append((str(key), text if prefix is None else text.replace(prefix, "<manual_dir>/"), found))
-        texts[split] = per
-    stats = fingerprint_lib.stat_inputs(every, content=content)
-    out: dict[str, dict[str, str]] = {}
+    probes: dict[str, None] = {}  # the plan's first relative candidates, in order
     sha256 = hashlib.sha256
-    for split, per in texts.items():
-        digest_of: dict[str, str] = {}
-        for key, text, found in per:
+
+    def flush() -> None:
+        stats = fingerprint_lib.stat_inputs(every, content=content, probes=list(probes))
+        for digest_of, key, text, found in pending:
             h = sha256(text.encode("utf-8", "surrogateescape"))
             for p in found:
                 value = stats.get(p)
                 if value is not None:
                     h.update(b"\0%d:%d" % value)
             digest_of[key] = h.hexdigest()[:24]
-        out[split] = digest_of
+        pending.clear()
+        every.clear()
+
+    for split, srcs in sources.items():
+        for key, record in srcs:
+            text = _record_text(record)
+            found = _paths(text, record)
+            every.extend(found)
+            if len(probes) < fingerprint_lib.PROBES:
+                for p in found:
+                    if not fingerprint_lib.is_absolute(p) and len(probes) < fingerprint_lib.PROBES:
+                        probes[p] = None
+            pending.append((out[split], str(key), text if prefix is None else text.replace(prefix, "<manual_dir>/"), found))
+            # A chunk with relative candidates waits until the probes that decide them all are known.
+            if len(every) >= _CHUNK_PATHS and (not probes or len(probes) >= fingerprint_lib.PROBES):
+                flush()
+    flush()
     return out
 
 
@@ -142,6 +157,11 @@ def add_shards(doc: dict[str, Any], shards: Mapping[str, Sequence[tuple[str, lis
                      for split, files in shards.items()}
 
 
+def shard_files(doc: Mapping[str, Any]) -> set[str]:
+    """The shard file names a manifest lists (`add_shards`), every split's."""
+    return {s["file"] for shards in (doc.get("shards") or {}).values() for s in shards or []}
+
+
 def grow_blocker(doc: Mapping[str, Any]) -> str:
     """Why a dataset with manifest `doc` cannot grow ("" when it can)."""
     if doc.get("format") != FORMAT:
@@ -156,7 +176,7 @@ def grow_blocker(doc: Mapping[str, Any]) -> str:
 def write(doc: Mapping[str, Any], version_dir: str) -> str:
     """Writes `sources.json` into a version folder (local, gs:// or a bucket); returns its path."""
     path = os.path.join(version_dir, MANIFEST_NAME) if not outputs.is_bucket(version_dir) else f"{version_dir}/{MANIFEST_NAME}"
-    outputs.write_whole(path, json.dumps(redact.data(doc), separators=(",", ":"), sort_keys=True).encode("utf-8"))
+    json_files.write_json(doc, path, compact=True)
     return path
 
 
