@@ -154,6 +154,29 @@ def test_no_grow_stops_as_before(tmp_path, build_in_process, monkeypatch):
     assert "1 added, 0 changed, 0 removed, 4 kept" in str(info.value) and "growing is off" in str(info.value)
 
 
+def test_the_builder_that_grew_a_dataset_finds_it_up_to_date_next(tmp_path, build_in_process, caplog):
+    """The same builder object built again over the same manual_dir compares afresh: it does not grow again from the
+    comparison it made before its grow (that comparison's manifest is the prepared one of before)."""
+    from conftest import in_process_config
+
+    manual, out = tmp_path / "manual", tmp_path / "out"
+    samples.write_mri_volumes(str(manual), num_subjects=5, shape=(16, 16, 16))
+    header, *rows = _rows(manual / "labels.csv")
+    _write_rows(manual / "labels.csv", [header, *rows[:4]])
+    build_in_process(mri.Builder, manual, out, config="small_32")
+    _write_rows(manual / "labels.csv", [header, *rows])
+    builder = mri.Builder(data_dir=str(out), config="small_32")
+    config = in_process_config(manual_dir=str(manual))
+    caplog.set_level("INFO")
+    builder.download_and_prepare(download_config=config)
+    assert "1 added, 0 changed, 0 removed, 4 kept" in caplog.text
+    caplog.clear()
+    builder.download_and_prepare(download_config=config)
+    assert "is up to date with" in caplog.text and "grown:" not in caplog.text, caplog.text[-2000:]
+    assert sources_manifest.read(os.fspath(builder.data_path))["generation"] == 1
+    assert sum(s.num_examples for s in builder.info.splits.values()) == 5
+
+
 def test_vidvol_build_plans_a_grown_manual_dir_once_for_the_check(tmp_path, monkeypatch):
     """`python -m vidvol build` (its in-process entry) compares the manual_dir with sources.json, then grows through the
     same builder: the sources are planned once for the comparison and once by the grow's build, not again between."""
