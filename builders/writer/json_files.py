@@ -9,28 +9,52 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from vidvol.builders.writer import outputs
 from vidvol.core import redact, urls
 
 
+def _compact(value: Any, depth: int = 0) -> Iterator[str]:
+    """`json.dumps(value, sort_keys=True, separators=(",", ":"))` in pieces: the containers of the first levels
+    one item at a time (each item by the C encoder), so that a large document is never one string."""
+    if depth < _STREAM_DEPTH and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        yield "{"
+        for i, key in enumerate(sorted(value)):
+            yield ("," if i else "") + json.dumps(key) + ":"
+            yield from _compact(value[key], depth + 1)
+        yield "}"
+    elif depth < _STREAM_DEPTH and isinstance(value, (list, tuple)):
+        yield "["
+        for i, item in enumerate(value):
+            if i:
+                yield ","
+            yield from _compact(item, depth + 1)
+        yield "]"
+    else:
+        yield json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+_STREAM_DEPTH = 3  # a manifest's levels: the document, its splits (or shards), each split's sources (or shards)
+
+
 def write_json(obj: Any, path: str, *, compact: bool = False) -> None:
     """Writes a JSON document whole (a reader sees all of it or none: local, gs:// or a bucket), with the
     credentials and query strings of the URLs in it redacted (`vidvol.core.redact`).
 
-    A local file is encoded straight into a temporary file, then renamed: a large document (the sources
-    manifest of a big collection) is never also held as one string. `compact`: no indentation or spaces.
+    `compact` (no indentation or spaces: the sources manifest, which grows with the collection) writes a local
+    file a piece at a time into a temporary file, then renames it, so the document is never also one string.
     """
     doc = redact.data(obj)
-    layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 1}
-    if urls.is_url(path):  # gs:// or a bucket: one write of the bytes
+    if not compact or urls.is_url(path):  # small documents, or gs:// and buckets: one write of the bytes
+        layout: dict[str, Any] = {"separators": (",", ":")} if compact else {"indent": 1}
         outputs.write_whole(path, json.dumps(doc, sort_keys=True, **layout).encode("utf-8"))
         return
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, sort_keys=True, **layout)
+            f.writelines(_compact(doc))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

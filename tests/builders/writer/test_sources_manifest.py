@@ -3,6 +3,7 @@ own source's files (real files on disk, stat'ed as a build does)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 from vidvol.builders.writer import sources_manifest
@@ -48,3 +49,20 @@ def test_digests_are_the_same_in_chunks_and_move_only_with_their_own_files(tmp_p
     assert moved == {("train", "exp4"), ("test", "r3")}
     monkeypatch.setattr(sources_manifest, "_CHUNK_PATHS", 1 << 20)
     assert sources_manifest.digests(sources, str(tmp_path)) == after
+
+
+def test_the_manifest_is_written_in_pieces_as_one_dump_would_write_it(tmp_path):
+    from vidvol.core import redact
+
+    doc = {"format": 2, "inputs": "size+mtime", "build": "b", "generation": 1,
+           "manual_dir": "s3://key:secret@bucket/m?X-Amz-Signature=abc",
+           "splits": {"train": {f"c/v{i}.avi": f"{i:024x}" for i in range(300)}, "test": {"é/ü.avi": "0" * 24}},
+           "shards": {"train": [{"file": f"x-{i}", "sources": [[f"c/v{i}.avi", 1, 100 + i]]} for i in range(30)],
+                      "test": None},
+           "odd": {"t": ("u", []), "n": [{"z": 1, "a": [3, "x"]}]}}
+    path = sources_manifest.write(doc, str(tmp_path))
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert text == json.dumps(redact.data(doc), sort_keys=True, separators=(",", ":"))
+    assert "secret" not in text and "abc" not in text and sources_manifest.read(str(tmp_path))["splits"] == doc["splits"]
+    assert os.listdir(tmp_path) == ["sources.json"]  # no temporary file left
