@@ -141,13 +141,19 @@ def test_mri_volumes_grows_changes_and_removes(tmp_path, build_in_process, caplo
     assert [n for n in names if "-g1-" in n] and [n for n in names if "-g2-" in n]
 
 
-def test_no_grow_stops_as_before(tmp_path, build_in_process, monkeypatch):
+def _built_then_one_more_scan(tmp_path, build_in_process):
+    """An mri_volumes dataset built from 4 of 5 scans, then its labels CSV given the 5th: (manual_dir, data_dir)."""
     manual, out = tmp_path / "manual", tmp_path / "out"
     samples.write_mri_volumes(str(manual), num_subjects=5, shape=(16, 16, 16))
     header, *rows = _rows(manual / "labels.csv")
     _write_rows(manual / "labels.csv", [header, *rows[:4]])
     build_in_process(mri.Builder, manual, out, config="small_32")
     _write_rows(manual / "labels.csv", [header, *rows])
+    return manual, out
+
+
+def test_no_grow_stops_as_before(tmp_path, build_in_process, monkeypatch):
+    manual, out = _built_then_one_more_scan(tmp_path, build_in_process)
     monkeypatch.setenv(grow_lib.GROW_ENV, "0")
     with pytest.raises(sources_manifest.StaleDatasetError) as info:
         build_in_process(mri.Builder, manual, out, config="small_32")
@@ -159,12 +165,7 @@ def test_the_builder_that_grew_a_dataset_finds_it_up_to_date_next(tmp_path, buil
     comparison it made before its grow (that comparison's manifest is the prepared one of before)."""
     from conftest import in_process_config
 
-    manual, out = tmp_path / "manual", tmp_path / "out"
-    samples.write_mri_volumes(str(manual), num_subjects=5, shape=(16, 16, 16))
-    header, *rows = _rows(manual / "labels.csv")
-    _write_rows(manual / "labels.csv", [header, *rows[:4]])
-    build_in_process(mri.Builder, manual, out, config="small_32")
-    _write_rows(manual / "labels.csv", [header, *rows])
+    manual, out = _built_then_one_more_scan(tmp_path, build_in_process)
     builder = mri.Builder(data_dir=str(out), config="small_32")
     config = in_process_config(manual_dir=str(manual))
     caplog.set_level("INFO")
