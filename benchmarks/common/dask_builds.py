@@ -124,8 +124,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
             up = time.time()
             pids = cluster.process_pids()
             result = build.build(job["dataset"], manual_dir=job["manual_dir"], data_dir=data_dir, runner="dask",
-                                 beam_flags=[f"--dask_client_address={cluster.address}"], overwrite=True,
-                                 num_shards=job.get("num_shards"))
+                                 beam_flags=[f"--dask_client_address={cluster.address}"], overwrite=True)
             built = time.time()
             for name, pid in pids.items():
                 try:
@@ -176,13 +175,13 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,
-              num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
+def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float,
+              timeout: float) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
     from common import jobs
 
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
-           "log_dir": os.path.join(work, f"dask_{tag}"), "workers": workers, "interval": interval, "num_shards": num_shards}
+           "log_dir": os.path.join(work, f"dask_{tag}"), "workers": workers, "interval": interval}
     shutil.rmtree(job["log_dir"], ignore_errors=True)
     print(f"[cluster] build {dataset} from {manual_dir} on {workers} dask worker(s)", flush=True)
     r, cost = jobs.json_job(__file__, job, work, tag, timeout)
@@ -228,7 +227,8 @@ def summarize_scaling(dataset: str, runs: dict[int, list[dict[str, Any]]]) -> di
             "steps_s": steps,
             "worker_cpu_s": [r["worker_cpu_s"] for r in rs],
             # CPU seconds of the worker processes (first-task imports included) per example written
-            "worker_cpu_s_per_example": _median([{"v": _worker_cpu(r) / r["examples"]} for r in rs], "v"),
+            "worker_cpu_s_per_example": _median([{"v": sum(v or 0.0 for k, v in r["worker_cpu_s"].items()
+                                                           if k.startswith("worker")) / r["examples"]} for r in rs], "v"),
             "scheduler_cpu_s": _median([{"v": r["worker_cpu_s"].get("scheduler")} for r in rs], "v"),
             "shard_opens_after_submit_s": [r["shard_opens_after_submit_s"] for r in rs],
         }
@@ -246,11 +246,6 @@ def summarize_scaling(dataset: str, runs: dict[int, list[dict[str, Any]]]) -> di
                          for w in (1, 2)}
     out["notes"] = scaling_notes(out)
     return out
-
-
-def _worker_cpu(run: dict[str, Any]) -> float:
-    """CPU seconds of a build's worker processes (not the scheduler)."""
-    return sum(v or 0.0 for k, v in run["worker_cpu_s"].items() if k.startswith("worker"))
 
 
 def scaling_notes(b: dict[str, Any]) -> list[str]:

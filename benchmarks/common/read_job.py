@@ -55,34 +55,24 @@ class ReadJob:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
 
 
-def loader_dataset(job: ReadJob) -> tf.data.Dataset:
-    """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
-    from vidvol import readers  # registers the datasets too
-
-    spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype),
-                            augment=readers.VolumeAugment(**job.augment) if job.augment else None)
-    return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
-                        data_dir=job.data_dir, repeat=True, seed=job.seed, spec=spec)
-
-
-def tfds_load_dataset(job: ReadJob) -> tf.data.Dataset:
-    """Plain `tfds.load` as a notebook user writes it: frames cast to float32 / 255, batched, prefetched."""
-    import tensorflow_datasets as tfds
-    import vidvol  # noqa: F401  (registers the datasets)
-
-    ds = tfds.load(f"{job.name}/{job.config}", split=job.split, data_dir=job.data_dir, shuffle_files=True,
-                   download=False, read_config=tfds.ReadConfig(try_autocache=False))
-    ds = ds.repeat().map(lambda ex: (tf.cast(ex["video"], tf.float32) / 255.0, ex["label"]),
-                         num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(job.batch_size).prefetch(tf.data.AUTOTUNE)
-
-
 def make_dataset(job: ReadJob) -> tf.data.Dataset:
     """The tf.data pipeline a job names, repeating forever (epochs flow into each other, as in training)."""
-    if job.pipeline == "loader":
-        return loader_dataset(job)
-    if job.pipeline == "tfds_load":
-        return tfds_load_dataset(job)
+    if job.pipeline == "loader":  # our loader's model-ready batches
+        from vidvol import readers  # registers the datasets too
+
+        spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype),
+                                augment=readers.VolumeAugment(**job.augment) if job.augment else None)
+        return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
+                            data_dir=job.data_dir, repeat=True, seed=job.seed, spec=spec)
+    if job.pipeline == "tfds_load":  # plain `tfds.load` as a notebook user writes it: cast to float32 / 255, batched
+        import tensorflow_datasets as tfds
+        import vidvol  # noqa: F401  (registers the datasets)
+
+        ds = tfds.load(f"{job.name}/{job.config}", split=job.split, data_dir=job.data_dir, shuffle_files=True,
+                       download=False, read_config=tfds.ReadConfig(try_autocache=False))
+        ds = ds.repeat().map(lambda ex: (tf.cast(ex["video"], tf.float32) / 255.0, ex["label"]),
+                             num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.batch(job.batch_size).prefetch(tf.data.AUTOTUNE)
     labels = [int(v) for v in job.labels] if job.pipeline != "fire_get_img" else job.labels
     if job.pipeline == "hmdb51_seek":
         return baselines.hmdb51_seek_dataset(job.paths, labels, batch_size=job.batch_size, repeat=True)

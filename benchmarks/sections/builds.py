@@ -10,7 +10,7 @@ from typing import Any
 
 from sections import build_limit
 from common import build_job, inputs, measure, section
-from common.suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size, raw_config
+from common.suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size
 
 METHOD = [
     "Builds run the real `tfds build` CLI (multi-process Beam FnApiRunner) in a subprocess; RSS (VmRSS) of the driver and "
@@ -41,7 +41,7 @@ def build_all(ctx: section.Context) -> dict[str, Any]:
     # Datasets that are only read: built in this process (Beam worker subprocesses in a full run).
     out["reads"]["hmdb51"] = _build(ctx, "hmdb51", s.hmdb51_config, os.path.join(ctx.inputs_dir, "hmdb51"),
                                     ctx.path("data", "hmdb51"), ctx.cores, measured=False)
-    out["reads"]["hmdb51_raw"] = _build(ctx, "hmdb51", raw_config(s.hmdb51_config),
+    out["reads"]["hmdb51_raw"] = _build(ctx, "hmdb51", f"{s.hmdb51_config}_raw",
                                         os.path.join(ctx.inputs_dir, "hmdb51"),
                                         ctx.path("data", "hmdb51_raw"), ctx.cores, measured=False)
     for tag, _ in s.mri:

@@ -85,8 +85,8 @@ class Cluster(section.Section):
                  "memory": lambda: dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
                                                       len(os.sched_getaffinity(0)), interval=s.interval,
                                                       timeout=s.job_timeout),
-                 "driver": lambda: dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
-                                                            timeout=s.job_timeout)}
+                 "driver": lambda: {"rows": [dask_driver.run_driver(n, os.path.join(work, "driver"), s.job_timeout)
+                                             for n in s.driver_sizes]}}
         for part in (p for p in PARTS if p in only):
             t = time.monotonic()
             doc[part] = parts[part]()
