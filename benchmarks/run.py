@@ -25,18 +25,14 @@ GIB = 2**30
 # Machine
 
 
-def cpu_model() -> str:
-    """CPU model name from /proc/cpuinfo (or platform.processor())."""
+def machine() -> dict[str, Any]:
+    """Cores, CPU model (/proc/cpuinfo's, or platform.processor()), memory, platform and the current load average."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
-        return platform.processor() or "unknown"
-
-
-def machine() -> dict[str, Any]:
-    """Cores, CPU model, memory, platform and the current load average."""
-    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": cpu_model(),
+        model = platform.processor() or "unknown"
+    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": model,
             "memory_gib": round(psutil.virtual_memory().total / GIB, 1), "platform": platform.platform(),
             "load_before": [round(x, 2) for x in os.getloadavg()]}
 

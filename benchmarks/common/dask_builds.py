@@ -76,25 +76,18 @@ class AttemptWatch(threading.Thread):
         return sum(max(0.0, self.written.get(p, t) - t) for p, t in self.opened.items()) / (end - first)
 
 
-class _Stamps:
-    """Timestamps (time.time()) of driver-side steps of a build, taken by wrappers around library methods."""
+def _stamp(stamps: dict[str, float], owner: Any, name: str, before: str, after: str) -> None:
+    """Wraps the library method `owner.name` to note (time.time()) its first call as `before`, its last return `after`."""
+    original = getattr(owner, name)
 
-    def __init__(self) -> None:
-        self.t: dict[str, float] = {}
+    def wrapped(*args, **kwargs):
+        stamps.setdefault(before, time.time())
+        try:
+            return original(*args, **kwargs)
+        finally:
+            stamps[after] = time.time()
 
-    def wrap(self, owner: Any, name: str, before: str, after: str) -> None:
-        original = getattr(owner, name)
-        stamps = self.t
-
-        def wrapped(*args, **kwargs):
-            stamps.setdefault(before, time.time())
-            try:
-                return original(*args, **kwargs)
-            finally:
-                stamps[after] = time.time()
-
-        setattr(owner, name, wrapped)
-
+    setattr(owner, name, wrapped)
 
 
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -109,10 +102,10 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     imported = time.time()
     # The workers get the driver's sys.path on their PYTHONPATH: keep this folder's scripts off it.
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != HERE]
-    stamps = _Stamps()
-    stamps.wrap(dataset_builder.StreamingBeamBuilder, "_plan", "plan_start", "plan_end")
-    stamps.wrap(dataset_builder.StreamingBeamBuilder, "_run_pipeline", "pipeline_start", "pipeline_end")
-    stamps.wrap(dask_runner.DaskRunner, "run_pipeline", "submit_start", "submitted")
+    s: dict[str, float] = {}  # the driver-side steps of the build
+    _stamp(s, dataset_builder.StreamingBeamBuilder, "_plan", "plan_start", "plan_end")
+    _stamp(s, dataset_builder.StreamingBeamBuilder, "_run_pipeline", "pipeline_start", "pipeline_end")
+    _stamp(s, dask_runner.DaskRunner, "run_pipeline", "submit_start", "submitted")
 
     data_dir = job["data_dir"]
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -133,7 +126,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
                 except psutil.NoSuchProcess:
                     worker_cpu[name] = None
         stopped = time.time()
-    examples = sum(s["examples"] for s in result.splits.values())
+    examples = sum(x["examples"] for x in result.splits.values())
     shards = glob.glob(os.path.join(result.data_path, "*.tfrecord-*"))
     last = max(os.path.getmtime(p) for p in shards)
     first = watch.first_open
@@ -141,7 +134,6 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     workers = {by_pid[pid]: p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid, "").startswith("worker")}
     scheduler = [p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid) == "scheduler"]
     driver = monitor.peaks_of("driver")
-    s = stamps.t
     rel = lambda a, b: round(b - a, 2) if a is not None and b is not None else None
     opens = sorted(watch.opened.values())
     return {

@@ -83,14 +83,6 @@ def make_dataset(job: ReadJob) -> tf.data.Dataset:
     return baselines.mri_get_fdata_dataset(job.paths, labels, shape=job.shape, batch_size=job.batch_size, repeat=True)
 
 
-def batch_size_of(batch: Any) -> int:
-    """Examples in one batch: the leading dimension of its last leaf (the label in (x, label) batches)."""
-    leaves = tf.nest.flatten(batch)
-    if not leaves:
-        raise ValueError("empty batch: no tensors to count examples from")
-    return int(leaves[-1].shape[0])
-
-
 def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
     """Streams the job's pipeline `runs` times; returns per-run rates and peak RSS while streaming."""
     cores = len(os.sched_getaffinity(0))
@@ -105,6 +97,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         def limit(fn=rate_fn) -> dict[str, float]:  # every core at once, half a run's time
             return baselines.on_every_core(fn, frames, cores, min_seconds=job.min_seconds / 2)
 
+        count = lambda b: int(tf.nest.flatten(b)[-1].shape[0])  # examples: the last leaf's (the label's) length
         ring = job.batch_size * job.frames_per_example
         ceiling_fn = functools.partial(baselines.decode_rate, ring_frames=ring)
         with_ceiling = job.float_ceiling and job.limit_files and not job.volume_limit_files
@@ -112,7 +105,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         for _ in range(job.runs):
             before = limit() if frames is not None else None
             ceiling_before = limit(ceiling_fn) if with_ceiling else None
-            runs.append(streams.stream_rate(lambda: iter(make_dataset(job)), count=batch_size_of, cores=cores,
+            runs.append(streams.stream_rate(lambda: iter(make_dataset(job)), count=count, cores=cores,
                                             min_seconds=job.min_seconds, warmup_batches=job.warmup_batches))
             if ceiling_before is not None:
                 after = limit(ceiling_fn)

@@ -164,13 +164,4 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(section.target(
             "tfds build hmdb51 (no config) vs its default config alone", nc["ratio"], 2.0, op="<=", unit="x",
             note=f"{nc['no_config']['wall_s']:.1f} s vs {nc['default_config']['wall_s']:.1f} s (medians)"))
-    mem = results["build_memory"]["results"]
-    counts = sorted(mem, key=int)
-    lo, hi = mem[counts[0]], mem[counts[-1]]
-    rows.append(section.target(f"build fire_hrr: worker peak RSS growth {counts[0]} -> {counts[-1]} experiments",
-                               hi["worker_peak_mib"] / max(lo["worker_peak_mib"], 1e-9) - 1, 0.10, op="<=", unit="%"))
-    rows.append(section.target(f"build fire_hrr: driver peak RSS growth {counts[0]} -> {counts[-1]} experiments",
-                               hi["driver_peak_mib"] / max(lo["driver_peak_mib"], 1e-9) - 1, 0.10, op="<=", unit="%"))
-    rows.append(section.target("build fire_hrr: worst worker peak RSS",
-                               max(r["worker_peak_mib"] for r in mem.values()) / 1024, 2.0, op="<=", unit="GiB"))
-    return rows
+    return rows + section.memory_targets("build fire_hrr", results["build_memory"]["results"], 0.10, 2.0, driver=True)

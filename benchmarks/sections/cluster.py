@@ -123,17 +123,8 @@ class Cluster(section.Section):
                      f"{one['worker_cpu_s_per_example']:.2f} s (1 worker) vs {two['worker_cpu_s_per_example']:.2f} s "
                      f"(2 workers); fixed costs outside the writing phase {b['overhead_s']['1']:.0f} s / "
                      f"{b['overhead_s']['2']:.0f} s (see the notes below the table)"))
-        m = doc.get("memory")
-        if m:
-            res = m["results"]
-            counts = sorted(res, key=int)
-            lo, hi = res[counts[0]], res[counts[-1]]
-            rows.append(section.target(
-                f"dask build fire_hrr: worker peak RSS growth {counts[0]} -> {counts[-1]} experiments",
-                hi["worker_peak_mib"] / max(lo["worker_peak_mib"], 1e-9) - 1, TARGET_FLAT, op="<=", unit="%"))
-            rows.append(section.target("dask build fire_hrr: worst worker peak RSS",
-                                       max(r["worker_peak_mib"] for r in res.values()) / 1024, TARGET_WORKER_GIB,
-                                       op="<=", unit="GiB"))
+        if doc.get("memory"):
+            rows += section.memory_targets("dask build fire_hrr", doc["memory"]["results"], TARGET_FLAT, TARGET_WORKER_GIB)
         d = doc.get("driver")
         if d:
             big = max(d["rows"], key=lambda r: r["entries"])
