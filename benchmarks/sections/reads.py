@@ -175,12 +175,9 @@ def _dtype_entry(ctx: section.Context, tag: str, base: dict[str, Any], job: Read
     r["loader_label"] = (f"vidvol.load(output_dtype={job.output_dtype!r}"
                          + (f", mask_dtype={job.mask_dtype!r}" if job.mask_dtype != "float32" else "") + ")")
     r["baseline_ref"] = base["baseline_name"]
-    r["x_baseline"] = r["loader"]["examples_per_s"] / base["baseline"]["examples_per_s"]
-    r["x_baseline_cpu"] = r["loader"]["cpu_examples_per_s"] / base["baseline"]["cpu_examples_per_s"]
     if "limit" in r["loader"]:
         r["limit"] = r["loader"].pop("limit")
-        r["of_limit"], r["of_limit_cpu"] = r["limit"]["of_limit"], r["limit"]["of_limit_cpu"]
-    return r
+    return _ratios(r, base["baseline"])
 
 
 def hmdb51_paths(ctx: section.Context, hmdb51: dict[str, Any]) -> dict[str, Any]:
@@ -231,9 +228,10 @@ def disk_cost(name: str, configs: dict[str, str], clips: int = HMDB51_CLIPS) -> 
     return {"clips_for_all": clips, "configs": out}
 
 
-def _ratios(r: dict[str, Any]) -> dict[str, Any]:
-    """Adds loader/baseline and loader/limit ratios (wall and CPU-normalized) to a read entry."""
-    loader, base = r["loader"], r["baseline"]
+def _ratios(r: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Adds loader/baseline (its own baseline run's, or `base`) and loader/limit ratios (wall and CPU-normalized) to a
+    read entry."""
+    loader, base = r["loader"], base or r["baseline"]
     r["x_baseline"] = loader["examples_per_s"] / base["examples_per_s"]
     r["x_baseline_cpu"] = loader["cpu_examples_per_s"] / base["cpu_examples_per_s"]
     if "limit" in r:  # median of the per-run ratios, each run against the limit timed just before it
