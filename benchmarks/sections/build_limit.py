@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -12,10 +9,6 @@ from typing import Any
 
 import cv2
 import numpy as np
-
-if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
     """(split, source, example_fn) of every input a build of name/config decodes, from the builder itself."""
@@ -122,10 +115,3 @@ def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, fram
         "startup_s": round(build["wall_s"] - build["write_s"], 1),
     }
 
-
-if __name__ == "__main__":  # python benchmarks/sections/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
-    import json
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    n, c, m, k, h, w = sys.argv[1:7]
-    print(json.dumps(stages(n, c, m, num_samples=int(k), size=(int(h), int(w)), quality=90), indent=1))
