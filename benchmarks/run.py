@@ -25,18 +25,14 @@ GIB = 2**30
 # Machine
 
 
-def cpu_model() -> str:
-    """CPU model name from /proc/cpuinfo (or platform.processor())."""
+def machine() -> dict[str, Any]:
+    """Cores, CPU model (/proc/cpuinfo's, or platform.processor()), memory, platform and the current load average."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
-        return platform.processor() or "unknown"
-
-
-def machine() -> dict[str, Any]:
-    """Cores, CPU model, memory, platform and the current load average."""
-    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": cpu_model(),
+        model = platform.processor() or "unknown"
+    return {"cores": len(os.sched_getaffinity(0)), "cpu_model": model,
             "memory_gib": round(psutil.virtual_memory().total / GIB, 1), "platform": platform.platform(),
             "load_before": [round(x, 2) for x in os.getloadavg()]}
 
@@ -125,8 +121,7 @@ SECTIONS: tuple[section.Section, ...] = (
     video_augment.SECTION, peers.SECTION, volume_memory.SECTION, fuzz.SECTION)
 
 
-def renderers(sections: Sequence[section.Section] = SECTIONS) -> dict[str, Any]:
-    return {s.key: s.markdown for s in sections}
+RENDERERS = {s.key: s.markdown for s in SECTIONS}  # report.markdown's section renderers
 
 
 def run(out: str, settings: suite.RunSettings, *, inputs_dir: str | None = None,
@@ -181,16 +176,11 @@ def notes(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def checkout_dir() -> str | None:
-    """This folder when it is the `benchmarks/` of a source checkout (a `.git` beside it), else None."""
-    return HERE if os.path.exists(os.path.join(os.path.dirname(HERE), ".git")) else None
-
-
-def publish(paths: dict[str, str], destination: str | None = None) -> list[str]:
-    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy)."""
-    destination = destination or checkout_dir()
-    return [shutil.copyfile(p, os.path.join(destination, os.path.basename(p))) for p in paths.values()] \
-        if destination else []
+def publish(paths: dict[str, str]) -> list[str]:
+    """Copies RESULTS.md, results.png and results.json into the checkout's benchmarks/ (the committed copy): this
+    folder, when it is the `benchmarks/` of a source checkout (a `.git` beside it)."""
+    checkout = os.path.exists(os.path.join(os.path.dirname(HERE), ".git"))
+    return [shutil.copyfile(p, os.path.join(HERE, os.path.basename(p))) for p in paths.values()] if checkout else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for s in SECTIONS:
             if s.key in results:
                 results[s.key] = s.resummarize(results[s.key])
-        paths = report.write_all(results, os.path.abspath(args.out), renderers())
+        paths = report.write_all(results, os.path.abspath(args.out), RENDERERS)
         if results["mode"] == "full" and not args.no_publish:
             publish(paths)
         print(f"[bench] re-rendered {', '.join(paths.values())}", flush=True)
@@ -224,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
     sections = [s for s in SECTIONS if not getattr(args, f"no_{s.key}")]
     results = section.finite(run(args.out, settings, inputs_dir=args.inputs, sections=sections))
-    paths = report.write_all(results, os.path.abspath(args.out), renderers())
+    paths = report.write_all(results, os.path.abspath(args.out), RENDERERS)
     if settings.mode == "full" and not args.no_publish:
         copied = publish(paths)
         print(f"[bench] published {', '.join(copied)}" if copied else

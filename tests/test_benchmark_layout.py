@@ -22,7 +22,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 MAX_LINES = 600  # per module, as in the package
-MAX_TOTAL_LINES = 7150  # all of benchmarks/**/*.py (8,192 after the move, 7,132 after the cut, #46): lower it as the suite shrinks, never raise it
+MAX_TOTAL_LINES = 6940  # benchmarks/**/*.py: 8,192, then 7,141, now 6,933 (#46); lower it as it shrinks, never raise it
 FOLDERS = {"common", "sections", "peers", "studies"}
 LOOSE = {"run.py"}  # the only module directly in benchmarks/: the entry `make bench` runs
 HEADLINE_PARTS = ("reads", "builds", "build_limit")  # run.py's headline: results.json's read, build_*, build_limit

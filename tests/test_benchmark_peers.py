@@ -206,8 +206,8 @@ def _run_peer(tmp_path, **job) -> dict:
     job = dict(work=str(tmp_path / job["peer"]), runs=1, min_seconds=0.2, warmup_batches=1, rounds=1, **job)
     paths = {x: tmp_path / f"{job['peer']}{'_aug' if job.get('augment') else ''}.{x}" for x in ("json", "result", "log")}
     paths["json"].write_text(json.dumps(job))
-    status, _ = jobs.run_job(str(BENCHMARKS / "peers" / "jobs.py"), [str(paths["json"]), str(paths["result"])],
-                             str(paths["log"]), 300, python=peers_env.python_of(VENV))
+    status, _, _ = jobs.run_command([peers_env.python_of(VENV), str(BENCHMARKS / "peers" / "jobs.py"), str(paths["json"]),
+                                     str(paths["result"])], str(paths["log"]), 300)
     assert status == 0, jobs.tail(str(paths["log"]))
     result = json.loads(paths["result"].read_text())
     assert result["examples_per_s"] > 0 and result["cpu_examples_per_s"] > 0 and result["peak_rss_mib"] > 0

@@ -49,11 +49,11 @@ def _mapped(paths: Sequence[str], targets: np.ndarray, repeat: bool, read, shape
     return (ds.repeat() if repeat else ds).map(map_fn, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def hmdb51_seek_dataset(paths: Sequence[str], labels: Sequence[int], *, batch_size: int, repeat: bool = False,
-                        num_frames: int = HMDB51_NUM_FRAMES, size: int = HMDB51_SIZE) -> tf.data.Dataset:
+def hmdb51_seek_dataset(paths: Sequence[str], labels: Sequence[int], *, batch_size: int, repeat: bool = False
+                        ) -> tf.data.Dataset:
     """Users' read-time HMDB51 pipeline: paths -> py_function(seek + resize + /255) -> batches."""
-    read = lambda path: read_clip_by_seeking(path.numpy().decode(), num_frames=num_frames, size=size)
-    ds = _mapped(paths, np.asarray(labels, np.int64), repeat, read, (num_frames, size, size, 3))
+    read = lambda path: read_clip_by_seeking(path.numpy().decode())
+    ds = _mapped(paths, np.asarray(labels, np.int64), repeat, read, (HMDB51_NUM_FRAMES, HMDB51_SIZE, HMDB51_SIZE, 3))
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
@@ -187,8 +187,7 @@ def _tfrecord_spans(path: str) -> list[tuple[int, int]]:
             f.seek(offset)
 
 
-def stored_volume_spans(files: Sequence[str], *, feature: str = "volume",
-                        max_examples: int | None = None) -> list[tuple[str, int, int]]:
+def stored_volume_spans(files: Sequence[str], *, feature: str = "volume") -> list[tuple[str, int, int]]:
     """(file, offset, length) of each record's stored volume bytes (`WholeNumberVolume` "data", int16 only)."""
     out: list[tuple[str, int, int]] = []
     key = f"{feature}/data"
@@ -204,23 +203,18 @@ def stored_volume_spans(files: Sequence[str], *, feature: str = "volume",
                 data = feats[key].bytes_list.value[0]
                 at = record.find(data)
                 out.append((path, start + at, len(data)))
-                if max_examples is not None and len(out) >= max_examples:
-                    return out
     if not out:
         raise ValueError(f"{files[0] if files else '(no files)'}: no records")
     return out
 
 
-def volume_rate(spans: Sequence[tuple[str, int, int]], *, min_seconds: float = 1.0,
-                with_mask: bool = False) -> dict[str, float]:
+def volume_rate(spans: Sequence[tuple[str, int, int]], *, min_seconds: float = 1.0) -> dict[str, float]:
     """Volumes per second on one core of: stored int16 bytes read from the (page-cached) file with `os.pread`,
     then `np.frombuffer(...).astype(np.float32)` (a new float32 volume each time, as a loader hands out)."""
     fds = {p: os.open(p, os.O_RDONLY) for p in {s[0] for s in spans}}
     try:
         def one(path: str, offset: int, length: int) -> None:
-            volume = np.frombuffer(os.pread(fds[path], length, offset), "<i2").astype(np.float32)
-            if with_mask:
-                np.ones(volume.shape, np.float32)
+            np.frombuffer(os.pread(fds[path], length, offset), "<i2").astype(np.float32)
 
         for span in spans[:2]:  # warm up
             one(*span)

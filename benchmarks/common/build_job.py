@@ -26,12 +26,11 @@ def beam_flags(workers: int, running_mode: str) -> list[str]:
 
 
 def _cli(name: str, config: str, manual_dir: str, data_dir: str, workers: int, log_path: str,
-         monitor_interval: float, extra: Sequence[str], target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI
-         ) -> tuple[float, float, measure.TreeSampler]:
+         monitor_interval: float, target: str | None = None) -> tuple[float, float, measure.TreeSampler]:
     """Runs `tfds build` in a subprocess under a TreeSampler; returns (wall s, CPU s of the tree, sampler)."""
     options = ",".join(flag.lstrip("-") for flag in beam_flags(workers, "multi_processing"))
-    cmd = [*tfds_cli, "build", target or f"{name}/{config}", "--imports", "vidvol", "--manual_dir", manual_dir,
-           "--data_dir", data_dir, f"--beam_pipeline_options={options}", *extra]
+    cmd = [*TFDS_CLI, "build", target or f"{name}/{config}", "--imports", "vidvol", "--manual_dir", manual_dir,
+           "--data_dir", data_dir, f"--beam_pipeline_options={options}"]
     start = time.monotonic()
     returncode, usage, monitor = jobs.run_command(cmd, log_path, interval=monitor_interval)  # usage: driver + workers
     wall = time.monotonic() - start
@@ -71,26 +70,8 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def skip_report(data_dir: str, name: str, config: str) -> dict[str, Any]:
-    """The skip report of the prepared config (any version)."""
-    found = sorted(glob.glob(os.path.join(data_dir, name, config, "*", "skip_report.json")))
-    if not found:
-        raise FileNotFoundError(f"{data_dir}/{name}/{config}: no skip_report.json (did the build finish?)")
-    with open(found[-1], encoding="utf-8") as f:
-        return json.load(f)
-
-
-def last_shard_write(data_dir: str, name: str, config: str) -> float:
-    """Latest modification time of the prepared config's TFRecord shards."""
-    shards = glob.glob(os.path.join(data_dir, name, config, "*", f"{name}-*.tfrecord-*"))
-    if not shards:
-        raise FileNotFoundError(f"{data_dir}/{name}/{config}: no TFRecord shards")
-    return max(os.path.getmtime(p) for p in shards)
-
-
 def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: int, isolate: bool = True,
-          running_mode: str = "multi_threading", interval: float = 0.1, extra: Sequence[str] = (),
-          target: str | None = None, tfds_cli: Sequence[str] = TFDS_CLI) -> dict[str, Any]:
+          running_mode: str = "multi_threading", interval: float = 0.1, target: str | None = None) -> dict[str, Any]:
     """Builds name/config from scratch into data_dir; returns rates, memory peaks and the skip summary."""
     shutil.rmtree(data_dir, ignore_errors=True)
     os.makedirs(data_dir)
@@ -98,7 +79,7 @@ def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: in
     with AttemptWatch(data_dir, interval=0.05) as watch:
         if isolate:
             wall, cpu, monitor = _cli(name, config, manual_dir, data_dir, workers, data_dir.rstrip("/") + ".log",
-                                      interval, extra, target, tfds_cli)
+                                      interval, target)
         else:
             wall, cpu, monitor = _in_process(name, config, manual_dir, data_dir, workers, running_mode, interval, target)
     others = max(0.0, busy_cpu_seconds() - busy_start - cpu) / wall
@@ -106,11 +87,16 @@ def build(name: str, config: str, manual_dir: str, data_dir: str, *, workers: in
                      if os.path.isdir(os.path.join(data_dir, name, d)) and not d.startswith("."))
     if configs != [config]:
         raise RuntimeError(f"tfds build {target or name + '/' + config} built {configs}, expected only {config!r}")
-    report = skip_report(data_dir, name, config)
+    found = sorted(glob.glob(os.path.join(data_dir, name, config, "*", "skip_report.json")))  # any version
+    if not found:
+        raise FileNotFoundError(f"{data_dir}/{name}/{config}: no skip_report.json (did the build finish?)")
+    with open(found[-1], encoding="utf-8") as f:
+        report = json.load(f)
     examples = sum(s["examples"] for s in report["splits"].values())
     write_s = in_flight = None
-    if watch.first_open is not None:
-        last = last_shard_write(data_dir, name, config)
+    if watch.first_open is not None:  # the writing phase ends with the latest shard's last write
+        last = max(os.path.getmtime(p) for p in glob.glob(os.path.join(data_dir, name, config, "*",
+                                                                          f"{name}-*.tfrecord-*")))
         write_s = max(last - watch.first_open, 1e-3)
         in_flight = watch.shards_in_flight(last)
     workers_rss, driver_rss = monitor.peaks_of("worker"), monitor.peaks_of("driver")

@@ -76,25 +76,18 @@ class AttemptWatch(threading.Thread):
         return sum(max(0.0, self.written.get(p, t) - t) for p, t in self.opened.items()) / (end - first)
 
 
-class _Stamps:
-    """Timestamps (time.time()) of driver-side steps of a build, taken by wrappers around library methods."""
+def _stamp(stamps: dict[str, float], owner: Any, name: str, before: str, after: str) -> None:
+    """Wraps the library method `owner.name` to note (time.time()) its first call as `before`, its last return `after`."""
+    original = getattr(owner, name)
 
-    def __init__(self) -> None:
-        self.t: dict[str, float] = {}
+    def wrapped(*args, **kwargs):
+        stamps.setdefault(before, time.time())
+        try:
+            return original(*args, **kwargs)
+        finally:
+            stamps[after] = time.time()
 
-    def wrap(self, owner: Any, name: str, before: str, after: str) -> None:
-        original = getattr(owner, name)
-        stamps = self.t
-
-        def wrapped(*args, **kwargs):
-            stamps.setdefault(before, time.time())
-            try:
-                return original(*args, **kwargs)
-            finally:
-                stamps[after] = time.time()
-
-        setattr(owner, name, wrapped)
-
+    setattr(owner, name, wrapped)
 
 
 def _build_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -109,10 +102,10 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     imported = time.time()
     # The workers get the driver's sys.path on their PYTHONPATH: keep this folder's scripts off it.
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != HERE]
-    stamps = _Stamps()
-    stamps.wrap(dataset_builder.StreamingBeamBuilder, "_plan", "plan_start", "plan_end")
-    stamps.wrap(dataset_builder.StreamingBeamBuilder, "_run_pipeline", "pipeline_start", "pipeline_end")
-    stamps.wrap(dask_runner.DaskRunner, "run_pipeline", "submit_start", "submitted")
+    s: dict[str, float] = {}  # the driver-side steps of the build
+    _stamp(s, dataset_builder.StreamingBeamBuilder, "_plan", "plan_start", "plan_end")
+    _stamp(s, dataset_builder.StreamingBeamBuilder, "_run_pipeline", "pipeline_start", "pipeline_end")
+    _stamp(s, dask_runner.DaskRunner, "run_pipeline", "submit_start", "submitted")
 
     data_dir = job["data_dir"]
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -124,8 +117,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
             up = time.time()
             pids = cluster.process_pids()
             result = build.build(job["dataset"], manual_dir=job["manual_dir"], data_dir=data_dir, runner="dask",
-                                 beam_flags=[f"--dask_client_address={cluster.address}"], overwrite=True,
-                                 num_shards=job.get("num_shards"))
+                                 beam_flags=[f"--dask_client_address={cluster.address}"], overwrite=True)
             built = time.time()
             for name, pid in pids.items():
                 try:
@@ -134,7 +126,7 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
                 except psutil.NoSuchProcess:
                     worker_cpu[name] = None
         stopped = time.time()
-    examples = sum(s["examples"] for s in result.splits.values())
+    examples = sum(x["examples"] for x in result.splits.values())
     shards = glob.glob(os.path.join(result.data_path, "*.tfrecord-*"))
     last = max(os.path.getmtime(p) for p in shards)
     first = watch.first_open
@@ -142,7 +134,6 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     workers = {by_pid[pid]: p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid, "").startswith("worker")}
     scheduler = [p["peak_rss"] for pid, p in monitor.peaks.items() if by_pid.get(pid) == "scheduler"]
     driver = monitor.peaks_of("driver")
-    s = stamps.t
     rel = lambda a, b: round(b - a, 2) if a is not None and b is not None else None
     opens = sorted(watch.opened.values())
     return {
@@ -176,13 +167,13 @@ def _build_job(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float = 0.1,
-              num_shards: int | None = None, timeout: float = 1800.0) -> dict[str, Any]:
+def run_build(dataset: str, manual_dir: str, work: str, tag: str, workers: int, *, interval: float,
+              timeout: float) -> dict[str, Any]:
     """Runs one build job process; returns its result plus end-to-end wall, CPU and other load."""
     from common import jobs
 
     job = {"dataset": dataset, "manual_dir": os.path.abspath(manual_dir), "data_dir": os.path.join(work, f"data_{tag}"),
-           "log_dir": os.path.join(work, f"dask_{tag}"), "workers": workers, "interval": interval, "num_shards": num_shards}
+           "log_dir": os.path.join(work, f"dask_{tag}"), "workers": workers, "interval": interval}
     shutil.rmtree(job["log_dir"], ignore_errors=True)
     print(f"[cluster] build {dataset} from {manual_dir} on {workers} dask worker(s)", flush=True)
     r, cost = jobs.json_job(__file__, job, work, tag, timeout)
@@ -228,7 +219,8 @@ def summarize_scaling(dataset: str, runs: dict[int, list[dict[str, Any]]]) -> di
             "steps_s": steps,
             "worker_cpu_s": [r["worker_cpu_s"] for r in rs],
             # CPU seconds of the worker processes (first-task imports included) per example written
-            "worker_cpu_s_per_example": _median([{"v": _worker_cpu(r) / r["examples"]} for r in rs], "v"),
+            "worker_cpu_s_per_example": _median([{"v": sum(v or 0.0 for k, v in r["worker_cpu_s"].items()
+                                                           if k.startswith("worker")) / r["examples"]} for r in rs], "v"),
             "scheduler_cpu_s": _median([{"v": r["worker_cpu_s"].get("scheduler")} for r in rs], "v"),
             "shard_opens_after_submit_s": [r["shard_opens_after_submit_s"] for r in rs],
         }
@@ -246,11 +238,6 @@ def summarize_scaling(dataset: str, runs: dict[int, list[dict[str, Any]]]) -> di
                          for w in (1, 2)}
     out["notes"] = scaling_notes(out)
     return out
-
-
-def _worker_cpu(run: dict[str, Any]) -> float:
-    """CPU seconds of a build's worker processes (not the scheduler)."""
-    return sum(v or 0.0 for k, v in run["worker_cpu_s"].items() if k.startswith("worker"))
 
 
 def scaling_notes(b: dict[str, Any]) -> list[str]:

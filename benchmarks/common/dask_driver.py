@@ -95,7 +95,7 @@ def _note_rss(times: dict[str, Any], phase: str) -> float:
     return peak
 
 
-def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
+def measure_driver(n: int, work: str) -> dict[str, Any]:
     """The driver's part of a build over n synthetic sources, phase by phase (run it in a fresh process)."""
     import cloudpickle
     import psutil
@@ -134,9 +134,7 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     loaded = refs[len(refs) // 2].load()  # what a worker reads back: its shard's sources, equal to the plan's
     assert loaded == tasks[len(refs) // 2], "the plan file did not give back the planned shard"
 
-    submitted: dict[str, Any] = {}
-    if submit:
-        submitted = beam_submit(refs, times)
+    submitted = beam_submit(refs, times)
     os.remove(plan_path)
 
     # The workers' side (not the driver's): one empty shard and one sidecar per task, as WriteShardFn leaves them.
@@ -189,12 +187,12 @@ def measure_driver(n: int, work: str, *, submit: bool = True) -> dict[str, Any]:
     return out
 
 
-def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.0) -> dict[str, Any]:
+def run_driver(n: int, work: str, timeout: float) -> dict[str, Any]:
     """measure_driver(n) in a fresh process (this script as a job), so the peak RSS is this size's alone."""
     from common import jobs
 
     print(f"[cluster] driver scale: {n:,} sources", flush=True)
-    r, cost = jobs.json_job(__file__, {"n": n, "work": work, "submit": submit}, work, f"driver_{n}", timeout)
+    r, cost = jobs.json_job(__file__, {"n": n, "work": work}, work, f"driver_{n}", timeout)
     others = cost["others"]  # cores other processes kept busy meanwhile (the job uses ~1)
     r.update(process_wall_s=round(cost["wall"], 1), cpu_s=round(cost["cpu"], 2), other_cores_busy=round(others, 2))
     t = r["times_s"]
@@ -203,11 +201,6 @@ def run_driver(n: int, work: str, *, submit: bool = True, timeout: float = 1800.
           f"(after imports {r['rss_after_imports_mib']:.0f}); pickler {t['pickle.beam_pickler']:.2f} s, cloudpickle "
           f"{t['pickle.cloudpickle']:.2f} s; read back {r['examples_read_back']:,}; others {others:.2f} cores", flush=True)
     return r
-
-
-def driver_scale(sizes: Sequence[int], work: str, *, submit: bool = True, timeout: float = 1800.0) -> dict[str, Any]:
-    """run_driver for every size: the rows (`driver_curve` adds how each phase grows)."""
-    return {"rows": [run_driver(n, work, submit=submit, timeout=timeout) for n in sizes]}
 
 
 def driver_curve(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -294,4 +287,4 @@ def driver_note(row: dict[str, Any]) -> str:
 if __name__ == "__main__":  # `python benchmarks/common/dask_driver.py JOB.json RESULT.json` (started by `run_driver`)
     from common import jobs
 
-    sys.exit(jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"], submit=job["submit"])))
+    sys.exit(jobs.job_main(__file__, lambda job: measure_driver(job["n"], job["work"])))

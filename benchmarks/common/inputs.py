@@ -27,11 +27,6 @@ FIRE_COLUMNS = ("experiment", "frame", "hrr", "time")
 HMDB51_FPS = 30.0
 
 
-def _stamp(root: str, spec: dict[str, Any]) -> None:
-    with open(os.path.join(root, STAMP), "w", encoding="utf-8") as f:
-        json.dump(spec, f, indent=1)
-
-
 Job = tuple[Callable[..., Any], dict[str, Any]]
 
 
@@ -56,21 +51,18 @@ def write_inputs(plans: Sequence[InputPlan], *, workers: int = 1) -> list[bool]:
         shutil.rmtree(plan.root, ignore_errors=True)
         os.makedirs(plan.root)
     jobs = [(i, job) for i, plan in enumerate(pending) for job in plan.jobs]
-    results = _run_parallel([job for _, job in jobs], workers)
+    if workers <= 1 or len(jobs) <= 1:  # fn(**kwargs) per job, here or in `workers` spawned processes; in order
+        results = [_call(job) for _, job in jobs]
+    else:
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold TF threads
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            results = list(pool.map(_call, [job for _, job in jobs]))
     for i, plan in enumerate(pending):
         plan.finish([r for (j, _), r in zip(jobs, results) if j == i])
-        _stamp(plan.root, plan.spec)
+        with open(os.path.join(plan.root, STAMP), "w", encoding="utf-8") as f:
+            json.dump(plan.spec, f, indent=1)
         logger.info("wrote %s inputs under %s", plan.spec.get("kind"), plan.root)
     return [any(p is q for q in pending) for p in plans]
-
-
-def _run_parallel(jobs: Sequence[Job], workers: int) -> list[Any]:
-    """Runs fn(**kwargs) for every job, in `workers` spawned processes (here when 1); results in order."""
-    if workers <= 1 or len(jobs) <= 1:
-        return [_call(job) for job in jobs]
-    ctx = multiprocessing.get_context("spawn")  # never fork a process that may hold TF threads
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        return list(pool.map(_call, jobs))
 
 
 def _call(fn_job: tuple[Callable[..., Any], dict[str, Any]]) -> Any:
@@ -82,20 +74,14 @@ def _call(fn_job: tuple[Callable[..., Any], dict[str, Any]]) -> Any:
 HMDB51_CONTENT = "footage"
 
 
-def _write_hmdb51_class(root: str, class_name: str, class_index: int, videos_per_class: int,
-                        num_frames: tuple[int, int], height: int, width: int, content: str = HMDB51_CONTENT) -> None:
-    """Writes one class's clips and split files (seeded by the class index)."""
-    samples.write_hmdb51_layout(root, classes=[class_name], videos_per_class=videos_per_class,
-                                num_frames=num_frames, height=height, width=width, seed=class_index, content=content)
-
-
 def hmdb51_plan(root: str, *, num_classes: int, videos_per_class: int, num_frames: tuple[int, int],
                 height: int = 240, width: int = 320) -> InputPlan:
     """Plan of an extracted HMDB51 layout of XVID clips (one job per class)."""
     spec = {"kind": "hmdb51", "content": HMDB51_CONTENT, "num_classes": num_classes, "videos_per_class": videos_per_class,
             "num_frames": list(num_frames), "height": height, "width": width, "fps": HMDB51_FPS}
-    jobs = [(_write_hmdb51_class, dict(root=root, class_name=name, class_index=c, videos_per_class=videos_per_class,
-                                       num_frames=tuple(num_frames), height=height, width=width))
+    jobs = [(samples.write_hmdb51_layout, dict(root=root, classes=[name], videos_per_class=videos_per_class,
+                                               num_frames=tuple(num_frames), height=height, width=width, seed=c,
+                                               content=HMDB51_CONTENT))  # one class's clips, seeded by its index
             for c, name in enumerate(samples.HMDB51_CLASSES[:num_classes])]
     return InputPlan(root, spec, jobs)
 

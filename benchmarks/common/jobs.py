@@ -12,17 +12,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def run_job(script: str, args: Sequence[str], log_path: str, timeout: float, *,
-            python: str = sys.executable) -> tuple[int, Any]:
-    """Runs `python script args` in a fresh process (log to log_path); (exit status, rusage of its tree)."""
-    status, usage, _ = run_command([python, os.path.abspath(script), *args], log_path, timeout)
-    return status, usage
-
-
 def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: float, *,
              python: str = sys.executable) -> tuple[dict[str, Any], dict[str, float]]:
-    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) under `run_job`: its result and its costs ({"wall",
-    "cpu" of its tree, "others": cores other processes kept busy}); RuntimeError with the log's tail if it fails."""
+    """`python SCRIPT JOB.json RESULT.json` (files FOLDER/TAG.*) in a fresh process under `run_command`: its result and
+    its costs ({"wall", "cpu" of its tree, "others": cores other processes kept busy}); RuntimeError with the log's
+    tail if it fails."""
     from common.streams import busy_cpu_seconds
 
     os.makedirs(folder, exist_ok=True)
@@ -30,7 +24,7 @@ def json_job(script: str, job: dict[str, Any], folder: str, tag: str, timeout: f
     with open(job_path, "w", encoding="utf-8") as f:
         json.dump(job, f)
     busy0, start = busy_cpu_seconds(), time.monotonic()
-    status, usage = run_job(script, [job_path, result_path], log_path, timeout, python=python)
+    status, usage, _ = run_command([python, os.path.abspath(script), job_path, result_path], log_path, timeout)
     wall = time.monotonic() - start
     cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
     if status != 0:

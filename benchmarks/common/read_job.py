@@ -55,34 +55,24 @@ class ReadJob:
             raise ValueError(f"pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
 
 
-def loader_dataset(job: ReadJob) -> tf.data.Dataset:
-    """Our loader's model-ready batches: `vidvol.load(name/config, split, batch_size, data_dir=...)`."""
-    from vidvol import readers  # registers the datasets too
-
-    spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype),
-                            augment=readers.VolumeAugment(**job.augment) if job.augment else None)
-    return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
-                        data_dir=job.data_dir, repeat=True, seed=job.seed, spec=spec)
-
-
-def tfds_load_dataset(job: ReadJob) -> tf.data.Dataset:
-    """Plain `tfds.load` as a notebook user writes it: frames cast to float32 / 255, batched, prefetched."""
-    import tensorflow_datasets as tfds
-    import vidvol  # noqa: F401  (registers the datasets)
-
-    ds = tfds.load(f"{job.name}/{job.config}", split=job.split, data_dir=job.data_dir, shuffle_files=True,
-                   download=False, read_config=tfds.ReadConfig(try_autocache=False))
-    ds = ds.repeat().map(lambda ex: (tf.cast(ex["video"], tf.float32) / 255.0, ex["label"]),
-                         num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(job.batch_size).prefetch(tf.data.AUTOTUNE)
-
-
 def make_dataset(job: ReadJob) -> tf.data.Dataset:
     """The tf.data pipeline a job names, repeating forever (epochs flow into each other, as in training)."""
-    if job.pipeline == "loader":
-        return loader_dataset(job)
-    if job.pipeline == "tfds_load":
-        return tfds_load_dataset(job)
+    if job.pipeline == "loader":  # our loader's model-ready batches
+        from vidvol import readers  # registers the datasets too
+
+        spec = readers.ReadSpec(output=readers.Output(dtype=job.output_dtype, mask_dtype=job.mask_dtype),
+                                augment=readers.VolumeAugment(**job.augment) if job.augment else None)
+        return readers.load(f"{job.name}/{job.config}", split=job.split, batch_size=job.batch_size,
+                            data_dir=job.data_dir, repeat=True, seed=job.seed, spec=spec)
+    if job.pipeline == "tfds_load":  # plain `tfds.load` as a notebook user writes it: cast to float32 / 255, batched
+        import tensorflow_datasets as tfds
+        import vidvol  # noqa: F401  (registers the datasets)
+
+        ds = tfds.load(f"{job.name}/{job.config}", split=job.split, data_dir=job.data_dir, shuffle_files=True,
+                       download=False, read_config=tfds.ReadConfig(try_autocache=False))
+        ds = ds.repeat().map(lambda ex: (tf.cast(ex["video"], tf.float32) / 255.0, ex["label"]),
+                             num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.batch(job.batch_size).prefetch(tf.data.AUTOTUNE)
     labels = [int(v) for v in job.labels] if job.pipeline != "fire_get_img" else job.labels
     if job.pipeline == "hmdb51_seek":
         return baselines.hmdb51_seek_dataset(job.paths, labels, batch_size=job.batch_size, repeat=True)
@@ -91,14 +81,6 @@ def make_dataset(job: ReadJob) -> tf.data.Dataset:
         return baselines.fire_get_img_dataset(job.paths, labels, window=job.window, height=height, width=width,
                                               batch_size=job.batch_size, repeat=True)
     return baselines.mri_get_fdata_dataset(job.paths, labels, shape=job.shape, batch_size=job.batch_size, repeat=True)
-
-
-def batch_size_of(batch: Any) -> int:
-    """Examples in one batch: the leading dimension of its last leaf (the label in (x, label) batches)."""
-    leaves = tf.nest.flatten(batch)
-    if not leaves:
-        raise ValueError("empty batch: no tensors to count examples from")
-    return int(leaves[-1].shape[0])
 
 
 def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
@@ -115,6 +97,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         def limit(fn=rate_fn) -> dict[str, float]:  # every core at once, half a run's time
             return baselines.on_every_core(fn, frames, cores, min_seconds=job.min_seconds / 2)
 
+        count = lambda b: int(tf.nest.flatten(b)[-1].shape[0])  # examples: the last leaf's (the label's) length
         ring = job.batch_size * job.frames_per_example
         ceiling_fn = functools.partial(baselines.decode_rate, ring_frames=ring)
         with_ceiling = job.float_ceiling and job.limit_files and not job.volume_limit_files
@@ -122,7 +105,7 @@ def measure_read(job: ReadJob, *, interval: float = 0.1) -> dict[str, Any]:
         for _ in range(job.runs):
             before = limit() if frames is not None else None
             ceiling_before = limit(ceiling_fn) if with_ceiling else None
-            runs.append(streams.stream_rate(lambda: iter(make_dataset(job)), count=batch_size_of, cores=cores,
+            runs.append(streams.stream_rate(lambda: iter(make_dataset(job)), count=count, cores=cores,
                                             min_seconds=job.min_seconds, warmup_batches=job.warmup_batches))
             if ceiling_before is not None:
                 after = limit(ceiling_fn)

@@ -89,7 +89,8 @@ def markdown(results: Mapping[str, Any], sections: Mapping[str, Render] | None =
            if m.get("shared") else ""),
         "- " + ", ".join(f"{k} {val}" for k, val in v.items()), "",
         "## Inputs (generated offline, reused between runs)", ""]
-    out += table(["input", "what"], [[k, _describe(val)] for k, val in results["inputs"].items()])
+    out += table(["input", "what"], [[k, ", ".join(f"{f}={v}" for f, v in spec.items() if f not in ("kind", "labels"))]
+                                     for k, spec in results["inputs"].items()])
     out += ["## Read throughput", "",
             "Each pipeline streams model-ready batches from warm files (page cache) over `.repeat()`ed epochs after "
             "a few warm-up batches, in its own process (full mode). *Limit*: `cv2.imdecode` (libjpeg-turbo) of the "
@@ -269,10 +270,6 @@ def _pipelines(r: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(key, label) of a read entry's measured pipelines: the loader, then the baseline."""
     return [(k, label) for k, label in (("loader", r.get("loader_label", "vidvol.load")),
                                         ("baseline", r["baseline_name"])) if k in r]
-
-
-def _describe(spec: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in spec.items() if k not in ("kind", "labels"))
 
 
 def write_markdown(results: Mapping[str, Any], path: str, sections: Mapping[str, Render] | None = None,

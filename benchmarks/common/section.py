@@ -38,49 +38,38 @@ def default_inputs_dir(out: str, mode: str) -> str:
     return os.path.join(out, "inputs" if mode == "full" else f"inputs_{mode}")
 
 
-@dataclasses.dataclass(frozen=True)
-class Target:
-    """One promise: `value op threshold` (op '>=' or '<='), with the CPU-normalized value when there is one."""
-
-    name: str
-    value: float
-    threshold: float
-    op: str = ">="
-    unit: str = "x"  # "x" ratio, "%" fraction or growth, or a unit such as "GiB", "s"
-    note: str = ""  # why it misses, or what else the row measured
-    cpu_value: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.op not in OPS:
-            raise ValueError(f"op must be '>=' or '<=', got {self.op!r}")
-
-    @property
-    def met(self) -> bool:
-        """Whether the value meets the threshold (a non-finite value never does)."""
-        ok = self.value >= self.threshold if self.op == ">=" else self.value <= self.threshold
-        return bool(ok and math.isfinite(self.value))
-
-    @property
-    def score(self) -> float:
-        """How far the value is from its target, as a factor where >= 1 meets it (growth rates as 1 + rate)."""
-        if self.op == ">=":
-            return self.value / self.threshold
-        if self.unit == "%":
-            return (1.0 + self.threshold) / max(1.0 + self.value, 1e-9)
-        return self.threshold / max(self.value, 1e-9)
-
-    def row(self) -> dict[str, Any]:
-        """The results.json row: name, value, target, op, unit, pass, score, note (and cpu_value)."""
-        row = {"name": self.name, "value": float(self.value), "target": float(self.threshold), "op": self.op,
-               "unit": self.unit, "pass": self.met, "score": self.score, "note": self.note}
-        if self.cpu_value is not None:
-            row["cpu_value"] = float(self.cpu_value)
-        return row
-
-
 def target(name: str, value: float, threshold: float, *, op: str = ">=", unit: str = "x", note: str = "",
            cpu_value: float | None = None) -> dict[str, Any]:
-    return Target(name, value, threshold, op=op, unit=unit, note=note, cpu_value=cpu_value).row()
+    """One promise, `value op threshold` (op '>=' or '<='), as its results.json row: name, value, target, op, unit
+    ("x" ratio, "%" fraction or growth, or a unit such as "GiB", "s"), pass (a non-finite value never meets it), score
+    (how far the value is from its target, as a factor where >= 1 meets it; growth rates as 1 + rate), note (why it
+    misses, or what else the row measured) and the CPU-normalized value when there is one."""
+    if op not in OPS:
+        raise ValueError(f"op must be '>=' or '<=', got {op!r}")
+    met = value >= threshold if op == ">=" else value <= threshold
+    if op == ">=":
+        score = value / threshold
+    elif unit == "%":
+        score = (1.0 + threshold) / max(1.0 + value, 1e-9)
+    else:
+        score = threshold / max(value, 1e-9)
+    row = {"name": name, "value": float(value), "target": float(threshold), "op": op, "unit": unit,
+           "pass": bool(met and math.isfinite(value)), "score": score, "note": note}
+    if cpu_value is not None:
+        row["cpu_value"] = float(cpu_value)
+    return row
+
+
+def memory_targets(label: str, results: dict[str, Any], flat: float, worst_gib: float, *,
+                   driver: bool = False) -> list[dict[str, Any]]:
+    """Builds' worker (and driver) peak RSS growth from the fewest experiments to the most, and the worst worker's."""
+    counts = sorted(results, key=int)
+    lo, hi = results[counts[0]], results[counts[-1]]
+    rows = [target(f"{label}: {who} peak RSS growth {counts[0]} -> {counts[-1]} experiments",
+                   hi[f"{who}_peak_mib"] / max(lo[f"{who}_peak_mib"], 1e-9) - 1, flat, op="<=", unit="%")
+            for who in (("worker", "driver") if driver else ("worker",))]
+    return rows + [target(f"{label}: worst worker peak RSS", max(r["worker_peak_mib"] for r in results.values()) / 1024,
+                          worst_gib, op="<=", unit="GiB")]
 
 
 def verdict(row: dict[str, Any]) -> str:

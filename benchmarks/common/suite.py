@@ -64,12 +64,6 @@ def mri_augment(grid: int) -> dict[str, Any]:
                 scale_prob=1.0, scale_factors=0.1, shift_prob=1.0, shift_offsets=0.1)
 
 
-def raw_config(config: str) -> str:
-    """The stored-raw twin of an hmdb51 config name (`split1_20x64x64` -> `split1_20x64x64_raw`)."""
-    return f"{config}_raw"
-
-
-
 def fire_config_size(config: str) -> tuple[int, int]:
     """(height, width) of a fire_hrr config name such as 'full_161x540x960' or '161x135x240'."""
     parts = config.split("_")[-1 if config.startswith("full") else 0].split("x")

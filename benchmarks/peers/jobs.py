@@ -146,18 +146,6 @@ class ClipDataset:
         return clip.astype(np.float32) / np.float32(255.0), self.job.labels[i], i
 
 
-def monai_transforms(job: PeerJob) -> Any:
-    """LoadImaged -> EnsureChannelFirstd -> Orientationd(RAS) -> ResizeWithPadOrCropd(S^3), then `MONAI_AUGMENT`."""
-    from monai import transforms as mt
-
-    keys = ["image"]
-    steps = [mt.LoadImaged(keys=keys), mt.EnsureChannelFirstd(keys=keys), mt.Orientationd(keys=keys, axcodes="RAS"),
-             mt.ResizeWithPadOrCropd(keys=keys, spatial_size=(job.size,) * 3)]
-    if job.augment:
-        steps += MONAI_AUGMENT(keys, job.crop)
-    return mt.Compose(steps)
-
-
 def MONAI_AUGMENT(keys: Sequence[str], crop: int) -> list[Any]:
     """MONAI's set: RandSpatialCropd(crop^3), RandFlipd(p=0.5, axis 0), RandRotate90d(p=0.5, axes 0-1),
     RandScaleIntensityd(factors=0.1, p=1), RandShiftIntensityd(offsets=0.1, p=1)."""
@@ -168,14 +156,6 @@ def MONAI_AUGMENT(keys: Sequence[str], crop: int) -> list[Any]:
             mt.RandRotate90d(keys=keys, prob=0.5, spatial_axes=(0, 1)),
             mt.RandScaleIntensityd(keys=keys, factors=0.1, prob=1.0),
             mt.RandShiftIntensityd(keys=keys, offsets=0.1, prob=1.0)]
-
-
-def TORCHIO_AUGMENT() -> list[Any]:
-    """TorchIO's set (no affine, no crop: TorchIO crops at random only through its patch Queue):
-    RandomFlip(axis 0, p=0.5) and RandomGamma(log_gamma in [-0.1, 0.1]) as the intensity change."""
-    import torchio as tio
-
-    return [tio.RandomFlip(axes=(0,), flip_probability=0.5), tio.RandomGamma(log_gamma=(-0.1, 0.1))]
 
 
 def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Callable[[Any], tuple[Any, str]]]:
@@ -189,14 +169,21 @@ def volume_loader(job: PeerJob, sampler: Any) -> tuple[Any, dict[str, Any], Call
         import torch
 
         steps = [tio.ToCanonical(), tio.CropOrPad(job.size), tio.To(torch.float32)]  # float32 like the others
-        steps += TORCHIO_AUGMENT() if job.augment else []
+        if job.augment:  # TorchIO's set (no affine, no crop: TorchIO crops at random only through its patch Queue):
+            # RandomFlip(axis 0, p=0.5) and RandomGamma(log_gamma in [-0.1, 0.1]) as the intensity change
+            steps += [tio.RandomFlip(axes=(0,), flip_probability=0.5), tio.RandomGamma(log_gamma=(-0.1, 0.1))]
         dataset = tio.SubjectsDataset(subjects, transform=tio.Compose(steps))
         loader = tio.SubjectsLoader(dataset, batch_size=job.batch_size, num_workers=job.num_workers, sampler=sampler)
         return loader, setup, lambda b: (b["image"]["data"], b["file"][0])
     from monai import data as md
+    from monai import transforms as mt
 
     items = [{"image": p, "label": label, "file": p} for p, label in zip(job.paths, job.labels)]
-    transform = monai_transforms(job)
+    keys = ["image"]  # LoadImaged -> EnsureChannelFirstd -> Orientationd(RAS) -> ResizeWithPadOrCropd(S^3), augmented
+    transform = mt.Compose([mt.LoadImaged(keys=keys), mt.EnsureChannelFirstd(keys=keys),
+                            mt.Orientationd(keys=keys, axcodes="RAS"),
+                            mt.ResizeWithPadOrCropd(keys=keys, spatial_size=(job.size,) * 3),
+                            *(MONAI_AUGMENT(keys, job.crop) if job.augment else [])])
     start = time.perf_counter()
     if job.peer == "monai_dataset":
         dataset = md.Dataset(items, transform)
@@ -226,11 +213,6 @@ def make_loader(job: PeerJob) -> tuple[Any, dict[str, Any], Callable[[Any], tupl
     loader = torch.utils.data.DataLoader(ClipDataset(job), batch_size=job.batch_size, num_workers=job.num_workers,
                                          sampler=sampler)
     return loader, {}, lambda b: (b[0], job.paths[int(b[2][0])])
-
-
-def batch_examples(batch: Any) -> int:
-    """Examples in a batch: its label count (a tuple's second entry, a dict's 'label')."""
-    return len(batch["label"] if isinstance(batch, dict) else batch[1])
 
 
 def first_batch(job: PeerJob, loader: Any, first: Callable[[Any], tuple[Any, str]]) -> dict[str, Any]:
@@ -297,7 +279,8 @@ def run_peer(job: PeerJob) -> dict[str, Any]:
     with measure.TreeSampler(os.getpid(), 0.1) as monitor:
         loader, setup, first = make_loader(job)
         check = first_batch(job, loader, first)
-        runs = [streams.stream_rate(lambda: iter(loader), count=batch_examples, min_seconds=job.min_seconds,
+        count = lambda b: len(b["label"] if isinstance(b, dict) else b[1])  # examples in a batch: its labels
+        runs = [streams.stream_rate(lambda: iter(loader), count=count, min_seconds=job.min_seconds,
                                     warmup_batches=job.warmup_batches, cores=cores,
                                     cpu_seconds=streams.tree_cpu_seconds,
                                     min_batches=job.rounds * max(1, job.num_workers)) for _ in range(job.runs)]

@@ -166,10 +166,6 @@ class BucketSettings(section.Settings):
     stream_pairs: int = 3  # the streamed reads (local, bucket) made this many times in turn; figures: the medians
 
 
-def _env(server) -> dict[str, str]:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **server.env())
-
-
 def _timed_build(name: str, manual: str, data_dir: str, num_shards: int, env: dict[str, str], log: str) -> float:
     start = time.monotonic()
     status, _, _ = jobs.run_command([sys.executable, "-m", "vidvol", "build", name, "--manual_dir", manual, "--data_dir",
@@ -199,7 +195,7 @@ def _pin(pid: int, cpus: set[int]) -> None:
 
 def one_dataset(label: str, name: str, manual: str, work: str, settings: BucketSettings, server) -> dict[str, Any]:
     """Local and bucket builds of one config, then its reads: local, bucket by range, bucket through the cache."""
-    env = _env(server)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **server.env())
     local = os.path.join(work, label, "local")
     shutil.rmtree(os.path.join(work, label), ignore_errors=True)
     os.makedirs(os.path.join(work, label))

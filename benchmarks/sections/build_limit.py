@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -12,10 +9,6 @@ from typing import Any
 
 import cv2
 import numpy as np
-
-if __name__ == "__main__":  # run as a script: import from benchmarks/ (common, sections, peers), not this folder
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def _builder_sources(name: str, config: str, manual_dir: str) -> Iterator[tuple[str, Any, Any]]:
     """(split, source, example_fn) of every input a build of name/config decodes, from the builder itself."""
@@ -60,20 +53,6 @@ def _video_frames(path: str, num_samples: int, size: tuple[int, int], quality: i
     return grabbed
 
 
-def _image_frames(paths: tuple[str, ...], size: tuple[int, int], quality: int) -> int:
-    for path in paths:
-        _encode(cv2.imdecode(np.fromfile(path, dtype=np.uint8), cv2.IMREAD_COLOR), size, quality)
-    return len(paths)
-
-
-def _source_work(source: Any, *, num_samples: int, size: tuple[int, int], quality: int) -> int:
-    """The tight-loop work of one builder source (key, record); returns its source frames."""
-    record = source[1]
-    if hasattr(record, "frames"):  # fire_hrr: FrameSeriesSource (image files)
-        return _image_frames(tuple(record.frames), size, quality)
-    return _video_frames(record.path, num_samples, size, quality)  # hmdb51: ClipSource
-
-
 def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: tuple[int, int],
            quality: int) -> dict[str, Any]:
     """CPU seconds for the inputs of name/config, one core: tight loop, our example function, + serialization."""
@@ -88,8 +67,13 @@ def stages(name: str, config: str, manual_dir: str, *, num_samples: int, size: t
 
     frames = 0
     start = time.process_time()
-    for _, source, _ in sources:
-        frames += _source_work(source, num_samples=num_samples, size=size, quality=quality)
+    for _, (_, record), _ in sources:  # each builder source (key, record): its tight-loop work
+        if hasattr(record, "frames"):  # fire_hrr: FrameSeriesSource (image files)
+            for path in record.frames:
+                _encode(cv2.imdecode(np.fromfile(path, dtype=np.uint8), cv2.IMREAD_COLOR), size, quality)
+            frames += len(record.frames)
+        else:  # hmdb51: ClipSource
+            frames += _video_frames(record.path, num_samples, size, quality)
     tight_cpu = time.process_time() - start
 
     example_cpu = serialize_cpu = 0.0
@@ -131,10 +115,3 @@ def efficiency(stage: dict[str, Any], build: dict[str, Any], *, cores: int, fram
         "startup_s": round(build["wall_s"] - build["write_s"], 1),
     }
 
-
-if __name__ == "__main__":  # python benchmarks/sections/build_limit.py NAME CONFIG MANUAL_DIR SAMPLES H W
-    import json
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    n, c, m, k, h, w = sys.argv[1:7]
-    print(json.dumps(stages(n, c, m, num_samples=int(k), size=(int(h), int(w)), quality=90), indent=1))

@@ -112,13 +112,11 @@ def _timed(cmd: list[str], log: str) -> tuple[float, dict[str, float]]:
         raise RuntimeError(f"{' '.join(cmd)} failed ({status}); see {log}")
     with open(phases, encoding="utf-8") as f:
         t = json.load(f)
-    phases = {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
-              "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2)}
-    if "driver_hwm_kib" in t:  # the driver's VmHWM and its largest child's (decoding children, SDK workers)
-        phases["driver_peak_mib"] = round(t["driver_hwm_kib"] / 1024, 1)
-        phases["child_peak_mib"] = round(tree.descendant_peak_mib(), 1)
-        phases["peak_rss_mib"] = max(phases["driver_peak_mib"], phases["child_peak_mib"])
-    return total, phases
+    # its phases, then the driver's VmHWM and its largest child's (decoding children, SDK workers)
+    driver, child = round(t["driver_hwm_kib"] / 1024, 1), round(tree.descendant_peak_mib(), 1)
+    return total, {"interpreter_s": round(t["up"] - spawned, 2), "imports_s": round(t["imported"] - t["up"], 2),
+                   "build_s": round(t["main_done"] - t["imported"], 2), "exit_s": round(ended - t["main_done"], 2),
+                   "driver_peak_mib": driver, "child_peak_mib": child, "peak_rss_mib": max(driver, child)}
 
 
 def startup_cost() -> float:
@@ -394,15 +392,15 @@ class BuildResume(section.Section):
                                   else "")
                                + _alone_note(b))
                 for b in doc["builds"]]
-        rows += [section.target(f"{g['label']}: grown by {g['added']} of {g.get('sources', '?')} sources, the grow's build vs the "
+        rows += [section.target(f"{g['label']}: grown by {g['added']} of {g['sources']} sources, the grow's build vs the "
                                 "full build's (start-up and exit left out)", g["build_ratio"], TARGET_GROW_RATIO, op="<=",
-                                note=g["grow_line"]) for g in doc.get("grows", []) if g.get("build_ratio") is not None]
+                                note=g["grow_line"]) for g in doc["grows"] if g["build_ratio"] is not None]
         rows += [section.target(f"{g['label']}: the grow's peak RSS vs the full build's (MiB)", g["peak_rss_mib"],
                                 g["full_peak_rss_mib"], op="<=", unit="MiB")
-                 for g in doc.get("grows", []) if g.get("peak_rss_mib") and g.get("full_peak_rss_mib")]
+                 for g in doc["grows"] if g["peak_rss_mib"] and g["full_peak_rss_mib"]]
         c = doc["check"]
-        cpu = (f"{c['check_cpu_s']:.1f} s of CPU" + (f" (and its stat process's {c['check_child_cpu_s']:.1f} s beside it)"
-                                                       if c.get("check_child_cpu_s") else "")) if "check_cpu_s" in c else ""
+        cpu = f"{c['check_cpu_s']:.1f} s of CPU" + (f" (and its stat process's {c['check_child_cpu_s']:.1f} s beside it)"
+                                                    if c["check_child_cpu_s"] else "")
         rows.append(section.target(f"resume check on a {c['sources']:,}-source plan", c["check_s"], TARGET_CHECK_S,
                                    op="<=", unit="s", note=cpu))
         return rows
@@ -435,7 +433,7 @@ class BuildResume(section.Section):
                             [[f"{c['sources']:,} sources / {c['shards']} shards", f"{c['fingerprint_s']:.2f} s",
                               f"{c['compare_and_keep_s']:.2f} s ({c['kept']} kept)", f"{c['check_s']:.2f} s",
                               f"{c['plan_s']:.2f} s", f"{c['fingerprint_bytes'] / 1024:.0f} KiB"]])
-        out += [f"- {line}" for line in doc.get("method", [])] + ([f"- {GROW_METHOD}"] if doc.get("grows") else []) + [""]
+        out += [f"- {line}" for line in doc["method"]] + [f"- {GROW_METHOD}", ""]
         return out
 
     def run_inputs(self, ctx: section.Context) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from sections import build_limit
 from common import build_job, inputs, measure, section
-from common.suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size, raw_config
+from common.suite import CONTENDED_CORES, FIRE_WINDOW, fire_config_size
 
 METHOD = [
     "Builds run the real `tfds build` CLI (multi-process Beam FnApiRunner) in a subprocess; RSS (VmRSS) of the driver and "
@@ -41,7 +41,7 @@ def build_all(ctx: section.Context) -> dict[str, Any]:
     # Datasets that are only read: built in this process (Beam worker subprocesses in a full run).
     out["reads"]["hmdb51"] = _build(ctx, "hmdb51", s.hmdb51_config, os.path.join(ctx.inputs_dir, "hmdb51"),
                                     ctx.path("data", "hmdb51"), ctx.cores, measured=False)
-    out["reads"]["hmdb51_raw"] = _build(ctx, "hmdb51", raw_config(s.hmdb51_config),
+    out["reads"]["hmdb51_raw"] = _build(ctx, "hmdb51", f"{s.hmdb51_config}_raw",
                                         os.path.join(ctx.inputs_dir, "hmdb51"),
                                         ctx.path("data", "hmdb51_raw"), ctx.cores, measured=False)
     for tag, _ in s.mri:
@@ -164,13 +164,4 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(section.target(
             "tfds build hmdb51 (no config) vs its default config alone", nc["ratio"], 2.0, op="<=", unit="x",
             note=f"{nc['no_config']['wall_s']:.1f} s vs {nc['default_config']['wall_s']:.1f} s (medians)"))
-    mem = results["build_memory"]["results"]
-    counts = sorted(mem, key=int)
-    lo, hi = mem[counts[0]], mem[counts[-1]]
-    rows.append(section.target(f"build fire_hrr: worker peak RSS growth {counts[0]} -> {counts[-1]} experiments",
-                               hi["worker_peak_mib"] / max(lo["worker_peak_mib"], 1e-9) - 1, 0.10, op="<=", unit="%"))
-    rows.append(section.target(f"build fire_hrr: driver peak RSS growth {counts[0]} -> {counts[-1]} experiments",
-                               hi["driver_peak_mib"] / max(lo["driver_peak_mib"], 1e-9) - 1, 0.10, op="<=", unit="%"))
-    rows.append(section.target("build fire_hrr: worst worker peak RSS",
-                               max(r["worker_peak_mib"] for r in mem.values()) / 1024, 2.0, op="<=", unit="GiB"))
-    return rows
+    return rows + section.memory_targets("build fire_hrr", results["build_memory"]["results"], 0.10, 2.0, driver=True)

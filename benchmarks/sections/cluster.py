@@ -85,8 +85,8 @@ class Cluster(section.Section):
                  "memory": lambda: dask_builds.memory(dataset, memory_manuals, os.path.join(work, "memory"),
                                                       len(os.sched_getaffinity(0)), interval=s.interval,
                                                       timeout=s.job_timeout),
-                 "driver": lambda: dask_driver.driver_scale(s.driver_sizes, os.path.join(work, "driver"),
-                                                            timeout=s.job_timeout)}
+                 "driver": lambda: {"rows": [dask_driver.run_driver(n, os.path.join(work, "driver"), s.job_timeout)
+                                             for n in s.driver_sizes]}}
         for part in (p for p in PARTS if p in only):
             t = time.monotonic()
             doc[part] = parts[part]()
@@ -123,17 +123,8 @@ class Cluster(section.Section):
                      f"{one['worker_cpu_s_per_example']:.2f} s (1 worker) vs {two['worker_cpu_s_per_example']:.2f} s "
                      f"(2 workers); fixed costs outside the writing phase {b['overhead_s']['1']:.0f} s / "
                      f"{b['overhead_s']['2']:.0f} s (see the notes below the table)"))
-        m = doc.get("memory")
-        if m:
-            res = m["results"]
-            counts = sorted(res, key=int)
-            lo, hi = res[counts[0]], res[counts[-1]]
-            rows.append(section.target(
-                f"dask build fire_hrr: worker peak RSS growth {counts[0]} -> {counts[-1]} experiments",
-                hi["worker_peak_mib"] / max(lo["worker_peak_mib"], 1e-9) - 1, TARGET_FLAT, op="<=", unit="%"))
-            rows.append(section.target("dask build fire_hrr: worst worker peak RSS",
-                                       max(r["worker_peak_mib"] for r in res.values()) / 1024, TARGET_WORKER_GIB,
-                                       op="<=", unit="GiB"))
+        if doc.get("memory"):
+            rows += section.memory_targets("dask build fire_hrr", doc["memory"]["results"], TARGET_FLAT, TARGET_WORKER_GIB)
         d = doc.get("driver")
         if d:
             big = max(d["rows"], key=lambda r: r["entries"])

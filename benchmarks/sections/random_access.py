@@ -39,13 +39,6 @@ METHOD = [
 ]
 
 
-def timed(next_batch: Callable[[], int], *, min_seconds: float, warmup: int = 2) -> dict[str, float]:
-    """Examples/s of repeated `next_batch()` calls (each returns its example count), after `warmup` calls."""
-    return streams.stream_rate(lambda: iter(next_batch, None), count=int, min_seconds=min_seconds,
-                               warmup_batches=warmup, cores=len(os.sched_getaffinity(0)),
-                               cpu_seconds=streams.tree_cpu_seconds)
-
-
 def _counting(iterator: Iterator[Any]) -> Callable[[], int]:
     """`next_batch` over an iterator of `(inputs, labels)` batches: the batch's example count."""
     return lambda: len(next(iterator)[1])
@@ -90,15 +83,6 @@ def build(manual_dir: str, data_dir: str, config: str, file_format: str = "tfrec
         len(os.sched_getaffinity(0)), "multi_threading"), file_format=file_format)
 
 
-def build_both(manual_dir: str, tfrecord_dir: str | None, work: str, config: str) -> dict[str, str]:
-    """Data dirs of the TFRecord build (built here unless given) and the ArrayRecord build of the same inputs."""
-    dirs = {"tfrecord": tfrecord_dir or os.path.join(work, "data_tfrecord"),
-            "array_record": os.path.join(work, "data_array_record")}
-    for fmt, data_dir in dirs.items():
-        build(manual_dir, data_dir, config, fmt)
-    return dirs
-
-
 class RandomAccess(section.Hmdb51Section):
     """By-index reads and Grain batches over ArrayRecord shards vs sequential `vidvol.load` (TFRecord)."""
 
@@ -115,7 +99,11 @@ class RandomAccess(section.Hmdb51Section):
     def measure(self, work: str, settings: RandomAccessSettings, *, manual_dir: str,
                 tfrecord_dir: str | None = None) -> dict[str, Any]:
         name = f"hmdb51/{settings.config}"
-        dirs = build_both(manual_dir, tfrecord_dir, work, settings.config)
+        # The TFRecord build (built here unless given) and the ArrayRecord build of the same inputs
+        dirs = {"tfrecord": tfrecord_dir or os.path.join(work, "data_tfrecord"),
+                "array_record": os.path.join(work, "data_array_record")}
+        for fmt, data_dir in dirs.items():
+            build(manual_dir, data_dir, settings.config, fmt)
         import tensorflow_datasets as tfds
 
         examples = tfds.builder(name, data_dir=dirs["array_record"]).info.splits["train"].num_examples
@@ -175,11 +163,15 @@ class RandomAccess(section.Hmdb51Section):
 
 def rounds(factories: dict[str, Callable[[], Callable[[], int]]], settings: Any, tag: str,
            unit: str) -> dict[str, list[dict[str, float]]]:
-    """`timed` runs of every pipeline, each once per round (`settings.runs` rounds): load changes hit all alike."""
+    """Examples/s of every pipeline's repeated `next_batch()` calls (each returns its example count, after 2 warm-up
+    calls), each pipeline once per round (`settings.runs` rounds): load changes hit all alike."""
     runs: dict[str, list[dict[str, float]]] = {p: [] for p in factories}
     for _ in range(settings.runs):
         for pipeline, factory in factories.items():
-            last = timed(factory(), min_seconds=settings.min_seconds)
+            next_batch = factory()
+            last = streams.stream_rate(lambda f=next_batch: iter(f, None), count=int, min_seconds=settings.min_seconds,
+                                       warmup_batches=2, cores=len(os.sched_getaffinity(0)),
+                                       cpu_seconds=streams.tree_cpu_seconds)
             runs[pipeline].append(last)
             print(f"[{tag}] {pipeline}: {last['examples_per_s']:.0f} {unit}/s ({last['cores_used']:.2f} cores, "
                   f"others {last['other_cores_busy']:.2f})", flush=True)

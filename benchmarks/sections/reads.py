@@ -13,7 +13,7 @@ from vidvol.testing import samples
 from common import baselines, inputs, section
 from common import read_job
 from common.read_job import ReadJob
-from common.suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment, raw_config
+from common.suite import FIRE_WINDOW, HMDB51_CLIPS, HMDB51_FRAMES, fire_config_size, mri_augment
 
 GIB = 2**30
 READ_TIMEOUT_S = 3600.0  # one read job (a full run's longest takes a few minutes)
@@ -154,7 +154,7 @@ def read_hmdb51_raw(ctx: section.Context, jpeg: dict[str, Any], common: dict[str
     """The stored-raw hmdb51 config via `vidvol.load`, against the JPEG config's decode limit and the same baseline run."""
     s = ctx.settings
     data, jpeg_data = ctx.path("data", "hmdb51_raw"), ctx.path("data", "hmdb51")
-    config = raw_config(s.hmdb51_config)
+    config = f"{s.hmdb51_config}_raw"  # the stored-raw twin of the hmdb51 config
     r = {"config": config, "unit": "clip (20 frames)", "frames_per_example": HMDB51_FRAMES,
          "baseline_name": "OpenCV seek per frame (the hmdb51 row's run)", "examples": jpeg["examples"],
          "limit_of": s.hmdb51_config}
@@ -175,12 +175,9 @@ def _dtype_entry(ctx: section.Context, tag: str, base: dict[str, Any], job: Read
     r["loader_label"] = (f"vidvol.load(output_dtype={job.output_dtype!r}"
                          + (f", mask_dtype={job.mask_dtype!r}" if job.mask_dtype != "float32" else "") + ")")
     r["baseline_ref"] = base["baseline_name"]
-    r["x_baseline"] = r["loader"]["examples_per_s"] / base["baseline"]["examples_per_s"]
-    r["x_baseline_cpu"] = r["loader"]["cpu_examples_per_s"] / base["baseline"]["cpu_examples_per_s"]
     if "limit" in r["loader"]:
         r["limit"] = r["loader"].pop("limit")
-        r["of_limit"], r["of_limit_cpu"] = r["limit"]["of_limit"], r["limit"]["of_limit_cpu"]
-    return r
+    return _ratios(r, base["baseline"])
 
 
 def hmdb51_paths(ctx: section.Context, hmdb51: dict[str, Any]) -> dict[str, Any]:
@@ -214,32 +211,27 @@ def hmdb51_paths(ctx: section.Context, hmdb51: dict[str, Any]) -> dict[str, Any]
             "rows": rows}
 
 
-def _examples_built(config_dir: str) -> int:
-    """Examples of every split of a prepared config folder (its dataset_info.json shard lengths)."""
-    infos = glob.glob(os.path.join(config_dir, "*", "dataset_info.json"))
-    if not infos:
-        raise FileNotFoundError(f"{config_dir}: no */dataset_info.json (expected a prepared config)")
-    with open(infos[0], encoding="utf-8") as f:
-        info = json.load(f)
-    return sum(int(n) for split in info["splits"] for n in split.get("shardLengths", []))
-
-
 def disk_cost(name: str, configs: dict[str, str], clips: int = HMDB51_CLIPS) -> dict[str, Any]:
     """Shard bytes per example of each prepared config (`{config: data_dir}`, every split), and for `clips` examples."""
     out = {}
     for config, data_dir in configs.items():
         folder = os.path.join(data_dir, name, config)
         files = glob.glob(os.path.join(folder, "*", f"{name}-*.tfrecord-*"))
-        examples = _examples_built(folder)
+        infos = glob.glob(os.path.join(folder, "*", "dataset_info.json"))
+        if not infos:
+            raise FileNotFoundError(f"{folder}: no */dataset_info.json (expected a prepared config)")
+        with open(infos[0], encoding="utf-8") as f:  # examples of every split: its shard lengths
+            examples = sum(int(n) for split in json.load(f)["splits"] for n in split.get("shardLengths", []))
         per_clip = sum(os.path.getsize(f) for f in files) / max(1, examples)
         out[config] = {"examples": examples, "shards": len(files), "bytes_per_clip": round(per_clip, 1),
                        "gib_for_all": round(per_clip * clips / GIB, 3)}
     return {"clips_for_all": clips, "configs": out}
 
 
-def _ratios(r: dict[str, Any]) -> dict[str, Any]:
-    """Adds loader/baseline and loader/limit ratios (wall and CPU-normalized) to a read entry."""
-    loader, base = r["loader"], r["baseline"]
+def _ratios(r: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Adds loader/baseline (its own baseline run's, or `base`) and loader/limit ratios (wall and CPU-normalized) to a
+    read entry."""
+    loader, base = r["loader"], base or r["baseline"]
     r["x_baseline"] = loader["examples_per_s"] / base["examples_per_s"]
     r["x_baseline_cpu"] = loader["cpu_examples_per_s"] / base["cpu_examples_per_s"]
     if "limit" in r:  # median of the per-run ratios, each run against the limit timed just before it

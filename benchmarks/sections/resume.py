@@ -54,18 +54,6 @@ def old_orders(shard_lengths: Sequence[int], cycle: int, buffer: int, seed: int,
     return [np.fromiter(ds.as_numpy_iterator(), np.int64) for _ in range(epochs)]
 
 
-def new_orders(n: int, seed: int, epochs: int) -> list[np.ndarray]:
-    from vidvol.readers import order
-
-    layout = order.Layout(n, 1, 0, True)
-    return [layout.examples_np(np.arange(n), e, seed, 0)[0] for e in range(epochs)]
-
-
-def ideal_orders(n: int, seed: int, epochs: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.permutation(n) for _ in range(epochs)]
-
-
 def metrics(orders: Sequence[np.ndarray], shard_lengths: Sequence[int]) -> dict[str, float]:
     """The order metrics of one run of epochs, averaged over them: `shard_tv`, the total-variation distance between
     the shard mix of each window of WINDOW consecutive examples (a batch) and the split's (0: every batch mixes the
@@ -90,21 +78,21 @@ def metrics(orders: Sequence[np.ndarray], shard_lengths: Sequence[int]) -> dict[
             "neighbours": float(np.mean(neighbours)), "epoch_corr": float(np.mean(epoch_corr)) if epoch_corr else 0.0}
 
 
-def shard_lengths_of(n: int, shards: int) -> list[int]:
-    """n examples in `shards` files as TFDS balances them (the first n mod shards one longer)."""
-    return [n // shards + (1 if i < n % shards else 0) for i in range(shards)]
-
-
 def quality(shapes: Sequence[tuple], settings: ResumeSettings) -> list[dict[str, Any]]:
+    """The order metrics of the release before's order, vidvol's now and the ideal (numpy permutations), per shape."""
+    from vidvol.readers import order
+
     out = []
     for label, n, shards, example_bytes in shapes:
-        lengths = shard_lengths_of(n, shards)
+        lengths = [n // shards + (1 if i < n % shards else 0) for i in range(shards)]  # as TFDS balances n examples
         buffer = max(1, min(n, OLD_BUFFER_BYTES // int(example_bytes)))
         rows = {"old": [], "new": [], "ideal": []}
+        layout, epochs = order.Layout(n, 1, 0, True), range(settings.epochs)
         for seed in range(settings.seeds):
+            rng = np.random.default_rng(seed)
             rows["old"].append(metrics(old_orders(lengths, settings.cycle_length, buffer, seed, settings.epochs), lengths))
-            rows["new"].append(metrics(new_orders(n, seed, settings.epochs), lengths))
-            rows["ideal"].append(metrics(ideal_orders(n, seed, settings.epochs), lengths))
+            rows["new"].append(metrics([layout.examples_np(np.arange(n), e, seed, 0)[0] for e in epochs], lengths))
+            rows["ideal"].append(metrics([rng.permutation(n) for _ in epochs], lengths))
         entry = {"label": label, "examples": n, "shards": shards, "example_bytes": example_bytes, "old_buffer": buffer}
         for kind, ms in rows.items():
             entry[kind] = {k: round(statistics.mean(m[k] for m in ms), 5) for k in ms[0]}

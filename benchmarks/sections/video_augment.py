@@ -202,8 +202,9 @@ class VideoAugmentCost(section.Hmdb51Section):
         return dataclasses.replace(super().run_settings(ctx), min_seconds=ctx.settings.min_seconds)
 
 
-def vidvol_row(doc: dict[str, Any] | None, pipeline: str = "random_resized_crop_stored_size") -> dict[str, Any] | None:
-    """The peers section's view of one augmented pipeline of this section's document (None without it)."""
+def vidvol_row(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The peers section's view of the augmented pipeline at the stored size (None without this section's document)."""
+    pipeline = "random_resized_crop_stored_size"
     if not doc or pipeline not in doc.get("results", {}):
         return None
     r = doc["results"][pipeline]

@@ -76,18 +76,12 @@ def write_source(path: str, shape: tuple[int, int, int]) -> int:
     return os.path.getsize(path)
 
 
-def write_bomb(path: str) -> int:
-    """A .nii whose header claims BOMB_SHAPE int16 voxels, in BOMB_BYTES bytes."""
-    with open(path, "wb") as f:
-        f.write(_header(BOMB_SHAPE).binaryblock + b"\0" * (BOMB_BYTES - 348))
-    return os.path.getsize(path)
-
-
 def write_inputs(root: str, sizes_mib: tuple[int, ...]) -> dict[int, dict[str, Any]]:
     """One manual_dir per size under root (source + bomb; sources reused when their stamp matches)."""
     os.makedirs(root, exist_ok=True)
     bomb = os.path.join(root, "header_bomb.nii")
-    write_bomb(bomb)
+    with open(bomb, "wb") as f:  # a .nii whose header claims BOMB_SHAPE int16 voxels, in BOMB_BYTES bytes
+        f.write(_header(BOMB_SHAPE).binaryblock + b"\0" * (BOMB_BYTES - 348))
     out = {}
     for size in sizes_mib:
         shape = source_shape(size * MIB)
