@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from tensorflow_datasets.core.utils.lazy_imports_utils import tensorflow as tf  # imported on first use
 
-from vidvol.core import store, urls
+from vidvol.core import store
 
 SCRATCH_PREFIX = "vidvol-shard-"  # a shard on its way to a bucket, in the worker's TMPDIR
 
@@ -71,11 +71,6 @@ def write_whole(path: str, data: bytes) -> None:
         store.write_bytes(path, data)
         return
     tmp = f"{path}.{uuid.uuid4().hex[:12]}.tmp"
-    if not urls.is_url(path):  # a local file: Python's own I/O, no TensorFlow buffer beside `data`
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        return
     with tf.io.gfile.GFile(tmp, "wb") as f:
         f.write(data)
     tf.io.gfile.rename(tmp, path, overwrite=True)
