@@ -208,18 +208,16 @@ class StreamingBeamBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=Tr
     def _is_prepared(self) -> bool:
         return tf.io.gfile.exists(os.path.join(os.fspath(self.data_path), "dataset_info.json"))
 
-    def source_changes(self, download_config, download_dir=None) -> sources_manifest.Changes | None:
+    def _compare_sources(self, download_config, download_dir=None):
         """How the manual_dir's sources differ from those the prepared dataset was built from.
 
         The sources are planned again (files listed, lists and CSVs read; nothing decoded) and compared with
-        the dataset's `sources.json` (`vidvol.builders.writer.sources_manifest`). None: the dataset has no
-        manifest (built by vidvol 0.2.0 or earlier).
-        """
-        compared = self._compare_sources(download_config, download_dir)
-        return None if compared is None else compared[1]
+        the dataset's `sources.json` (`vidvol.builders.writer.sources_manifest`).
 
-    def _compare_sources(self, download_config, download_dir=None):
-        """(the prepared dataset's manifest, the changes, the planning: `GrowFrom.planned`), or None (no manifest)."""
+        Returns:
+          (the prepared dataset's manifest, the changes, the planning: `GrowFrom.planned`), or None when the
+          dataset has no manifest (built by vidvol 0.2.0 or earlier).
+        """
         old = sources_manifest.read(self._out(os.fspath(self.data_path)))
         if old is None:
             return None

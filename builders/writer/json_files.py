@@ -16,6 +16,9 @@ from vidvol.builders.writer import outputs
 from vidvol.core import redact, urls
 
 
+_STREAM_DEPTH = 3  # a manifest's levels: the document, its splits (or shards), each split's sources (or shards)
+
+
 def _compact(value: Any, depth: int = 0) -> Iterator[str]:
     """`json.dumps(value, sort_keys=True, separators=(",", ":"))` in pieces: the containers of the first levels
     one item at a time (each item by the C encoder), so that a large document is never one string."""
@@ -34,9 +37,6 @@ def _compact(value: Any, depth: int = 0) -> Iterator[str]:
         yield "]"
     else:
         yield json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-_STREAM_DEPTH = 3  # a manifest's levels: the document, its splits (or shards), each split's sources (or shards)
 
 
 def write_json(obj: Any, path: str, *, compact: bool = False) -> None:

@@ -123,20 +123,20 @@ def digests(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
     return out
 
 
-def document(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *, content: bool = False,
-             build: str = "") -> dict[str, Any]:
+def document(sources: Mapping[str, Sequence[Source]], manual_dir: str | None, *,
+             content: bool = False) -> dict[str, Any]:
     """The manifest a build writes: its format, how inputs were compared, and every source's digest.
 
     Args:
       sources: each split's sources, `(id, record)` pairs.
       manual_dir: the manual_dir the build was given.
       content: digest the input files' bytes (SHA-256) rather than their sizes and mtimes.
-      build: the digest of what decides the examples' bytes besides the inputs (`build_digest`).
 
     Returns:
-      The manifest, without its shards (`add_shards` adds them once they are written).
+      The manifest, without its shards (`add_shards` adds them once they are written) and with an empty
+      `build` (the build sets it: `build_digest`).
     """
-    return {"format": FORMAT, "inputs": "content" if content else "size+mtime", "build": build, "generation": 0,
+    return {"format": FORMAT, "inputs": "content" if content else "size+mtime", "build": "", "generation": 0,
             "splits": digests(sources, manual_dir, content=content)}
 
 
