@@ -1,4 +1,8 @@
-"""A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree."""
+"""A benchmark script run as a job: a fresh Python process, its log, a time limit, the rusage of its tree.
+
+Stdlib only at import (`measure`, `streams` and psutil are imported where used): loadable without the benchmarks
+folder on sys.path.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself."""
+"""The skeleton every benchmark section shares: settings per mode, target rows, and the section itself.
+
+Stdlib only: tests load it without the benchmarks folder on sys.path (`report` is imported where a run writes).
+"""
 
 from __future__ import annotations
 
